@@ -1,0 +1,30 @@
+# spotsweep: `make demo` runs the example sweep locally; `make test` runs the tests.
+# Both set up .venv first (CPU torch pinned; no multi-GB CUDA download).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test unit integration bench clean
+
+$(BIN)/spotsweep: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(BIN)/spotsweep
+
+demo: setup
+	$(BIN)/spotsweep run examples/quickstart.yaml --workers 2 --csv results.csv
+
+test: setup
+	$(BIN)/pytest
+
+unit: setup
+	$(BIN)/pytest -m 'not integration'
+
+integration: setup
+	$(BIN)/pytest -m integration
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,1 @@
+"""The spotsweep services: planner, agent, collector, reporter, and local mode."""

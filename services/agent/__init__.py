@@ -1,0 +1,1 @@
+"""The agent: runs trial processes on a node, one per slot (GPU)."""

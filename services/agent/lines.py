@@ -1,0 +1,107 @@
+"""Reading the trial's metrics file: pure parsing plus an incremental tail.
+
+The file is the whole interface between a trial script and spotsweep, so a
+bad line is logged and skipped, never fatal, and a half-written last line is
+left for the next read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Points:
+    step: int
+    values: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+
+
+@dataclass(frozen=True)
+class BadLine:
+    line: str
+    reason: str
+
+
+Parsed = Points | Checkpoint | BadLine
+
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf, "nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value in _NON_FINITE:
+        return _NON_FINITE[value]
+    return None
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def parse_line(line: str) -> Parsed:
+    """One JSON line of the metrics file."""
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as e:
+        return BadLine(line, f"not JSON: {e.msg}")
+    if not isinstance(data, dict):
+        return BadLine(line, "not a JSON object")
+    if "checkpoint" in data:
+        step = _int(data["checkpoint"])
+        return Checkpoint(step) if step is not None and step >= 0 else BadLine(line, "checkpoint must be a non-negative integer step")
+    if "step" not in data:
+        return BadLine(line, "missing integer 'step'")
+    step = _int(data["step"])
+    if step is None:
+        return BadLine(line, f"step must be an integer, got {data['step']!r}")
+    values: dict[str, float] = {}
+    for name, raw in data.items():
+        if name == "step":
+            continue
+        num = _number(raw)
+        if num is None:
+            return BadLine(line, f"metric {name!r} is not a number: {raw!r}")
+        values[name] = num
+    return Points(step, values)
+
+
+class Tail:
+    """Complete lines appended to a file since the last read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read(self, final: bool = False) -> list[str]:
+        """New complete lines; with ``final`` also an unterminated last line."""
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        *lines, self._partial = data.split(b"\n")
+        if final and self._partial:
+            lines.append(self._partial)
+            self._partial = b""
+        return [raw.decode("utf-8", "replace") for raw in lines if raw.strip()]

@@ -1,0 +1,1 @@
+"""The collector: writes events to PostgreSQL in batches, acking after commit."""

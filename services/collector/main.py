@@ -1,0 +1,43 @@
+"""``spotsweep collector``: the thin process around the collector handlers."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from spotsweep.services.collector.handlers import CollectorDeps, handle_batch
+from spotsweep.shared import log, topology
+from spotsweep.shared.broker.batching import BatchingHandler
+from spotsweep.shared.broker.port import Broker
+from spotsweep.shared.db import Database
+from spotsweep.shared.runtime import ExitCode, connect_broker, install_signals, with_startup_retries
+from spotsweep.shared.settings import Settings
+
+_log = log.get("spotsweep.collector")
+MAX_BATCH = 500
+
+
+def start(broker: Broker, db: Database, max_batch: int = MAX_BATCH, max_wait: float = 0.05) -> BatchingHandler:
+    broker.declare(topology.service_queues())
+    with_startup_retries(db.migrate, "migrate the database")
+    batcher = BatchingHandler(partial(handle_batch, deps=CollectorDeps(db)), max_batch=max_batch, max_wait=max_wait)
+    broker.consume(topology.COLLECTOR_QUEUE, batcher, prefetch=max_batch * 2)
+    return batcher
+
+
+def main(settings: Settings) -> int:
+    if settings.database_url is None:
+        _log.error("SPOTSWEEP_DATABASE_URL is not set: the collector needs PostgreSQL")
+        return ExitCode.USAGE
+    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat)
+    db = Database(settings.database_url.get_secret_value())
+    batcher = start(broker, db)
+
+    def drain() -> None:
+        broker.stop(drain=True)
+
+    install_signals(drain)
+    _log.info("collector running")
+    broker.run()
+    batcher.close()
+    db.close()
+    return ExitCode.OK

@@ -1,0 +1,171 @@
+"""The CLI's commands that talk to the services: submit, wait, cancel, status, ls, report.
+
+Kept apart from argument parsing so tests call them directly.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from spotsweep.services.planner.handlers import new_sweep_id
+from spotsweep.services.reporter import report as reporter
+from spotsweep.shared import messages, topology
+from spotsweep.shared.broker.port import Outgoing
+from spotsweep.shared.db import Database
+from spotsweep.shared.errors import PermanentError
+from spotsweep.shared.runtime import ExitCode, connect_broker
+from spotsweep.shared.settings import Settings
+from spotsweep.shared.space import total_trials
+from spotsweep.shared.spec import SweepSpec, load_spec_file, spec_json_schema
+
+
+def resolve_command(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
+    """Make a relative command argument that names a file next to the spec absolute.
+
+    ``command: [python, mlp/train.py]`` in ``examples/x.yaml`` then works from
+    any working directory (the agent starts trials in a fresh one). On a
+    cluster the file must exist at the same path on every agent node.
+    """
+    argv = []
+    for arg in spec.command:
+        candidate = spec_dir / arg
+        if "{" not in arg and not Path(arg).is_absolute() and candidate.is_file():
+            arg = str(candidate.resolve())
+        argv.append(arg)
+    return spec.model_copy(update={"command": argv})
+
+
+def load(path: Path) -> SweepSpec:
+    return resolve_command(load_spec_file(path), path.parent)
+
+
+def describe(spec: SweepSpec) -> str:
+    return (
+        f"ok: {spec.name}: {total_trials(spec)} trial(s), strategy {spec.strategy.type}, "
+        f"metric {spec.metric.name} ({spec.metric.mode}), at most {spec.max_concurrent} at once"
+    )
+
+
+def schemas() -> dict[str, Any]:
+    return {"spec": spec_json_schema(), "messages": messages.json_schemas()}
+
+
+def database(settings: Settings) -> Database:
+    from spotsweep.services.local import database as local_database
+
+    return local_database(settings)
+
+
+def submit(spec: SweepSpec, settings: Settings) -> str:
+    """Declare the sweeps queue (so a spec posted before the planner starts
+    waits durably) and post the spec with a confirm. Returns the sweep id."""
+    sweep_id = new_sweep_id(spec.name)
+    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat)
+    try:
+        broker.declare([topology.dead_letter_queue(), topology.sweeps_queue()])
+        body = json.dumps(spec.model_dump(mode="json", by_alias=True)).encode()
+        broker.publish(Outgoing("", topology.SWEEPS_QUEUE, body, headers={"sweep_id": sweep_id}, message_id=sweep_id,
+                                priority=max(0, min(topology.MAX_PRIORITY, spec.priority))))
+    finally:
+        broker.stop(drain=False)
+    return sweep_id
+
+
+def cancel(sweep_id: str, settings: Settings) -> None:
+    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat)
+    try:
+        broker.declare([topology.dead_letter_queue(), topology.sweeps_queue()])
+        broker.publish(Outgoing("", topology.SWEEPS_QUEUE, b"{}", headers={"kind": "cancel", "sweep_id": sweep_id},
+                                priority=topology.MAX_PRIORITY))
+    finally:
+        broker.stop(drain=False)
+
+
+def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float = 0.5) -> int:
+    """Follow a submitted sweep in the database until it ends."""
+    console = Console(stderr=True)
+    db = database(settings)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last = ""
+    while True:
+        rows = reporter.sweep_counts(db, sweep_id)
+        if rows:
+            r = rows[0]
+            line = (f"{r['state']}: {r['completed']} completed, {r['running']} running, {r['queued']} queued, "
+                    f"{r['failed']} failed of {r['total_trials']}")
+            if line != last:
+                console.print(line, highlight=False)
+                last = line
+            if r["state"] == "rejected":
+                console.print(f"rejected: {r['error']}", markup=False)
+                return ExitCode.USAGE
+            if r["state"] != "running":
+                good = r["state"] == "completed" and r["failed"] == 0 and r["cancelled"] == 0
+                return ExitCode.OK if good else ExitCode.FAILED
+        if deadline is not None and time.monotonic() > deadline:
+            console.print(f"timed out after {timeout}s; the sweep goes on")
+            return ExitCode.TIMEOUT
+        time.sleep(poll)
+
+
+def status(sweep_id: str | None, settings: Settings, as_json: bool) -> int:
+    rows = reporter.sweep_counts(database(settings), sweep_id)
+    if sweep_id and not rows:
+        raise PermanentError(f"no sweep with id {sweep_id!r} (see `spotsweep status`)")
+    if as_json:
+        print(json.dumps(rows, default=str, indent=2))
+        return ExitCode.OK
+    table = Table(title="sweeps")
+    for col in ("sweep_id", "name", "state", "total", "completed", "running", "queued", "failed", "cancelled"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["sweep_id"], r["name"], r["state"], str(r["total_trials"]), str(r["completed"]), str(r["running"]),
+                      str(r["queued"]), str(r["failed"]), str(r["cancelled"]))
+    Console().print(table)
+    for r in rows:
+        if r["state"] == "rejected":
+            print(f"{r['sweep_id']} rejected: {r['error']}")
+    return ExitCode.OK
+
+
+_FILTER_COLUMNS = {"name": "trial_name", "state": "state", "sweep": "sweep_id", "sweep_name": "sweep_name"}
+
+
+def list_trials(filters: list[str], settings: Settings, as_json: bool) -> int:
+    """Trials matching every ``key=glob`` filter."""
+    wanted: list[tuple[str, str]] = []
+    for f in filters:
+        key, sep, pattern = f.partition("=")
+        if not sep or key not in _FILTER_COLUMNS:
+            raise PermanentError(f"--filter {f!r}: expected KEY=GLOB with KEY one of {', '.join(_FILTER_COLUMNS)}")
+        wanted.append((_FILTER_COLUMNS[key], pattern))
+    with database(settings).transaction() as conn:
+        rows = conn.execute("SELECT * FROM trial_results ORDER BY sweep_id, trial_name").fetchall()
+    rows = [r for r in rows if all(fnmatch.fnmatchcase(str(r[col]), pat) for col, pat in wanted)]
+    if as_json:
+        print(json.dumps(rows, default=str, indent=2))
+        return ExitCode.OK
+    table = Table()
+    for col in ("trial_name", "sweep_id", "state", "attempts", "metrics"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["trial_name"], r["sweep_id"], r["state"], str(r["attempts"]),
+                      ", ".join(f"{k}={v:.4g}" for k, v in sorted((r["metrics"] or {}).items())))
+    Console().print(table)
+    return ExitCode.OK
+
+
+def report(sweep_id: str, settings: Settings, csv: Path | None, top: int | None) -> int:
+    rep = reporter.build(database(settings), sweep_id)
+    reporter.print_leaderboard(rep, Console(), top)
+    if csv is not None:
+        n = reporter.write_csv(rep, csv)
+        print(f"wrote {n} rows to {csv}")
+    return ExitCode.OK

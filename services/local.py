@@ -1,0 +1,96 @@
+"""``spotsweep run``: the whole sweep on one machine, no services configured.
+
+The same planner, agent and collector code as in a cluster, wired to the
+in-process broker (same ack and requeue semantics as RabbitMQ), an embedded
+PostgreSQL (unless ``SPOTSWEEP_DATABASE_URL`` is set) and a local directory
+for artifacts. Results land in the same views, so ``spotsweep report`` and
+plain SQL work afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from spotsweep.services.agent import main as agent
+from spotsweep.services.collector import main as collector
+from spotsweep.services.planner import main as planner
+from spotsweep.services.planner.handlers import new_sweep_id
+from spotsweep.services.reporter import report as reporter
+from spotsweep.shared import log, topology
+from spotsweep.shared.artifacts.local import LocalArtifactStore
+from spotsweep.shared.broker.memory import MemoryBroker
+from spotsweep.shared.broker.port import Outgoing
+from spotsweep.shared.db import Database
+from spotsweep.shared.db.embedded import embedded_url
+from spotsweep.shared.runtime import ExitCode
+from spotsweep.shared.settings import Settings
+from spotsweep.shared.spec import SweepSpec
+
+_log = log.get("spotsweep.local")
+
+
+def database(settings: Settings) -> Database:
+    """The configured PostgreSQL, or the embedded one under ``SPOTSWEEP_HOME``."""
+    if settings.database_url is not None:
+        return Database(settings.database_url.get_secret_value())
+    return Database(embedded_url(settings.home / "pg"))
+
+
+def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, console: Console | None = None) -> int:
+    console = console or Console(stderr=True)
+    db = database(settings)
+    broker = MemoryBroker()
+    store = LocalArtifactStore(settings.home / "artifacts")
+    resource_class = spec.resources.resource_class
+    planner.start(broker, db, (resource_class,))
+    batcher = collector.start(broker, db)
+    deps = agent.start(broker, store, workers, resource_class, agent.detect_gpus() or None,
+                       settings.home / "work", agent_id="local")
+    io = threading.Thread(target=broker.run, name="broker", daemon=True)
+    io.start()
+
+    sweep_id = new_sweep_id(spec.name)
+    broker.publish(Outgoing("", topology.SWEEPS_QUEUE, json.dumps(spec.model_dump(mode="json", by_alias=True)).encode(),
+                            headers={"sweep_id": sweep_id}, message_id=sweep_id))
+    try:
+        state = _follow(db, sweep_id, console)
+    except KeyboardInterrupt:
+        console.print("interrupted: stopping trials")
+        deps.control.kill.set()
+        agent.kill_all()
+        broker.stop(drain=False)
+        return ExitCode.KILLED
+    broker.stop(drain=True)
+    batcher.close()
+    rep = reporter.build(db, sweep_id)
+    reporter.print_leaderboard(rep, Console())
+    if csv is not None:
+        n = reporter.write_csv(rep, csv)
+        console.print(f"wrote {n} rows to {csv}")
+    console.print(f"sweep {sweep_id}: {state}; results in `spotsweep report {sweep_id}` and the trial_results view")
+    print(sweep_id)
+    every_trial_completed = all(r["state"] == "completed" for r in rep.unranked)
+    return ExitCode.OK if state == "completed" and every_trial_completed else ExitCode.FAILED
+
+
+def _follow(db: Database, sweep_id: str, console: Console, poll: float = 0.2) -> str:
+    """Show a progress bar until the sweep leaves ``running``; return its state."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("trials", total=None, detail="")
+        while True:
+            rows = reporter.sweep_counts(db, sweep_id)
+            if rows:
+                r = rows[0]
+                done = r["completed"] + r["failed"] + r["cancelled"] + r["pruned"]
+                detail = f"running {r['running']}  failed {r['failed']}" if r["failed"] else f"running {r['running']}"
+                progress.update(task, total=r["total_trials"] or None, completed=done, detail=detail)
+                if r["state"] != "running":
+                    return str(r["state"])
+            time.sleep(poll)

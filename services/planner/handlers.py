@@ -1,0 +1,201 @@
+"""Planner handlers: ``(delivery, deps)`` functions that tests call directly.
+
+Exactly-once effects on at-least-once delivery:
+* A spec is written with ``ON CONFLICT DO NOTHING`` on its sweep id, so a
+  redelivered submission changes nothing.
+* New trials are written as ``pending`` in the same transaction as the
+  decision that launched them (an outbox); :func:`publish_pending` then
+  publishes them with publisher confirms and marks them ``queued``. A crash
+  between the two leaves them ``pending``, and the next planner publishes
+  them at start. The one window for a duplicate trial message is a crash
+  after the broker confirmed but before ``queued`` committed; the duplicate
+  runs the same attempt and its events are absorbed (terminal states are
+  immutable, points are unique per trial, attempt, step and name).
+* Every lifecycle event is decided under a row lock on its sweep, fenced by
+  attempt, and acked only after the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotsweep.services.planner import store
+from spotsweep.services.planner.decide import SweepState, decide, fill
+from spotsweep.shared import log, topology
+from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
+from spotsweep.shared.db import Database
+from spotsweep.shared.errors import DecodeError, SpecError
+from spotsweep.shared.messages import CancelSweep, TrialFinished, TrialMessage, TrialStarted, decode, encode
+from spotsweep.shared.naming import render_argv, trial_name
+from spotsweep.shared.space import params_at, total_trials
+from spotsweep.shared.spec import SweepSpec, parse_spec
+
+_log = log.get("spotsweep.planner")
+
+
+@dataclass
+class PlannerDeps:
+    db: Database
+    broker: Broker
+    _specs: dict[str, SweepSpec] = field(default_factory=dict)
+    _classes: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ensure_queue(self, resource_class: str) -> None:
+        """Declare a class's trial queue before the first publish to it, so
+        trials wait durably even when no agent of that class has started."""
+        if resource_class not in self._classes:
+            self.broker.declare([topology.trial_queue_spec(resource_class)])
+            self._classes.add(resource_class)
+
+    def spec(self, sweep_id: str, raw: dict[str, Any]) -> SweepSpec:
+        """Parsed specs, cached: the spec of a sweep never changes."""
+        with self._lock:
+            spec = self._specs.get(sweep_id)
+            if spec is None:
+                spec = self._specs[sweep_id] = parse_spec(raw)
+            return spec
+
+
+def new_sweep_id(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
+    """A spec to start, or a command (header ``kind: cancel``) about a sweep."""
+    headers = delivery.headers
+    if headers.get("kind") == "cancel":
+        _cancel(str(headers.get("sweep_id") or ""), deps)
+        delivery.ack()
+        return
+    sweep_id = str(headers.get("sweep_id") or delivery.message_id or "")
+    try:
+        data = json.loads(delivery.body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        if sweep_id:
+            with deps.db.transaction() as conn:
+                store.insert_rejected(conn, sweep_id, "?", f"body is not JSON: {e}")
+        raise DecodeError(f"sweep message body is not JSON: {e}") from e
+    name = str(data.get("name", "?")) if isinstance(data, dict) else "?"
+    try:
+        spec = parse_spec(data)
+    except SpecError as e:
+        sweep_id = sweep_id or new_sweep_id(name if name.isidentifier() else "rejected")
+        _log.warning("spec rejected", sweep_id=sweep_id, error=str(e))
+        with deps.db.transaction() as conn:
+            store.insert_rejected(conn, sweep_id, name, str(e))
+        delivery.ack()
+        return
+    sweep_id = sweep_id or new_sweep_id(spec.name)
+    raw = spec.model_dump(mode="json", by_alias=True)
+    with log.bound(sweep_id=sweep_id), deps.db.transaction() as conn:
+        total = total_trials(spec)
+        if store.insert_sweep(conn, sweep_id, raw, spec.name, total, spec.priority):
+            _log.info("sweep accepted", name=spec.name, trials=total)
+            sweep = store.lock_sweep(conn, sweep_id)
+            assert sweep is not None
+            state = store.sweep_state(conn, sweep, spec.max_concurrent, spec.retries.max_failures)
+            _launch(conn, sweep_id, spec, state.next_index, fill(state)[0])
+    publish_pending(deps, sweep_id)
+    delivery.ack()
+
+
+def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
+    """A lifecycle event: record it on the trial, retry or finish, launch more."""
+    event = decode(delivery.body)
+    if not isinstance(event, (TrialStarted, TrialFinished)):
+        delivery.ack()
+        return
+    launched = False
+    with log.bound(sweep_id=event.sweep_id, trial_id=event.trial_id, attempt=event.attempt), deps.db.transaction() as conn:
+        sweep = store.lock_sweep(conn, event.sweep_id)
+        found = store.get_trial(conn, event.trial_id) if sweep else None
+        if sweep is None or found is None or sweep["spec"] is None:
+            _log.warning("event for an unknown trial", kind=event.kind)
+            delivery.ack()
+            return
+        spec = deps.spec(event.sweep_id, sweep["spec"])
+        state: SweepState = store.sweep_state(conn, sweep, spec.max_concurrent, spec.retries.max_failures)
+        decision = decide(state, found[1], event)
+        if decision.update is not None:
+            store.apply_update(conn, event.trial_id, decision.update)
+            _log.info("trial " + decision.update.state.value, kind=event.kind)
+            launched = decision.update.state.value == "pending"
+        else:
+            _log.info("event ignored", kind=event.kind, reason=decision.reason)
+        if decision.launch:
+            _launch(conn, event.sweep_id, spec, state.next_index, decision.launch)
+            launched = True
+        if decision.sweep_done:
+            store.finish_sweep(conn, event.sweep_id)
+            _log.info("sweep completed")
+    if launched:
+        publish_pending(deps, event.sweep_id)
+    delivery.ack()
+
+
+def _launch(conn: Any, sweep_id: str, spec: SweepSpec, first: int, n: int) -> None:
+    trials = []
+    for index in range(first, first + n):
+        params = params_at(spec, index)
+        trials.append((trial_name(spec, index, params), params))
+    store.insert_trials(conn, sweep_id, first, trials)
+
+
+def trial_message(row: dict[str, Any], spec: SweepSpec) -> TrialMessage:
+    params = row["params"]
+    extra = {"index": row["idx"], "trial_name": row["trial_name"]}
+    return TrialMessage(
+        sweep_id=row["sweep_id"],
+        trial_id=row["trial_id"],
+        attempt=row["attempt"],
+        trial_name=row["trial_name"],
+        index=row["idx"],
+        params=params,
+        argv=render_argv(spec.command, params, extra),
+        env=dict(spec.env),
+        metric=spec.metric.name,
+        gpus=spec.resources.gpus,
+        resource_class=spec.resources.resource_class,
+    )
+
+
+def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
+    """Publish the outbox (``pending`` trials) with confirms, then mark them queued."""
+    published = 0
+    while True:
+        with deps.db.transaction() as conn:
+            rows = store.pending_trials(conn, sweep_id)
+            if not rows:
+                return published
+            out = []
+            for row in rows:
+                spec = deps.spec(row["sweep_id"], row["spec"])
+                deps.ensure_queue(spec.resources.resource_class)
+                msg = trial_message(row, spec)
+                out.append(
+                    Outgoing(
+                        topology.TRIALS_EXCHANGE,
+                        spec.resources.resource_class,
+                        encode(msg),
+                        headers={"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt},
+                        message_id=f"{msg.trial_id}#{msg.attempt}",
+                        priority=max(0, min(topology.MAX_PRIORITY, spec.priority)),
+                    )
+                )
+            deps.broker.publish_many(out)
+            store.mark_queued(conn, [r["trial_id"] for r in rows])
+            published += len(rows)
+
+
+def _cancel(sweep_id: str, deps: PlannerDeps) -> None:
+    if not sweep_id:
+        raise DecodeError("cancel command without a sweep_id header")
+    with deps.db.transaction() as conn:
+        n = store.cancel_sweep(conn, sweep_id)
+    _log.info("sweep cancelled", sweep_id=sweep_id, trials=n)
+    deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(CancelSweep(sweep_id=sweep_id))))

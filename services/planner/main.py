@@ -1,0 +1,42 @@
+"""``spotsweep planner``: the thin process around the planner handlers."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from spotsweep.services.planner.handlers import PlannerDeps, handle_event, handle_sweep_message, publish_pending
+from spotsweep.shared import log, topology
+from spotsweep.shared.broker.port import Broker
+from spotsweep.shared.db import Database
+from spotsweep.shared.middleware import guarded
+from spotsweep.shared.runtime import ExitCode, connect_broker, install_signals, with_startup_retries
+from spotsweep.shared.settings import Settings
+
+_log = log.get("spotsweep.planner")
+
+
+def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gpu",)) -> PlannerDeps:
+    """Declare, migrate, recover the outbox, and start consuming. Used by local mode too."""
+    broker.declare(topology.service_queues(resource_classes))
+    with_startup_retries(db.migrate, "migrate the database")
+    deps = PlannerDeps(db=db, broker=broker)
+    recovered = with_startup_retries(lambda: publish_pending(deps), "publish pending trials")
+    if recovered:
+        _log.info("published trials left pending by a previous planner", trials=recovered)
+    broker.consume(topology.SWEEPS_QUEUE, guarded(partial(handle_sweep_message, deps=deps), "sweep"), prefetch=1)
+    broker.consume(topology.PLANNER_EVENTS_QUEUE, guarded(partial(handle_event, deps=deps), "event"), prefetch=16)
+    return deps
+
+
+def main(settings: Settings) -> int:
+    if settings.database_url is None:
+        _log.error("SPOTSWEEP_DATABASE_URL is not set: the planner needs PostgreSQL")
+        return ExitCode.USAGE
+    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat)
+    db = Database(settings.database_url.get_secret_value())
+    start(broker, db)
+    install_signals(lambda: broker.stop(drain=True))
+    _log.info("planner running")
+    broker.run()
+    db.close()
+    return ExitCode.OK

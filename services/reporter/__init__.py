@@ -1,0 +1,1 @@
+"""The reporter: leaderboards, CSV and status over the results views."""

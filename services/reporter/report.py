@@ -1,0 +1,131 @@
+"""Leaderboards and CSV, read only from the public views ``trial_results``.
+
+The reporter never touches the tables behind the views: what it shows is
+what any user's SQL sees.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from spotsweep.shared.db import Database
+from spotsweep.shared.errors import PermanentError
+
+
+@dataclass(frozen=True)
+class Report:
+    sweep_id: str
+    sweep_name: str
+    sweep_state: str
+    metric: str
+    mode: str
+    params: list[str]
+    metrics: list[str]
+    ranked: list[dict[str, Any]]  # trials with the metric, best first
+    unranked: list[dict[str, Any]]  # trials without it, with why
+
+
+def _why(row: dict[str, Any], metric: str) -> str:
+    if row["state"] in ("failed", "cancelled", "pruned"):
+        first = (row["error"] or "").strip().splitlines()
+        return f"{row['state']}: {first[-1] if first else 'no error text'}"
+    if row["state"] != "completed":
+        return row["state"]
+    return f"completed without reporting {metric!r}"
+
+
+def build(db: Database, sweep_id: str) -> Report:
+    with db.transaction() as conn:
+        sweep = conn.execute("SELECT sweep_id, name, state, spec, error FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+        if sweep is None:
+            raise PermanentError(f"no sweep with id {sweep_id!r} (see `spotsweep ls`)")
+        rows = conn.execute("SELECT * FROM trial_results WHERE sweep_id = %s ORDER BY trial_name", (sweep_id,)).fetchall()
+    spec = sweep["spec"] or {}
+    metric = (spec.get("metric") or {}).get("name", "")
+    mode = (spec.get("metric") or {}).get("mode", "min")
+    params = sorted({k for r in rows for k in r["params"]}, key=lambda k: (k not in spec.get("space", {}), k))
+    metrics = sorted({k for r in rows for k in (r["metrics"] or {})}, key=lambda k: (k != metric, k))
+    ranked = [r for r in rows if r["state"] == "completed" and _finite((r["metrics"] or {}).get(metric))]
+    ranked.sort(key=lambda r: r["metrics"][metric], reverse=(mode == "max"))
+    unranked = [r for r in rows if r not in ranked]
+    return Report(sweep["sweep_id"], sweep["name"], sweep["state"], metric, mode, params, metrics, ranked, unranked)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else str(value)
+
+
+def print_leaderboard(report: Report, console: Console | None = None, top: int | None = None) -> None:
+    console = console or Console()
+    arrow = "↓" if report.mode == "min" else "↑"
+    table = Table(title=f"{report.sweep_name} ({report.sweep_id}) — {report.sweep_state}, ranked by {report.metric} {arrow}")
+    table.add_column("#", justify="right")
+    table.add_column("trial")
+    for p in report.params:
+        table.add_column(p, justify="right")
+    for m in report.metrics:
+        table.add_column(m, justify="right", style="bold" if m == report.metric else None)
+    table.add_column("attempts", justify="right")
+    for i, row in enumerate(report.ranked[:top] if top else report.ranked, 1):
+        table.add_row(
+            str(i), row["trial_name"], *(_fmt(row["params"].get(p)) for p in report.params),
+            *(_fmt((row["metrics"] or {}).get(m)) for m in report.metrics), str(row["attempts"]),
+        )
+    console.print(table)
+    if report.unranked:
+        console.print(f"[bold]{len(report.unranked)} trial(s) without results:[/bold]")
+        for row in report.unranked:
+            console.print(f"  {row['trial_name']}: {_why(row, report.metric)}", markup=False, highlight=False)
+
+
+def write_csv(report: Report, path: Path) -> int:
+    """One row per trial: trial_name, state, one column per param, one per final metric."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["trial_name", "state", *report.params, *report.metrics, "attempts", "preemptions", "error"])
+        for row in [*report.ranked, *report.unranked]:
+            writer.writerow([
+                row["trial_name"], row["state"], *(row["params"].get(p, "") for p in report.params),
+                *((row["metrics"] or {}).get(m, "") for m in report.metrics),
+                row["attempts"], row["preemptions"], (row["error"] or "").strip().splitlines()[-1:][0] if row["error"] else "",
+            ])
+    return len(report.ranked) + len(report.unranked)
+
+
+def sweep_counts(db: Database, sweep_id: str | None = None, name_glob: str | None = None) -> list[dict[str, Any]]:
+    """One row per sweep: state and trial counts by state (``spotsweep status``/``ls``)."""
+    where, args = [], []
+    if sweep_id:
+        where.append("s.sweep_id = %s")
+        args.append(sweep_id)
+    if name_glob:
+        where.append("s.name LIKE %s")
+        args.append(name_glob.replace("%", r"\%").replace("_", r"\_").replace("*", "%").replace("?", "_"))
+    sql = (
+        "SELECT s.sweep_id, s.name, s.state, s.error, s.total_trials, s.created_at, s.finished_at,"
+        " count(t.*) FILTER (WHERE t.state = 'completed') AS completed,"
+        " count(t.*) FILTER (WHERE t.state = 'failed') AS failed,"
+        " count(t.*) FILTER (WHERE t.state = 'cancelled') AS cancelled,"
+        " count(t.*) FILTER (WHERE t.state = 'pruned') AS pruned,"
+        " count(t.*) FILTER (WHERE t.state = 'running') AS running,"
+        " count(t.*) FILTER (WHERE t.state IN ('pending', 'queued')) AS queued"
+        " FROM sweeps s LEFT JOIN trials t USING (sweep_id)"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " GROUP BY s.sweep_id ORDER BY s.created_at DESC"
+    )
+    with db.transaction() as conn:
+        return [dict(r) for r in conn.execute(sql, args).fetchall()]

@@ -1,0 +1,1 @@
+"""Common code of every spotsweep service: schemas, topology, settings, ports."""

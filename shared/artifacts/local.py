@@ -1,0 +1,136 @@
+"""The artifact store as a plain directory: local mode and unit tests.
+
+Every write goes to a temporary file in the destination's own directory, is
+fsynced, then renamed over the target with :func:`os.replace`. A rename within
+one filesystem is atomic, so a concurrent reader sees either the old file or
+the new one, never half of one; the fsync makes the rename safe across a power
+cut (otherwise the rename can reach the disk before the data does).
+
+Keys are ``/``-separated relative paths and may not leave the root: absolute
+keys, ``..``, ``.`` and empty components are refused with
+:class:`~spotsweep.shared.errors.PermanentError`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
+from spotsweep.shared.errors import PermanentError
+
+# Temporary files carry this suffix so ``list`` can skip writes in flight.
+_TMP_SUFFIX = ".spotsweep-tmp"
+
+
+class LocalArtifactStore(ArtifactStore):
+    """Artifacts as files under ``root`` (created on first write)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).expanduser().resolve()
+
+    def __repr__(self) -> str:
+        return f"LocalArtifactStore(root={str(self.root)!r})"
+
+    # -- keys -----------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        """The file for ``key``; refuses keys that would land outside the root."""
+        parts = key.split("/")
+        if (
+            not key
+            or key.startswith("/")
+            or "\\" in key
+            or any(p in ("", ".", "..") for p in parts)
+            or parts[-1].endswith(_TMP_SUFFIX)
+        ):
+            raise PermanentError(f"invalid artifact key {key!r}: must be a relative path inside the store")
+        path = self.root.joinpath(*parts)
+        # A symlink inside the root could still point out of it.
+        if not path.resolve().is_relative_to(self.root):
+            raise PermanentError(f"invalid artifact key {key!r}: resolves outside the store root")
+        return path
+
+    # -- writes ---------------------------------------------------------------
+
+    def put_bytes(self, key: str, data: bytes) -> str:
+        _write_atomically(self._path(key), lambda f: f.write(data))
+        return self.uri(key)
+
+    def put_file(self, key: str, path: Path) -> str:
+        target = self._path(key)
+        with open(path, "rb") as src:
+            _write_atomically(target, lambda f: shutil.copyfileobj(src, f, 1024 * 1024))
+        return self.uri(key)
+
+    def delete(self, key: str) -> None:
+        # Empty folders are left behind on purpose: removing them would race a
+        # concurrent writer that has just created the folder for a new file.
+        try:
+            self._path(key).unlink()
+        except FileNotFoundError:
+            pass
+
+    # -- reads ----------------------------------------------------------------
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            raise NotFound(key) from e
+
+    def get_file(self, key: str, path: Path) -> None:
+        try:
+            src = open(self._path(key), "rb")  # closed by the with below
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            raise NotFound(key) from e
+        with src:
+            _write_atomically(Path(path), lambda f: shutil.copyfileobj(src, f, 1024 * 1024))
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def list(self, prefix: str) -> list[str]:
+        # Walk only the deepest folder the prefix names; then filter by string
+        # prefix, as S3 does, so "a/b" matches "a/b2/x" but "a/b/" does not.
+        folder = self.root.joinpath(*prefix.split("/")[:-1]) if "/" in prefix else self.root
+        if not folder.resolve().is_relative_to(self.root) or not folder.is_dir():
+            return []
+        keys: list[str] = []
+        for dirpath, _dirs, files in os.walk(folder):
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            for name in files:
+                if name.endswith(_TMP_SUFFIX):
+                    continue
+                key = name if rel == "." else f"{rel}/{name}"
+                if key.startswith(prefix):
+                    keys.append(key)
+        return sorted(keys)
+
+    def uri(self, key: str) -> str:
+        # A folder prefix ("…/000000000010/") is allowed and keeps its slash.
+        if key.endswith("/") and len(key) > 1:
+            return self._path(key.rstrip("/")).as_uri() + "/"
+        return self._path(key).as_uri()
+
+
+def _write_atomically(target: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write via a temp file in ``target``'s folder, fsync, then rename over it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_TMP_SUFFIX, dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

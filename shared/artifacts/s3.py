@@ -1,0 +1,220 @@
+"""The artifact store on MinIO or any S3 API, through the ``minio`` client.
+
+Errors are translated here, at the edge, into the house taxonomy:
+
+* a missing object -> :class:`~spotsweep.shared.artifacts.port.NotFound`;
+* network failures, timeouts, HTTP 5xx and 429 -> :class:`RetryableError`;
+* everything else the server refuses -> :class:`PermanentError`. Wrong
+  credentials (``InvalidAccessKeyId``, ``SignatureDoesNotMatch``,
+  ``AccessDenied``) are permanent: retrying with the same keys cannot help, and
+  a retry loop would only hide a configuration mistake.
+
+The access key and the secret never appear in a repr, a log line or an error
+message: messages are built from the operation, key, bucket and the server's
+error code, and are scrubbed of both keys in case a server echoes one back.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+import urllib3
+from minio import Minio
+from minio.error import InvalidResponseError, S3Error, ServerError
+from pydantic import SecretStr
+
+from spotsweep.shared import log
+from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
+from spotsweep.shared.errors import PermanentError, RetryableError
+
+if TYPE_CHECKING:
+    from spotsweep.shared.settings import Settings
+
+_log = log.get(__name__)
+
+# S3 error codes that mean "busy or broken right now", whatever the status.
+_RETRYABLE_CODES = frozenset({"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout"})
+
+
+def _reveal(value: str | SecretStr | None) -> str | None:
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
+
+
+def parse_endpoint(endpoint: str, secure: bool | None) -> tuple[str, bool]:
+    """``host:port`` or ``http(s)://host:port`` -> (``host:port``, secure).
+
+    An explicit ``secure`` wins; otherwise the scheme decides, and a bare
+    ``host:port`` defaults to TLS (the safe choice, as in the minio client).
+    """
+    scheme, sep, rest = endpoint.partition("://")
+    if not sep:
+        scheme, rest = "", endpoint
+    elif scheme not in ("http", "https"):
+        raise PermanentError(f"S3 endpoint {endpoint!r}: scheme must be http or https")
+    host = rest.rstrip("/")
+    if not host or "/" in host or "@" in host:
+        raise PermanentError("S3 endpoint must be host:port or http(s)://host:port, without a path or credentials")
+    if secure is None:
+        secure = scheme != "http"
+    return host, secure
+
+
+class S3ArtifactStore(ArtifactStore):
+    """Artifacts as objects in one bucket, created on first use if missing."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        access_key: str | SecretStr | None,
+        secret_key: str | SecretStr | None,
+        bucket: str,
+        secure: bool | None = None,
+        region: str | None = None,
+        *,
+        http_client: urllib3.PoolManager | None = None,
+    ) -> None:
+        """``http_client`` replaces minio's default pool (5 min timeouts, 5
+        retries); tests pass one with short timeouts."""
+        self.endpoint, self.secure = parse_endpoint(endpoint, secure)
+        self.bucket = bucket
+        # Kept only to scrub them from messages; never formatted anywhere.
+        self._secrets = [s for s in (_reveal(access_key), _reveal(secret_key)) if s]
+        try:
+            self._client = Minio(
+                self.endpoint,
+                access_key=_reveal(access_key),
+                secret_key=_reveal(secret_key),
+                secure=self.secure,
+                region=region,
+                http_client=http_client,
+            )
+        except ValueError as e:
+            raise PermanentError(self._scrub(f"S3 client for {self!r}: {e}")) from None
+        self._ensure_bucket(region)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> S3ArtifactStore:
+        if not settings.s3_endpoint:
+            raise PermanentError("SPOTSWEEP_S3_ENDPOINT is not set")
+        return cls(
+            settings.s3_endpoint,
+            settings.s3_access_key,
+            settings.s3_secret_key,
+            settings.s3_bucket,
+            secure=settings.s3_secure,
+            region=settings.s3_region,
+        )
+
+    def __repr__(self) -> str:
+        scheme = "https" if self.secure else "http"
+        return f"S3ArtifactStore(endpoint='{scheme}://{self.endpoint}', bucket={self.bucket!r})"
+
+    # -- error translation ----------------------------------------------------
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    @contextmanager
+    def _translate(self, op: str, key: str | None = None) -> Iterator[None]:
+        """Turn minio and urllib3 exceptions into NotFound/Retryable/Permanent."""
+        try:
+            yield
+        except S3Error as e:
+            if e.code == "NoSuchKey" and key is not None:
+                raise NotFound(key) from e
+            status = e.response.status if e.response is not None else 0
+            retryable = e.code in _RETRYABLE_CODES or status >= 500 or status == 429
+            self._fail(op, key, f"{e.code}: {e.message}", retryable, e)
+        except (ServerError, InvalidResponseError) as e:
+            # Neither carries an S3 error code, only an HTTP status (a proxy's
+            # HTML error page, say). The body may be large: leave it out.
+            status = e.status_code if isinstance(e, ServerError) else int(getattr(e, "_code", 0) or 0)
+            self._fail(op, key, f"HTTP {status}", status >= 500 or status == 429, e)
+        except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as e:
+            self._fail(op, key, f"{type(e).__name__}: {e}", True, e)
+        except ValueError as e:  # minio's client-side checks: empty key, bad name
+            self._fail(op, key, str(e), False, e)
+
+    def _fail(self, op: str, key: str | None, why: str, retryable: bool, cause: Exception) -> NoReturn:
+        what = f"S3 {op}" + (f" of {key!r}" if key is not None else "")
+        message = self._scrub(f"{what} in bucket {self.bucket!r} at {self.endpoint} failed: {why}")
+        raise (RetryableError if retryable else PermanentError)(message) from cause
+
+    # -- bucket ---------------------------------------------------------------
+
+    def _ensure_bucket(self, region: str | None) -> None:
+        with self._translate("bucket check"):
+            if self._client.bucket_exists(self.bucket):
+                return
+        try:
+            with self._translate("bucket create"):
+                self._client.make_bucket(self.bucket, location=region)
+            _log.info("artifacts.bucket_created", bucket=self.bucket, endpoint=self.endpoint)
+        except PermanentError as e:
+            # Another process may have created it between our check and create.
+            code = getattr(e.__cause__, "code", None)
+            if code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise
+            # BucketAlreadyExists can also mean another account owns the name:
+            # then this check fails with AccessDenied, a PermanentError.
+            with self._translate("bucket check"):
+                exists = self._client.bucket_exists(self.bucket)
+            if not exists:
+                raise
+
+    # -- the port -------------------------------------------------------------
+
+    def put_bytes(self, key: str, data: bytes) -> str:
+        with self._translate("put", key):
+            self._client.put_object(self.bucket, key, io.BytesIO(data), len(data))
+        return self.uri(key)
+
+    def put_file(self, key: str, path: Path) -> str:
+        # fput_object switches to a multipart upload above 5 MiB, so a dropped
+        # connection costs one part, not the whole checkpoint.
+        with self._translate("upload", key):
+            self._client.fput_object(self.bucket, key, str(path))
+        return self.uri(key)
+
+    def get_bytes(self, key: str) -> bytes:
+        with self._translate("get", key):
+            response = self._client.get_object(self.bucket, key)
+            try:
+                return response.read()
+            finally:
+                response.close()
+                response.release_conn()
+
+    def get_file(self, key: str, path: Path) -> None:
+        # fget_object downloads to "<path>.part.minio" and renames when done,
+        # so a reader of ``path`` never sees a partial download.
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with self._translate("download", key):
+            self._client.fget_object(self.bucket, key, str(path))
+
+    def exists(self, key: str) -> bool:
+        try:
+            with self._translate("stat", key):
+                self._client.stat_object(self.bucket, key)
+        except NotFound:
+            return False
+        return True
+
+    def list(self, prefix: str) -> list[str]:
+        with self._translate("list", prefix):
+            objects = self._client.list_objects(self.bucket, prefix=prefix, recursive=True)
+            return sorted(o.object_name for o in objects if o.object_name and not o.is_dir)
+
+    def delete(self, key: str) -> None:
+        # S3 answers 204 for an absent key, which is what the port asks for.
+        with self._translate("delete", key):
+            self._client.remove_object(self.bucket, key)
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"

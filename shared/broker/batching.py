@@ -1,0 +1,127 @@
+"""Batch deliveries for handlers that are cheaper per batch (the collector's
+database writes): one transaction per batch instead of one per event.
+
+:class:`BatchingHandler` is a per-message :data:`Handler` that buffers
+deliveries and hands them to a batch handler on its own flusher thread, once
+``max_batch`` are buffered or ``max_wait`` seconds after the first one arrived.
+The per-message handler returns at once without settling, so the consumer's
+``prefetch`` bounds how many can be buffered: it must be **at least**
+``max_batch`` (twice that lets the next batch fill while one is written), or
+batches only ever flush on the timer.
+
+Settling: success acks the whole batch; a :class:`RetryableError` requeues it
+after a pause (the database is down: every message may succeed later); any
+other exception retries the messages one by one and dead-letters those that
+still fail, so one poison message never blocks its batch-mates.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from spotsweep.shared import log
+from spotsweep.shared.broker.port import Delivery
+from spotsweep.shared.errors import RetryableError
+
+_log = log.get(__name__)
+
+BatchHandler = Callable[[list[Delivery]], None]
+
+
+class BatchingHandler:
+    def __init__(
+        self,
+        handle_batch: BatchHandler,
+        *,
+        max_batch: int = 100,
+        max_wait: float = 0.05,
+        retry_pause: float = 0.5,
+        name: str = "batching",
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self._handle_batch = handle_batch
+        self.max_batch = max_batch
+        self.max_wait = max_wait
+        self._retry_pause = retry_pause
+        self._cond = threading.Condition()
+        self._buffer: list[Delivery] = []
+        self._first_at = 0.0  # monotonic time the oldest buffered delivery arrived
+        self._closed = False
+        self._flusher = threading.Thread(target=self._run, name=f"{name}-flusher", daemon=True)
+        self._flusher.start()
+
+    def __call__(self, delivery: Delivery) -> None:
+        """The per-message handler to pass to ``Broker.consume``."""
+        with self._cond:
+            if self._closed:
+                delivery.nack(requeue=True)  # nobody will flush it any more
+                return
+            self._buffer.append(delivery)
+            if len(self._buffer) == 1:
+                self._first_at = time.monotonic()
+                self._cond.notify()  # the flusher starts the max_wait clock
+            elif len(self._buffer) >= self.max_batch:
+                self._cond.notify()
+
+    def close(self) -> None:
+        """Flush what is buffered, then end the flusher thread. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        if self._flusher is not threading.current_thread():
+            self._flusher.join()
+
+    def _next_batch(self) -> list[Delivery] | None:
+        """Block until a batch is due; None once closed and empty."""
+        with self._cond:
+            while True:
+                if self._buffer:
+                    wait = self._first_at + self.max_wait - time.monotonic()
+                    if len(self._buffer) >= self.max_batch or wait <= 0 or self._closed:
+                        batch, self._buffer = self._buffer[: self.max_batch], self._buffer[self.max_batch :]
+                        self._first_at = time.monotonic()  # the rest waits at most max_wait more
+                        return batch
+                    self._cond.wait(wait)
+                elif self._closed:
+                    return None
+                else:
+                    self._cond.wait()
+
+    def _run(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            try:
+                self._process(batch)
+            except Exception:  # settling failed (logged by the adapter); keep the flusher alive
+                _log.exception("batch_settle_failed", size=len(batch))
+
+    def _process(self, batch: list[Delivery]) -> None:
+        try:
+            self._handle_batch(batch)
+        except RetryableError as e:
+            _log.warning("batch_retryable_error", size=len(batch), error=str(e))
+            time.sleep(self._retry_pause)
+            for d in batch:
+                d.nack(requeue=True)
+        except Exception:
+            _log.warning("batch_failed_retrying_one_by_one", size=len(batch), exc_info=True)
+            for d in batch:
+                self._process_alone(d)
+        else:
+            for d in batch:
+                d.ack()
+
+    def _process_alone(self, delivery: Delivery) -> None:
+        try:
+            self._handle_batch([delivery])
+        except RetryableError as e:
+            _log.warning("message_retryable_error", message_id=delivery.message_id, error=str(e))
+            time.sleep(self._retry_pause)
+            delivery.nack(requeue=True)
+        except Exception:
+            _log.exception("message_dead_lettered", message_id=delivery.message_id, routing_key=delivery.routing_key)
+            delivery.nack(requeue=False)
+        else:
+            delivery.ack()

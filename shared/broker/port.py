@@ -1,0 +1,136 @@
+"""The broker port: what services need from a message broker, nothing more.
+
+Semantics both adapters share (the contract tests in tests/shared/broker pin
+them down):
+
+* ``publish`` returns only once the broker has confirmed the message
+  (publisher confirms); it raises :class:`RetryableError` when it could not.
+* A consumer's handler runs on a worker thread, never on the I/O thread, so a
+  handler may block (an agent runs a trial for hours) while heartbeats flow.
+  ``Delivery.ack``/``nack`` and ``publish`` are safe from any thread.
+* At-least-once: a delivery that is neither acked nor nacked when its consumer
+  or connection goes away is redelivered with ``redelivered=True``.
+* ``nack(requeue=False)`` dead-letters the message to the dead-letter queue.
+* ``stop()`` stops taking deliveries, lets running handlers finish (drain),
+  then closes the connection; ``stop(drain=False)`` closes at once and the
+  unacked deliveries go back to the queue.
+* A handler that raises without settling its delivery: a
+  :class:`RetryableError` requeues it (after a short pause), anything else
+  dead-letters it, so a poison message never loops (:func:`invoke`).
+* A second ``ack``/``nack`` of the same delivery is logged and ignored.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+import time
+from typing import Any
+
+from spotsweep.shared import log
+from spotsweep.shared.errors import RetryableError
+from spotsweep.shared.topology import QueueSpec
+
+_log = log.get(__name__)
+
+# How long a worker waits before requeueing a delivery whose handler raised a
+# RetryableError: long enough not to spin on a dead dependency, short enough
+# not to stall the consumer.
+RETRY_PAUSE_S = 0.5
+
+# After the drained handlers have returned, how long ``stop(drain=True)`` still
+# waits for deliveries settled later from another thread (BatchingHandler's
+# flush) before it closes and lets the rest be redelivered.
+DRAIN_GRACE_S = 5.0
+
+
+class Delivery(ABC):
+    """One message handed to a consumer."""
+
+    body: bytes
+    headers: dict[str, Any]
+    routing_key: str
+    redelivered: bool
+    message_id: str | None
+
+    @abstractmethod
+    def ack(self) -> None: ...
+
+    @abstractmethod
+    def nack(self, requeue: bool = True) -> None:
+        """``requeue=False`` dead-letters the message."""
+
+
+Handler = Callable[[Delivery], None]
+
+
+def invoke(handler: Handler, delivery: Delivery) -> None:
+    """Run ``handler`` on ``delivery`` the way both adapters' workers do.
+
+    Never raises: an exception the handler lets escape settles the delivery
+    if the handler had not (requeue for :class:`RetryableError`, dead-letter
+    otherwise) and is logged, so a worker thread survives any handler.
+    """
+    try:
+        handler(delivery)
+    except RetryableError as e:
+        _log.warning("handler_retryable_error", routing_key=delivery.routing_key, error=str(e))
+        time.sleep(RETRY_PAUSE_S)
+        delivery.nack(requeue=True)  # a no-op (logged) if the handler had settled it
+    except Exception:
+        _log.exception("handler_failed", routing_key=delivery.routing_key, message_id=delivery.message_id)
+        delivery.nack(requeue=False)
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    exchange: str  # "" is the default exchange: routing_key is then a queue name
+    routing_key: str
+    body: bytes
+    headers: dict[str, Any] = field(default_factory=dict)
+    message_id: str | None = None
+    priority: int = 0
+
+
+class Consumer(ABC):
+    @abstractmethod
+    def cancel(self) -> None:
+        """Stop new deliveries to this consumer; unacked ones stay with it until acked."""
+
+
+class Broker(ABC):
+    @abstractmethod
+    def declare(self, queues: Iterable[QueueSpec]) -> None:
+        """Declare the topology's exchanges and these queues. Idempotent, safe concurrently."""
+
+    @abstractmethod
+    def publish(self, message: Outgoing) -> None:
+        """Publish persistently and wait for the broker's confirm."""
+
+    def publish_many(self, messages: Sequence[Outgoing]) -> None:
+        """Publish several and wait for all confirms. Adapters may pipeline."""
+        for m in messages:
+            self.publish(m)
+
+    @abstractmethod
+    def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1) -> Consumer:
+        """Deliver messages of ``queue`` to ``handler`` on ``concurrency`` worker threads."""
+
+    @abstractmethod
+    def declare_private_queue(self, bindings: Iterable[tuple[str, str]]) -> str:
+        """An exclusive, auto-deleted queue bound as given (broadcasts); returns its name."""
+
+    @abstractmethod
+    def run(self) -> None:
+        """Block, serving I/O and dispatching deliveries, until :meth:`stop`."""
+
+    @abstractmethod
+    def stop(self, drain: bool = True) -> None:
+        """Thread-safe. Stop consumers, drain handlers (if ``drain``), close."""
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(drain=False)

@@ -1,0 +1,455 @@
+"""The RabbitMQ adapter, on pika's BlockingConnection.
+
+Threading model (why it looks like this): a BlockingConnection is not thread
+safe and only sends heartbeats while someone drives its I/O. So exactly one
+thread drives it at a time:
+
+* While :meth:`RabbitBroker.run` loops, its thread is the *I/O thread*: it
+  alone touches pika. Handlers run on per-consumer worker threads; their
+  ``ack``/``nack``/``publish`` are marshalled onto the I/O thread with
+  ``add_callback_threadsafe`` and the worker waits on a Future. A handler may
+  block for hours while heartbeats keep flowing.
+* While nobody runs the loop (the CLI publishes a spec and exits), calls drive
+  the connection directly, one at a time under ``_direct``.
+
+Publishing uses its own channel in confirm mode, so ``publish`` returns after
+the broker's confirm. Each consumer has its own channel with its own
+``basic_qos`` prefetch. ``stop`` only sets flags and wakes the loop (safe from
+a signal handler); the loop cancels consumers, drains, and closes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import pika
+import pika.exceptions as pe
+from pika.adapters.blocking_connection import BlockingChannel
+
+from spotsweep.shared import log
+from spotsweep.shared.broker.port import DRAIN_GRACE_S, Broker, Consumer, Delivery, Handler, Outgoing, invoke
+from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError
+from spotsweep.shared.settings import redact_url
+from spotsweep.shared.topology import DEAD_LETTER_EXCHANGE, EXCHANGES, QueueSpec
+
+_log = log.get(__name__)
+T = TypeVar("T")
+
+IO_TICK_S = 1.0  # the loop re-checks its stop flag at least this often (a flag set from a signal handler)
+
+
+@contextmanager
+def translated(what: str) -> Iterator[None]:
+    """pika's exceptions -> spotsweep's taxonomy, at the edge."""
+    try:
+        yield
+    except pe.ChannelClosedByBroker as e:
+        if e.reply_code in (403, 404, 406):  # access refused, not found, precondition failed
+            raise PermanentError(f"{what}: {e.reply_code} {e.reply_text}") from e
+        raise RetryableError(f"{what}: {e.reply_code} {e.reply_text}") from e
+    except (pe.NackError, pe.UnroutableError) as e:
+        raise RetryableError(f"{what}: the broker did not confirm") from e
+    except (pe.AMQPError, OSError) as e:
+        raise RetryableError(f"{what}: {type(e).__name__}: {e}") from e
+
+
+def _queue_arguments(spec: QueueSpec) -> dict[str, Any]:
+    args: dict[str, Any] = dict(spec.arguments)
+    if spec.max_priority:
+        args["x-max-priority"] = spec.max_priority
+    if spec.dead_letter:
+        args["x-dead-letter-exchange"] = DEAD_LETTER_EXCHANGE
+    return args
+
+
+def _properties(m: Outgoing) -> pika.BasicProperties:
+    return pika.BasicProperties(
+        delivery_mode=2, message_id=m.message_id, headers=dict(m.headers), priority=m.priority
+    )
+
+
+class RabbitDelivery(Delivery):
+    def __init__(
+        self,
+        consumer: RabbitConsumer,
+        channel: BlockingChannel,
+        method: pika.spec.Basic.Deliver,
+        props: pika.BasicProperties,
+        body: bytes,
+    ) -> None:
+        self.body = body
+        self.headers = dict(props.headers or {})
+        self.routing_key = method.routing_key
+        self.redelivered = bool(method.redelivered)
+        self.message_id = props.message_id
+        self.tag: int = method.delivery_tag
+        self.channel = channel
+        self._consumer = consumer
+        self._lock = threading.Lock()
+        self._settled = False
+
+    def claim(self) -> bool:
+        """True for the first settle of this delivery only."""
+        with self._lock:
+            first, self._settled = not self._settled, True
+        return first
+
+    def ack(self) -> None:
+        self._consumer.settle(self, "ack", lambda: self.channel.basic_ack(self.tag))
+
+    def nack(self, requeue: bool = True) -> None:
+        self._consumer.settle(self, "nack", lambda: self.channel.basic_nack(self.tag, requeue=requeue))
+
+
+class RabbitConsumer(Consumer):
+    """A channel with its prefetch, and ``concurrency`` worker threads fed from a buffer."""
+
+    def __init__(self, broker: RabbitBroker, queue: str, handler: Handler, concurrency: int) -> None:
+        self._broker = broker
+        self.queue = queue
+        self._handler = handler
+        self._cond = threading.Condition()
+        self.buffer: deque[RabbitDelivery] = deque()
+        self.unacked: set[RabbitDelivery] = set()  # buffered, running, or left for a later ack
+        self.running = 0
+        self.cancelled = False
+        self._channel: BlockingChannel | None = None
+        self._tag: str | None = None
+        self.threads = [
+            threading.Thread(target=self._work, name=f"rabbit-consumer-{queue}-{i}", daemon=True)
+            for i in range(max(1, concurrency))
+        ]
+        for t in self.threads:
+            t.start()
+
+    def started(self, channel: BlockingChannel, tag: str) -> None:
+        self._channel, self._tag = channel, tag
+
+    def on_message(
+        self, ch: BlockingChannel, method: pika.spec.Basic.Deliver, props: pika.BasicProperties, body: bytes
+    ) -> None:
+        """On the I/O thread: hand the delivery to a worker, never run the handler here."""
+        delivery = RabbitDelivery(self, ch, method, props, body)
+        with self._cond:
+            self.unacked.add(delivery)
+            self.buffer.append(delivery)
+            self._cond.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self.buffer and not self.cancelled:
+                    self._cond.wait()
+                if not self.buffer:
+                    return
+                delivery = self.buffer.popleft()
+                self.running += 1
+            try:
+                invoke(self._handler, delivery)
+            finally:
+                with self._cond:
+                    self.running -= 1
+                self._broker.wake()  # a draining loop re-checks
+
+    def settle(self, delivery: RabbitDelivery, what: str, op: Callable[[], None]) -> None:
+        if not delivery.claim():
+            _log.warning("delivery_already_settled", queue=self.queue, message_id=delivery.message_id, op=what)
+            return
+
+        def do() -> None:
+            try:
+                op()
+            finally:
+                self._forget(delivery, on_io=True)
+
+        try:
+            with translated(f"{what} on {self._broker.url}"):
+                self._broker.call(do)
+        except SpotsweepError as e:
+            # The channel is gone, so the broker redelivers the message: at-least-once holds.
+            _log.warning("settle_failed", queue=self.queue, message_id=delivery.message_id, op=what, error=str(e))
+            self._forget(delivery, on_io=False)
+
+    def _forget(self, delivery: RabbitDelivery, *, on_io: bool) -> None:
+        with self._cond:
+            self.unacked.discard(delivery)
+            done = self.cancelled and not self.unacked
+        if on_io and done and self._channel is not None and self._channel.is_open:
+            try:
+                self._channel.close()  # a cancelled consumer's channel has nothing left to settle
+            except pe.AMQPError:
+                pass
+
+    def cancel(self) -> None:
+        try:
+            self._broker.call(self.cancel_on_io)
+        except RetryableError:
+            self.release()  # the connection is closed: nothing more will come anyway
+
+    def cancel_on_io(self) -> None:
+        """Stop deliveries; buffered ones not yet started go back to the queue."""
+        with self._cond:
+            if self.cancelled:
+                return
+            self.cancelled = True
+            buffered = list(self.buffer)
+            self.buffer.clear()
+            self._cond.notify_all()
+        if self._channel is None or not self._channel.is_open:
+            return
+        try:
+            self._channel.basic_cancel(self._tag or "")
+            for d in buffered:
+                if d.claim():
+                    self._channel.basic_nack(d.tag, requeue=True)
+        except pe.AMQPError as e:
+            _log.warning("consumer_cancel_failed", queue=self.queue, error=repr(e))
+        for d in buffered:
+            self._forget(d, on_io=True)
+
+    def release(self) -> None:
+        """The connection is gone (RabbitMQ requeues what was unacked): let the workers end."""
+        with self._cond:
+            self.cancelled = True
+            self.buffer.clear()
+            self.unacked.clear()
+            self._cond.notify_all()
+
+
+class RabbitBroker(Broker):
+    def __init__(
+        self,
+        url: str,
+        heartbeat: int = 15,
+        *,
+        connection_attempts: int = 3,
+        retry_delay: float = 2.0,
+        socket_timeout: float = 10.0,
+    ) -> None:
+        self.url = redact_url(url)
+        try:
+            params = pika.URLParameters(url)
+        except ValueError as e:
+            raise PermanentError(f"bad broker URL {self.url}: {e}") from e
+        params.heartbeat = heartbeat
+        params.connection_attempts = connection_attempts
+        params.retry_delay = retry_delay
+        params.socket_timeout = socket_timeout
+        try:
+            self._conn = pika.BlockingConnection(params)
+        except (pe.AMQPError, OSError) as e:
+            # pika's message may quote the parameters; name only the redacted URL.
+            raise RetryableError(f"cannot connect to RabbitMQ at {self.url} ({type(e).__name__})") from e
+        self._channel: BlockingChannel | None = None  # confirm-mode channel for publish and declare
+        self._direct = threading.Lock()  # held to drive the connection without the loop; guards the fields below
+        self._io_thread: threading.Thread | None = None
+        self._pending: set[Future[Any]] = set()
+        self._consumers: list[RabbitConsumer] = []
+        self._stop_requested = False
+        self._drain = True
+        self._closed = threading.Event()
+
+    # -- marshalling ---------------------------------------------------------
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` (which touches pika) on the thread that may: see the module docstring."""
+        if self._io_thread is threading.current_thread():
+            return fn()
+        with self._direct:
+            if self._closed.is_set():
+                raise RetryableError(f"connection to {self.url} is closed")
+            if self._io_thread is None:
+                return fn()
+            fut: Future[T] = Future()
+            self._pending.add(fut)
+            try:
+                self._conn.add_callback_threadsafe(lambda: self._run_callback(fut, fn))
+            except Exception as e:  # the connection is going away
+                self._pending.discard(fut)
+                raise RetryableError(f"connection to {self.url} is closing") from e
+        return fut.result()
+
+    def _run_callback(self, fut: Future[T], fn: Callable[[], T]) -> None:
+        with self._direct:
+            self._pending.discard(fut)
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            fut.set_result(fn())
+        except BaseException as e:  # handed to the waiting thread, which translates it
+            fut.set_exception(e)
+
+    def wake(self) -> None:
+        """Make the loop re-check its state now rather than at the next tick."""
+        if self._io_thread is not None and self._io_thread is not threading.current_thread():
+            try:
+                self._conn.add_callback_threadsafe(lambda: None)
+            except Exception:
+                pass  # closing anyway
+
+    # -- the port ------------------------------------------------------------
+
+    def _confirm_channel(self) -> BlockingChannel:
+        if self._channel is None or not self._channel.is_open:
+            self._channel = self._conn.channel()
+            self._channel.confirm_delivery()
+        return self._channel
+
+    def declare(self, queues: Iterable[QueueSpec]) -> None:
+        specs = list(queues)
+
+        def do() -> None:
+            ch = self._confirm_channel()
+            for ex in EXCHANGES:
+                ch.exchange_declare(ex.name, ex.type, durable=True)
+            for spec in specs:
+                ch.queue_declare(
+                    spec.name,
+                    durable=not spec.exclusive,
+                    exclusive=spec.exclusive,
+                    auto_delete=spec.exclusive,
+                    arguments=_queue_arguments(spec),
+                )
+                for exchange, key in spec.bindings:
+                    if exchange:  # the default exchange binds every queue by name
+                        ch.queue_bind(spec.name, exchange, routing_key=key)
+
+        with translated(f"declare on {self.url}"):
+            self.call(do)
+
+    def declare_private_queue(self, bindings: Iterable[tuple[str, str]]) -> str:
+        pairs = list(bindings)
+
+        def do() -> str:
+            ch = self._confirm_channel()
+            name: str = ch.queue_declare("", exclusive=True, auto_delete=True).method.queue
+            for exchange, key in pairs:
+                ch.queue_bind(name, exchange, routing_key=key)
+            return name
+
+        with translated(f"declare private queue on {self.url}"):
+            return self.call(do)
+
+    def publish(self, message: Outgoing) -> None:
+        self.publish_many([message])
+
+    def publish_many(self, messages: Sequence[Outgoing]) -> None:
+        def do() -> None:
+            ch = self._confirm_channel()
+            for m in messages:
+                ch.basic_publish(m.exchange, m.routing_key, m.body, _properties(m), mandatory=False)
+
+        with translated(f"publish to {self.url}"):
+            self.call(do)
+
+    def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1) -> Consumer:
+        consumer = RabbitConsumer(self, queue, handler, concurrency)
+
+        def do() -> tuple[BlockingChannel, str]:
+            ch = self._conn.channel()
+            ch.basic_qos(prefetch_count=prefetch)
+            return ch, ch.basic_consume(queue, consumer.on_message)
+
+        try:
+            with translated(f"consume {queue!r} on {self.url}"):
+                ch, tag = self.call(do)
+        except BaseException:
+            consumer.release()
+            raise
+        consumer.started(ch, tag)
+        self._consumers.append(consumer)
+        return consumer
+
+    def run(self) -> None:
+        me = threading.current_thread()
+        with self._direct:
+            if self._closed.is_set():
+                return
+            owner = self._io_thread is None
+            if owner:
+                self._io_thread = me
+        if not owner:  # someone else drives the connection: just wait for the end
+            self._closed.wait()
+            return
+        error: BaseException | None = None
+        try:
+            self._loop()
+        except (pe.AMQPError, OSError) as e:
+            error = e
+        finally:
+            self._teardown()
+        if error is not None:
+            raise RetryableError(f"lost the connection to {self.url}: {type(error).__name__}") from error
+
+    def stop(self, drain: bool = True) -> None:
+        with self._direct:
+            self._drain = drain and (self._drain or not self._stop_requested)  # drain=False wins
+            self._stop_requested = True
+            io = self._io_thread
+        me = threading.current_thread()
+        if io is me or self._closed.is_set():
+            return  # on the I/O thread (a signal handler, say): the loop sees the flag
+        on_worker = any(me in c.threads for c in self._consumers)
+        if io is None:
+            # Nobody drives the connection: drive the shutdown ourselves (in the
+            # background when a handler stops its own connection: drain waits for it).
+            if on_worker:
+                threading.Thread(target=self._run_quietly, name="rabbit-broker-stop", daemon=True).start()
+            else:
+                self._run_quietly()
+            return
+        self.wake()
+        if not on_worker:
+            self._closed.wait()
+
+    def _run_quietly(self) -> None:
+        try:
+            self.run()
+        except RetryableError as e:
+            _log.warning("broker_stop_connection_lost", url=self.url, error=str(e))
+
+    # -- the loop ------------------------------------------------------------
+
+    def _loop(self) -> None:
+        shutting_down = False
+        grace_until: float | None = None
+        while True:
+            if self._stop_requested:
+                if not shutting_down:
+                    shutting_down = True
+                    for c in self._consumers:
+                        c.cancel_on_io()
+                if not self._drain:
+                    return
+                if all(c.running == 0 for c in self._consumers):
+                    if all(not c.unacked for c in self._consumers):
+                        return
+                    now = time.monotonic()
+                    grace_until = grace_until or now + DRAIN_GRACE_S
+                    if now >= grace_until:
+                        _log.warning("drain_grace_expired", unacked=sum(len(c.unacked) for c in self._consumers))
+                        return
+            self._conn.process_data_events(time_limit=IO_TICK_S)
+
+    def _teardown(self) -> None:
+        try:
+            if self._conn.is_open:
+                self._conn.close()
+        except Exception as e:  # closing a broken connection: nothing left to save
+            _log.debug("broker_close_failed", url=self.url, error=repr(e))
+        with self._direct:
+            self._closed.set()
+            self._io_thread = None
+            pending, self._pending = self._pending, set()
+        for fut in pending:
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(RetryableError(f"connection to {self.url} closed"))
+        for c in self._consumers:
+            c.release()
+

@@ -1,0 +1,77 @@
+"""PostgreSQL access: connections, schema migration, errors translated.
+
+Each thread gets its own connection (psycopg connections are not meant to be
+shared across threads mid-transaction); a dropped connection is replaced on
+the next ``transaction()``. Library errors become :class:`RetryableError`
+(connection problems, serialization failures) or :class:`PermanentError`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+
+import psycopg
+from psycopg.rows import dict_row
+
+from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.settings import redact_url
+
+SCHEMA_VERSION = 1
+_MIGRATION_LOCK = 0x5907_5EE9  # pg_advisory_lock key: one migrator at a time
+
+
+class Database:
+    def __init__(self, url: str, connect_timeout: int = 10) -> None:
+        self.url = url
+        self._timeout = connect_timeout
+        self._local = threading.local()
+
+    def _conn(self) -> psycopg.Connection:
+        conn: psycopg.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            try:
+                conn = psycopg.connect(self.url, row_factory=dict_row, connect_timeout=self._timeout)
+            except psycopg.OperationalError as e:
+                raise RetryableError(f"cannot connect to PostgreSQL at {redact_url(self.url)}: {e}") from e
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection]:
+        """A transaction on this thread's connection; errors translated."""
+        conn = self._conn()
+        try:
+            with conn.transaction():
+                yield conn
+        except (psycopg.OperationalError, psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as e:
+            if conn.broken:
+                conn.close()
+            raise RetryableError(f"database: {e}") from e
+        except psycopg.errors.AdminShutdown as e:  # pragma: no cover - server restart
+            conn.close()
+            raise RetryableError(f"database restarting: {e}") from e
+        except psycopg.Error as e:
+            raise PermanentError(f"database: {e}") from e
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+
+    def migrate(self) -> None:
+        """Create or upgrade the schema. Safe from any number of services at once."""
+        sql = resources.files("spotsweep.shared.db").joinpath("schema.sql").read_text()
+        with self.transaction() as conn:
+            # Transaction-scoped lock: concurrent starters wait, then find it done.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute("CREATE TABLE IF NOT EXISTS spotsweep_schema (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+            row = conn.execute("SELECT max(version) AS v FROM spotsweep_schema").fetchone()
+            current = (row or {}).get("v") or 0
+            if current > SCHEMA_VERSION:
+                raise PermanentError(f"database schema v{current} is newer than this spotsweep (v{SCHEMA_VERSION})")
+            if current < SCHEMA_VERSION:
+                conn.execute(sql)
+                conn.execute("INSERT INTO spotsweep_schema (version) VALUES (%s) ON CONFLICT DO NOTHING", (SCHEMA_VERSION,))

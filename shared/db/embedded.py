@@ -1,0 +1,32 @@
+"""An embedded PostgreSQL for local mode, via the ``pgserver`` package.
+
+pgserver ships PostgreSQL binaries in its wheel and runs a private server on
+a Unix socket in a data directory we own, so ``spotsweep run`` needs no
+database set up and the SQL views are the same as in production. The server
+is stopped when the last user of the directory exits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from spotsweep.shared.errors import RetryableError
+
+_servers: dict[Path, Any] = {}
+
+
+def embedded_url(data_dir: Path) -> str:
+    """Start (or reuse) the embedded server in ``data_dir``; return its URL."""
+    data_dir = data_dir.expanduser().resolve()
+    if data_dir not in _servers:
+        try:
+            import pgserver
+        except ImportError as e:  # pragma: no cover - a dependency of the package
+            raise RetryableError("embedded PostgreSQL needs the pgserver package (pip install pgserver)") from e
+        data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            _servers[data_dir] = pgserver.get_server(data_dir, cleanup_mode="stop")
+        except Exception as e:  # pgserver raises plain exceptions with initdb's output
+            raise RetryableError(f"cannot start the embedded PostgreSQL in {data_dir}: {e}") from e
+    return str(_servers[data_dir].get_uri())

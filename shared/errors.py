@@ -1,0 +1,36 @@
+"""The error taxonomy: retryable apart from permanent.
+
+Adapters translate library exceptions into these at the edges
+(``raise RetryableError(...) from e``) so that handlers and the retry
+middleware decide on the class, never on a library's exception type.
+"""
+
+from __future__ import annotations
+
+
+class SpotsweepError(Exception):
+    """Base of every error spotsweep raises on purpose."""
+
+
+class PermanentError(SpotsweepError):
+    """Retrying will not help: bad input, a violated invariant."""
+
+
+class RetryableError(SpotsweepError):
+    """A dependency is down or busy; the same call may succeed later."""
+
+
+class SpecError(PermanentError):
+    """A sweep spec is invalid. ``errors`` lists ``(field, message)`` pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{f}: {m}" if f else m for f, m in errors))
+
+
+class DecodeError(PermanentError):
+    """A message body could not be decoded into one of the known schemas."""
+
+
+class TransitionError(PermanentError):
+    """A trial state transition that the state machine forbids."""

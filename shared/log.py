@@ -1,0 +1,63 @@
+"""structlog set-up: JSON lines off a terminal, readable lines on one.
+
+Sweep, trial and attempt ids are bound with :func:`bound` (contextvars), so
+every line logged inside a handler carries them without the handler passing
+them around. A processor scrubs anything that looks like a secret.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import structlog
+
+_SECRET_KEYS = re.compile(r"(secret|password|token|access_key)", re.I)
+_URL_PASSWORD = re.compile(r"(\w+://[^:/@\s]+:)[^@\s]+@")
+
+
+def _scrub(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    for key, value in list(event.items()):
+        if _SECRET_KEYS.search(key):
+            event[key] = "***"
+        elif isinstance(value, str) and "@" in value:
+            event[key] = _URL_PASSWORD.sub(r"\1***@", value)
+    return event
+
+
+def configure(level: str = "INFO", json: bool | None = None) -> None:
+    """Configure structlog for a service process. ``json=None``: decide by TTY."""
+    if json is None:
+        json = not sys.stderr.isatty()
+    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _scrub,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    # pika logs connection chatter at INFO; keep only its warnings.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+
+def get(name: str | None = None) -> Any:
+    return structlog.get_logger(name)
+
+
+@contextmanager
+def bound(**ids: Any) -> Iterator[None]:
+    """Bind ids (sweep_id, trial_id, attempt...) to every log line in the block."""
+    clean = {k: v for k, v in ids.items() if v is not None}
+    with structlog.contextvars.bound_contextvars(**clean):
+        yield

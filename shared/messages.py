@@ -1,0 +1,141 @@
+"""Every message on the wire: frozen pydantic models with one envelope.
+
+``decode`` is the only way bytes become a message, and it raises only
+:class:`DecodeError`; services dead-letter what it refuses. Bump
+``SCHEMA_VERSION`` on an incompatible change; decoders refuse newer versions.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from spotsweep.shared.errors import DecodeError
+
+SCHEMA_VERSION = 1
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Envelope(BaseModel):
+    """Fields every message carries: who it is about, and when."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    message_id: str = Field(default_factory=new_id)
+    schema_version: int = SCHEMA_VERSION
+    sweep_id: str
+    trial_id: str | None = None
+    attempt: int | None = None
+    time: datetime = Field(default_factory=_now)
+
+
+class TrialMessage(Envelope):
+    """Run one attempt of one trial. Published by the planner, consumed by agents."""
+
+    kind: Literal["trial"] = "trial"
+    trial_id: str
+    attempt: int
+    trial_name: str
+    index: int
+    params: dict[str, Any]
+    argv: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    metric: str
+    gpus: int = 0
+    resource_class: str = "gpu"
+
+
+class TrialStarted(Envelope):
+    kind: Literal["trial.started"] = "trial.started"
+    trial_id: str
+    attempt: int
+    agent: str
+    resume_step: int | None = None
+
+
+class MetricPoint(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    step: int
+    name: str
+    value: float
+
+
+class TrialMetrics(Envelope):
+    """A batch of points from one attempt, in the order the script wrote them."""
+
+    kind: Literal["trial.metrics"] = "trial.metrics"
+    trial_id: str
+    attempt: int
+    points: list[MetricPoint]
+
+
+class CheckpointSaved(Envelope):
+    kind: Literal["trial.checkpoint"] = "trial.checkpoint"
+    trial_id: str
+    attempt: int
+    step: int
+    uri: str
+
+
+Outcome = Literal["completed", "failed", "cancelled", "preempted"]
+
+
+class TrialFinished(Envelope):
+    """The attempt ended. ``metrics`` are the last reported value of each name."""
+
+    kind: Literal["trial.finished"] = "trial.finished"
+    trial_id: str
+    attempt: int
+    outcome: Outcome
+    exit_code: int | None = None
+    error: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    last_step: int | None = None
+    agent: str = ""
+    logs_uri: str | None = None
+
+
+class CancelSweep(Envelope):
+    """Posted to the sweeps queue by ``spotsweep cancel``; broadcast to agents."""
+
+    kind: Literal["sweep.cancel"] = "sweep.cancel"
+
+
+Event = Annotated[Union[TrialStarted, TrialMetrics, CheckpointSaved, TrialFinished], Field(discriminator="kind")]
+Message = Annotated[
+    Union[TrialMessage, TrialStarted, TrialMetrics, CheckpointSaved, TrialFinished, CancelSweep],
+    Field(discriminator="kind"),
+]
+_MESSAGE = TypeAdapter(Message)
+
+
+def encode(message: Envelope) -> bytes:
+    return message.model_dump_json().encode()
+
+
+def decode(body: bytes) -> Envelope:
+    """Bytes to a message, or :class:`DecodeError` naming what is wrong."""
+    try:
+        msg = _MESSAGE.validate_json(body)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise DecodeError(f"undecodable message: {where}: {first['msg']}") from e
+    if msg.schema_version > SCHEMA_VERSION:
+        raise DecodeError(f"schema_version {msg.schema_version} is newer than this build ({SCHEMA_VERSION})")
+    return msg
+
+
+def json_schemas() -> dict[str, Any]:
+    """JSON Schema of every message, for ``spotsweep schema``."""
+    return _MESSAGE.json_schema()

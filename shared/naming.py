@@ -1,0 +1,105 @@
+"""Templates in a spec: trial names and the trial's argv.
+
+Both are ``str.format`` templates whose fields name parameters, e.g.
+``"--lr={lr}"`` or ``"exp_{index:03d}"``. Argv is filled element by element
+and handed to ``exec`` as a list: no shell ever sees it, so a parameter value
+cannot inject a command, and an element never splits into two.
+
+Floats render in their shortest round-tripping form (``repr``: 0.0001 ->
+``"0.0001"``, 1e-05 -> ``"1e-05"``), so ``float(argv[i])`` in the trial script
+gives back exactly the sampled value. Literal braces are written ``{{``/``}}``.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from spotsweep.shared.errors import SpecError
+
+if TYPE_CHECKING:  # spec imports this module; at run time we only need attributes
+    from spotsweep.shared.spec import SweepSpec
+
+_FORMATTER = string.Formatter()
+
+
+def _fields(template: str) -> Iterable[tuple[str, str]]:
+    """Yield ``(field_name, format_spec)`` of every field, nested specs included.
+
+    Raises ValueError on a malformed template (an unmatched brace).
+    """
+    for _literal, field, format_spec, _conversion in _FORMATTER.parse(template):
+        if field is None:
+            continue
+        yield field, format_spec or ""
+        if format_spec and "{" in format_spec:  # "{lr:{width}}": width is a field too
+            yield from _fields(format_spec)
+
+
+def placeholders(template: str) -> set[str]:
+    """The field names a template uses: ``"--lr={lr:.3g}"`` -> ``{"lr"}``.
+
+    Raises ValueError on a malformed template (an unmatched brace).
+    """
+    return {field for field, _spec in _fields(template)}
+
+
+def check_template(template: str, samples: Mapping[str, Sequence[Any]]) -> list[str]:
+    """Why ``template`` would fail to render, as messages; empty when it is fine.
+
+    ``samples`` maps each known field to values it can take (for a choice all
+    of them, for a range its bounds), so that a format spec that cannot format
+    a value (``{lr:03d}`` for a float ``lr``) is refused when the spec is
+    loaded rather than when the hundredth trial is planned.
+    """
+    try:
+        fields = list(_fields(template))
+    except ValueError as e:
+        return [f"malformed template {template!r}: {e} (write {{{{ and }}}} for literal braces)"]
+    problems: list[str] = []
+    known = ", ".join(sorted(samples))
+    for field, format_spec in fields:
+        if field == "" or field.isdigit():
+            problems.append(f"positional placeholder {{{field}}} in {template!r}; name a parameter (known: {known})")
+        elif not field.isidentifier() and not field.replace("-", "_").isidentifier():
+            # Attribute and index access ({lr.real}, {lr[0]}) reach into objects: refused.
+            problems.append(f"placeholder {{{field}}} must be a plain parameter name")
+        elif field not in samples:
+            problems.append(f"placeholder {{{field}}} names no parameter (known: {known})")
+        elif format_spec and "{" not in format_spec:
+            for value in samples[field]:
+                try:
+                    format(value, format_spec)
+                except (ValueError, TypeError) as e:
+                    problems.append(f"cannot format {field}={value!r} with {format_spec!r}: {e}")
+                    break
+    return problems
+
+
+def render(template: str, values: Mapping[str, Any], field: str = "command") -> str:
+    """Fill one template; ``field`` names it in the SpecError an unknown placeholder raises.
+
+    Validation refuses unknown placeholders, so that error means the template
+    or the values did not come from a validated spec.
+    """
+    try:
+        # format(float, "") is repr in Python 3: shortest round-tripping form.
+        return template.format_map(values)
+    except KeyError as e:
+        raise SpecError([(field, f"placeholder {{{e.args[0]}}} names no parameter")]) from e
+
+
+def render_argv(command: Sequence[str], params: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> list[str]:
+    """The argv of one trial: each element of ``command`` filled from params and extra.
+
+    ``extra`` carries the built-ins (``index``, ``trial_name``); params win on
+    a clash, though validation refuses parameters with those names anyway.
+    """
+    values = {**(extra or {}), **params}
+    return [render(arg, values) for arg in command]
+
+
+def trial_name(spec: SweepSpec, index: int, params: Mapping[str, Any]) -> str:
+    """``spec.trial_name`` rendered with params plus ``index`` and ``name`` (the sweep's)."""
+    return render(spec.trial_name, {"index": index, "name": spec.name, **params}, field="trial_name")

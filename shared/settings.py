@@ -1,0 +1,38 @@
+"""Settings from the environment (``SPOTSWEEP_*``), via pydantic-settings.
+
+Secrets are ``SecretStr`` so they never print; URLs are logged only through
+:func:`redact_url`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPOTSWEEP_", extra="ignore")
+
+    amqp_url: SecretStr = SecretStr("amqp://guest:guest@127.0.0.1:5672/%2F")
+    database_url: SecretStr | None = None
+    s3_endpoint: str | None = None  # host:port or URL; unset means a local directory
+    s3_access_key: SecretStr | None = None
+    s3_secret_key: SecretStr | None = None
+    s3_bucket: str = "spotsweep"
+    s3_secure: bool | None = None  # default: from the endpoint's scheme
+    s3_region: str | None = None
+    home: Path = Path.home() / ".spotsweep"  # local mode: embedded DB and artifacts
+    heartbeat: int = 15  # AMQP heartbeat, seconds: a dead agent is noticed within ~2x this
+
+
+def redact_url(url: str) -> str:
+    """``amqp://u:pw@h/v`` -> ``amqp://u:***@h/v``; safe to log."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = (parts.username or "") + ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))

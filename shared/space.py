@@ -1,0 +1,113 @@
+"""Trial number -> parameters, without ever materialising the sweep.
+
+The planner asks for trial ``i`` and gets its params; it never holds the grid,
+so a 10^9-point grid costs no memory, and a restarted planner gets identical
+params for the same ``i`` because nothing depends on what was computed before.
+
+Trial ``i`` is repeat ``i % repeats`` of configuration ``i // repeats``; with
+``repeats > 1`` the params carry ``seed = i % repeats`` (repeats of one
+configuration differ only in ``seed``).
+
+- grid: configuration ``c`` is the ``c``-th element of
+  ``itertools.product(*values)`` over the space keys in the order written
+  (first key varies slowest), found by mixed-radix decoding of ``c``.
+- random: configuration ``c`` is sampled from ``random.Random`` seeded with
+  ``(strategy.seed, c)``, so it depends on nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from spotsweep.shared.errors import SpecError
+from spotsweep.shared.spec import GRID_CONTINUOUS, Choice, IntRange, LogUniform, Param, SweepSpec, Uniform
+
+
+def _int_count(param: IntRange) -> int:
+    return (param.high - param.low) // param.step + 1
+
+
+def _size(key: str, param: Param) -> int:
+    if isinstance(param, Choice):
+        return len(param.values)
+    if isinstance(param, IntRange):
+        return _int_count(param)
+    raise SpecError([(f"space.{key}", GRID_CONTINUOUS.format(kind=param.type))])
+
+
+def _value_at(param: Param, i: int) -> Any:
+    if isinstance(param, Choice):
+        return param.values[i]
+    assert isinstance(param, IntRange)  # _size refused the continuous kinds
+    return param.low + i * param.step
+
+
+def grid_size(space: Mapping[str, Param]) -> int:
+    """Number of grid points: the product of choice counts and int-range sizes.
+
+    An empty space has one point (no parameters). A continuous parameter has
+    no grid: SpecError naming it.
+    """
+    return math.prod(_size(key, param) for key, param in space.items())
+
+
+def configs(spec: SweepSpec) -> int:
+    """Distinct configurations the sweep runs (before repeats)."""
+    strategy = spec.strategy
+    if strategy.type == "random":
+        return strategy.trials
+    size = grid_size(spec.space)
+    return size if strategy.max_trials is None else min(size, strategy.max_trials)
+
+
+def total_trials(spec: SweepSpec) -> int:
+    """Trials in the sweep: configurations x repeats."""
+    return configs(spec) * spec.repeats
+
+
+def _grid_params(spec: SweepSpec, config: int) -> dict[str, Any]:
+    sizes = [(key, param, _size(key, param)) for key, param in spec.space.items()]
+    params: dict[str, Any] = {}
+    # Last key varies fastest: peel digits from the right.
+    for key, param, size in reversed(sizes):
+        config, digit = divmod(config, size)
+        params[key] = _value_at(param, digit)
+    return {key: params[key] for key in spec.space}  # back in the order written
+
+
+def _sample(rng: random.Random, param: Param) -> Any:
+    if isinstance(param, Choice):
+        return param.values[rng.randrange(len(param.values))]
+    if isinstance(param, IntRange):
+        return param.low + param.step * rng.randrange(_int_count(param))
+    if isinstance(param, LogUniform):
+        value = math.exp(rng.uniform(math.log(param.low), math.log(param.high)))
+        return min(max(value, param.low), param.high)  # exp(log(x)) can round past a bound
+    assert isinstance(param, Uniform)
+    return rng.uniform(param.low, param.high)
+
+
+def _random_params(spec: SweepSpec, seed: int, config: int) -> dict[str, Any]:
+    # A str seed is hashed with SHA-512 by random.seed: stable across processes
+    # and Python runs (unlike hash()), and distinct per (seed, config).
+    rng = random.Random(f"spotsweep:{seed}:{config}")
+    return {key: _sample(rng, param) for key, param in spec.space.items()}
+
+
+def params_at(spec: SweepSpec, index: int) -> dict[str, Any]:
+    """The params of trial ``index`` (0-based); IndexError outside the sweep."""
+    total = total_trials(spec)
+    if not 0 <= index < total:
+        raise IndexError(f"trial index {index} out of range for a sweep of {total} trials")
+    config, repeat = divmod(index, spec.repeats)
+    strategy = spec.strategy
+    if strategy.type == "random":
+        params = _random_params(spec, strategy.seed, config)
+    else:
+        params = _grid_params(spec, config)
+    if spec.repeats > 1:
+        params["seed"] = repeat
+    return params

@@ -1,0 +1,95 @@
+"""Queue and exchange names: one place, pure functions, no I/O.
+
+Every service and every test asks this module for names, so a rename is one
+edit. Isolation between deployments (or test runs) uses RabbitMQ vhosts, not
+name prefixes, so the names users post to stay fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SWEEPS_QUEUE = "spotsweep.sweeps"  # specs and sweep commands, posted by users
+TRIALS_EXCHANGE = "spotsweep.trials"  # direct, routing key = resource class
+EVENTS_EXCHANGE = "spotsweep.events"  # topic, routing key = event kind
+CONTROL_EXCHANGE = "spotsweep.control"  # fanout: cancellations to every agent
+DEAD_LETTER_EXCHANGE = "spotsweep.dlx"  # fanout to the dead-letter queue
+DEAD_LETTER_QUEUE = "spotsweep.dead"
+COLLECTOR_QUEUE = "spotsweep.collector"  # every event
+PLANNER_EVENTS_QUEUE = "spotsweep.planner.events"  # lifecycle events only
+
+MAX_PRIORITY = 9
+
+
+def trials_queue(resource_class: str) -> str:
+    """The queue agents serving ``resource_class`` consume trials from."""
+    return f"spotsweep.trials.{resource_class}"
+
+
+def event_routing_key(kind: str, sweep_id: str) -> str:
+    """``trial.started`` of sweep ``s1`` routes as ``trial.started.s1``."""
+    return f"{kind}.{sweep_id}"
+
+
+LIFECYCLE_BINDINGS = ("trial.started.*", "trial.finished.*")
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """A queue to declare and what binds it. ``exchange=""`` is the default exchange."""
+
+    name: str
+    bindings: tuple[tuple[str, str], ...] = ()  # (exchange, routing key)
+    max_priority: int | None = None
+    dead_letter: bool = True
+    exclusive: bool = False
+    arguments: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExchangeSpec:
+    name: str
+    type: str  # direct | topic | fanout
+
+
+EXCHANGES = (
+    ExchangeSpec(TRIALS_EXCHANGE, "direct"),
+    ExchangeSpec(EVENTS_EXCHANGE, "topic"),
+    ExchangeSpec(CONTROL_EXCHANGE, "fanout"),
+    ExchangeSpec(DEAD_LETTER_EXCHANGE, "fanout"),
+)
+
+
+def dead_letter_queue() -> QueueSpec:
+    return QueueSpec(DEAD_LETTER_QUEUE, ((DEAD_LETTER_EXCHANGE, ""),), dead_letter=False)
+
+
+def sweeps_queue() -> QueueSpec:
+    return QueueSpec(SWEEPS_QUEUE, max_priority=MAX_PRIORITY)
+
+
+def trial_queue_spec(resource_class: str) -> QueueSpec:
+    return QueueSpec(
+        trials_queue(resource_class),
+        ((TRIALS_EXCHANGE, resource_class),),
+        max_priority=MAX_PRIORITY,
+    )
+
+
+def collector_queue() -> QueueSpec:
+    return QueueSpec(COLLECTOR_QUEUE, ((EVENTS_EXCHANGE, "#"),))
+
+
+def planner_events_queue() -> QueueSpec:
+    return QueueSpec(PLANNER_EVENTS_QUEUE, tuple((EVENTS_EXCHANGE, k) for k in LIFECYCLE_BINDINGS))
+
+
+def service_queues(resource_classes: tuple[str, ...] = ("gpu",)) -> tuple[QueueSpec, ...]:
+    """Everything the control plane needs, declared by every service at start."""
+    return (
+        dead_letter_queue(),
+        sweeps_queue(),
+        collector_queue(),
+        planner_events_queue(),
+        *(trial_queue_spec(c) for c in resource_classes),
+    )

@@ -1,0 +1,3 @@
+from spotsweep.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,137 @@
+"""The ``spotsweep`` command line.
+
+Errors the user can act on (a bad spec, a missing sweep, a service that is
+down) print one clear message and exit with a named code; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from spotsweep import __version__
+from spotsweep.shared import log
+from spotsweep.shared.errors import PermanentError, RetryableError, SpecError, SpotsweepError
+from spotsweep.shared.runtime import ExitCode
+from spotsweep.shared.settings import Settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="spotsweep", description="Hyperparameter sweeps on spot GPUs.")
+    p.add_argument("--version", action="version", version=f"spotsweep {__version__}")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING... (default INFO; WARNING for run, whose UI is a progress bar)")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run a sweep on this machine, no services needed")
+    r.add_argument("spec", type=Path)
+    r.add_argument("--workers", type=int, default=2, help="trials at once (default 2)")
+    r.add_argument("--csv", type=Path)
+
+    s = sub.add_parser("submit", help="post a sweep to the planner queue")
+    s.add_argument("spec", type=Path)
+    s.add_argument("--wait", action="store_true", help="follow the sweep; exit 0 only if every trial completed")
+    s.add_argument("--timeout", type=float, help="with --wait: give up after S seconds (exit 124)")
+
+    v = sub.add_parser("validate", help="check a spec (exit 0 or 2)")
+    v.add_argument("spec", type=Path)
+
+    st = sub.add_parser("status", help="sweeps and their trial counts")
+    st.add_argument("sweep", nargs="?")
+    st.add_argument("--json", action="store_true")
+
+    ls = sub.add_parser("ls", help="list trials")
+    ls.add_argument("--filter", action="append", default=[], metavar="KEY=GLOB", help="name=, state= or sweep= (repeatable)")
+    ls.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("cancel", help="cancel a sweep")
+    c.add_argument("sweep")
+
+    sub.add_parser("schema", help="print the JSON Schemas of the spec and the messages")
+
+    rep = sub.add_parser("report", help="leaderboard and CSV of a sweep")
+    rep.add_argument("sweep")
+    rep.add_argument("--csv", type=Path)
+    rep.add_argument("--top", type=int)
+
+    sub.add_parser("planner", help="run the planner service")
+    sub.add_parser("collector", help="run the collector service")
+    a = sub.add_parser("agent", help="run an agent on this node")
+    a.add_argument("--slots", type=int, help="trials at once (default: one per GPU, or 1)")
+    a.add_argument("--class", dest="resource_class", default="gpu", help="resource class served (default gpu)")
+    a.add_argument("--grace", type=float, default=90.0, help="seconds a preempted trial gets to checkpoint")
+    a.add_argument("--workdir", type=Path)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    log.configure(args.log_level or ("WARNING" if args.cmd == "run" else "INFO"))
+    try:
+        return _dispatch(args, Settings())
+    except SpecError as e:
+        for field, message in e.errors:
+            print(f"error: {field}: {message}" if field else f"error: {message}", file=sys.stderr)
+        return ExitCode.USAGE
+    except PermanentError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.USAGE
+    except RetryableError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.UNAVAILABLE
+    except SpotsweepError as e:  # pragma: no cover - the two above cover the taxonomy
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.FAILED
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    from spotsweep.services import commands
+
+    cmd = args.cmd
+    if cmd == "validate":
+        spec = commands.load(args.spec)
+        print(commands.describe(spec))
+        return ExitCode.OK
+    if cmd == "schema":
+        print(json.dumps(commands.schemas(), indent=2))
+        return ExitCode.OK
+    if cmd == "run":
+        from spotsweep.services import local
+
+        return local.run(commands.load(args.spec), settings, args.workers, args.csv)
+    if cmd == "submit":
+        sweep_id = commands.submit(commands.load(args.spec), settings)
+        print(sweep_id)
+        if not args.wait:
+            return ExitCode.OK
+        code = commands.wait(sweep_id, settings, args.timeout)
+        print(sweep_id)
+        return code
+    if cmd == "cancel":
+        commands.cancel(args.sweep, settings)
+        print(f"cancel requested for {args.sweep}")
+        return ExitCode.OK
+    if cmd == "status":
+        return commands.status(args.sweep, settings, args.json)
+    if cmd == "ls":
+        return commands.list_trials(args.filter, settings, args.json)
+    if cmd == "report":
+        return commands.report(args.sweep, settings, args.csv, args.top)
+    if cmd == "planner":
+        from spotsweep.services.planner.main import main as planner_main
+
+        return planner_main(settings)
+    if cmd == "collector":
+        from spotsweep.services.collector.main import main as collector_main
+
+        return collector_main(settings)
+    if cmd == "agent":
+        from spotsweep.services.agent.main import main as agent_main
+
+        return agent_main(settings, args.slots, args.resource_class, args.grace, args.workdir)
+    raise AssertionError(cmd)  # argparse refuses unknown commands
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Parsing and tailing the trial's metrics file: bad lines are skipped, never fatal."""
+
+import math
+from pathlib import Path
+
+from spotsweep.services.agent.lines import BadLine, Checkpoint, Points, Tail, parse_line
+
+
+def test_points_and_checkpoints() -> None:
+    assert parse_line('{"step": 10, "loss": 0.31, "val_loss": 0.35}') == Points(10, {"loss": 0.31, "val_loss": 0.35})
+    assert parse_line('{"checkpoint": 10}') == Checkpoint(10)
+    assert parse_line('{"step": 3.0, "acc": 1}') == Points(3, {"acc": 1.0})
+
+
+def test_non_finite_values_are_kept_as_numbers() -> None:
+    parsed = parse_line('{"step": 1, "loss": NaN, "x": "Infinity"}')
+    assert isinstance(parsed, Points)
+    assert math.isnan(parsed.values["loss"]) and parsed.values["x"] == math.inf
+
+
+def test_bad_lines_say_why() -> None:
+    cases = {
+        "not json": "not JSON",
+        "[1, 2]": "not a JSON object",
+        '{"loss": 1}': "missing integer 'step'",
+        '{"step": "ten", "loss": 1}': "step must be an integer, got 'ten'",
+        '{"step": 1, "loss": "high"}': "metric 'loss' is not a number: 'high'",
+        '{"step": 1, "ok": true}': "metric 'ok' is not a number: True",
+        '{"checkpoint": -1}': "checkpoint must be a non-negative integer step",
+    }
+    for line, reason in cases.items():
+        parsed = parse_line(line)
+        assert isinstance(parsed, BadLine) and reason in parsed.reason, line
+
+
+def test_tail_returns_only_complete_lines_until_final(tmp_path: Path) -> None:
+    f = tmp_path / "m.jsonl"
+    tail = Tail(f)
+    assert tail.read() == []  # file not there yet
+    f.write_text('{"step": 1}\n{"step": 2')
+    assert tail.read() == ['{"step": 1}']
+    with f.open("a") as out:
+        out.write('}\n{"step": 3}')
+    assert tail.read() == ['{"step": 2}']
+    assert tail.read(final=True) == ['{"step": 3}']
+    assert tail.read(final=True) == []

@@ -1,0 +1,75 @@
+"""The collector against a real PostgreSQL: batches land once, redelivery changes nothing."""
+
+from __future__ import annotations
+
+import math
+
+from spotsweep.services.collector.handlers import write_events
+from spotsweep.shared.db import Database
+from spotsweep.shared.messages import MetricPoint, TrialFinished, TrialMetrics
+
+
+def _metrics(attempt: int, steps: range, trial: str = "s.0") -> TrialMetrics:
+    return TrialMetrics(
+        sweep_id="s", trial_id=trial, attempt=attempt,
+        points=[MetricPoint(step=i, name=n, value=float(i) / 10) for i in steps for n in ("loss", "val_loss")],
+    )
+
+
+def test_points_are_written_once_even_when_redelivered(database_url: str) -> None:
+    db = Database(database_url)
+    db.migrate()
+    batch = [_metrics(1, range(0, 50)), _metrics(1, range(50, 100))]
+    assert write_events(batch, db) == 200
+    assert write_events(batch, db) == 0  # the same batch again: at-least-once delivery
+    assert write_events([_metrics(1, range(90, 110))], db) == 20  # overlap: only the new steps
+    with db.transaction() as conn:
+        n = conn.execute("SELECT count(*) AS n FROM metric_points WHERE trial_id = 's.0'").fetchone()["n"]
+        dup = conn.execute(
+            "SELECT count(*) AS n FROM (SELECT 1 FROM metric_points GROUP BY trial_id, attempt, step, name HAVING count(*) > 1) d"
+        ).fetchone()["n"]
+    assert (n, dup) == (220, 0)
+
+
+def test_attempts_keep_their_own_points_and_non_finite_values_survive(database_url: str) -> None:
+    db = Database(database_url)
+    db.migrate()
+    nan = TrialMetrics(sweep_id="s", trial_id="s.1", attempt=2, points=[MetricPoint(step=5, name="loss", value=math.nan)])
+    write_events([_metrics(1, range(0, 3), "s.1"), _metrics(2, range(0, 3), "s.1"), nan], db)
+    with db.transaction() as conn:
+        rows = conn.execute("SELECT attempt, count(*) AS n FROM metric_points WHERE trial_id = 's.1' GROUP BY attempt ORDER BY attempt").fetchall()
+        value = conn.execute("SELECT value FROM metric_points WHERE trial_id = 's.1' AND step = 5").fetchone()["value"]
+    assert [(r["attempt"], r["n"]) for r in rows] == [(1, 6), (2, 7)]
+    assert math.isnan(value)
+
+
+def test_lifecycle_events_are_kept_once_by_message_id(database_url: str) -> None:
+    db = Database(database_url)
+    db.migrate()
+    ev = TrialFinished(sweep_id="s", trial_id="s.0", attempt=1, outcome="completed", metrics={"loss": 0.1})
+    write_events([ev], db)
+    write_events([ev], db)
+    with db.transaction() as conn:
+        rows = conn.execute("SELECT kind, body FROM trial_events").fetchall()
+    assert len(rows) == 1 and rows[0]["kind"] == "trial.finished" and rows[0]["body"]["metrics"] == {"loss": 0.1}
+
+
+def test_migration_is_safe_to_run_concurrently(database_url: str) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            Database(database_url).migrate()
+        except BaseException as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(e)
+
+    threads = [threading.Thread(target=migrate) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with Database(database_url).transaction() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM spotsweep_schema").fetchone()["n"] == 1

@@ -1,0 +1,204 @@
+"""Planner handlers called directly, over a real PostgreSQL and the in-memory broker."""
+
+from __future__ import annotations
+
+import json
+import queue
+from typing import Any
+
+import pytest
+
+from spotsweep.services.planner.handlers import PlannerDeps, handle_event, handle_sweep_message, publish_pending
+from spotsweep.shared import topology
+from spotsweep.shared.broker.memory import MemoryBroker
+from spotsweep.shared.broker.port import Outgoing
+from spotsweep.shared.db import Database
+from spotsweep.shared.errors import DecodeError, RetryableError
+from spotsweep.shared.messages import TrialFinished, TrialMessage, TrialStarted, decode, encode
+from spotsweep.shared.middleware import Backoff, guarded
+
+SPEC: dict[str, Any] = {
+    "name": "grid",
+    "command": ["python", "train.py", "--lr", "{lr}", "--layers", "{layers}"],
+    "metric": {"name": "val_loss", "mode": "min"},
+    "space": {"lr": [0.001, 0.01], "layers": {"type": "int", "low": 1, "high": 3}},
+    "max_concurrent": 2,
+    "retries": {"max_failures": 1},
+    "resources": {"gpus": 0, "class": "cpu"},
+}
+
+
+class Harness:
+    def __init__(self, database_url: str) -> None:
+        self.db = Database(database_url)
+        self.db.migrate()
+        self.broker = MemoryBroker()
+        self.broker.declare(topology.service_queues(("cpu",)))
+        self.deps = PlannerDeps(db=self.db, broker=self.broker)
+        self.trials: queue.Queue[TrialMessage] = queue.Queue()
+
+        def take(d: Any) -> None:
+            self.trials.put(decode(d.body))  # type: ignore[arg-type]
+            d.ack()
+
+        self.broker.consume(topology.trials_queue("cpu"), take, prefetch=100)
+
+    def published(self, n: int | None = None, timeout: float = 2.0) -> list[TrialMessage]:
+        out = []
+        try:
+            while n is None or len(out) < n:
+                out.append(self.trials.get(timeout=timeout if n is not None else 0.2))
+        except queue.Empty:
+            pass
+        return out
+
+    def sweep(self, sweep_id: str) -> dict[str, Any]:
+        with self.db.transaction() as conn:
+            return conn.execute("SELECT * FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+
+    def states(self, sweep_id: str) -> dict[str, str]:
+        with self.db.transaction() as conn:
+            rows = conn.execute("SELECT trial_id, state FROM trials WHERE sweep_id = %s", (sweep_id,)).fetchall()
+        return {r["trial_id"]: r["state"] for r in rows}
+
+
+@pytest.fixture()
+def h(database_url: str) -> Harness:
+    return Harness(database_url)
+
+
+def submit(h: Harness, delivery: Any, spec: dict[str, Any] = SPEC, sweep_id: str = "sw1") -> Any:
+    d = delivery(json.dumps(spec).encode(), {"sweep_id": sweep_id})
+    handle_sweep_message(d, h.deps)
+    return d
+
+
+def finish(h: Harness, delivery: Any, msg: TrialMessage, outcome: str = "completed", **kw: Any) -> Any:
+    ev = TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, outcome=outcome, **kw)  # type: ignore[arg-type]
+    d = delivery(encode(ev))
+    handle_event(d, h.deps)
+    return d
+
+
+def test_submission_launches_max_concurrent_trials_with_rendered_commands(h: Harness, delivery: Any) -> None:
+    d = submit(h, delivery)
+    assert d.settled == "ack"
+    sweep = h.sweep("sw1")
+    assert (sweep["state"], sweep["total_trials"], sweep["next_index"]) == ("running", 6, 2)
+    msgs = h.published(2)
+    assert [m.argv for m in msgs] == [
+        ["python", "train.py", "--lr", "0.001", "--layers", "1"],
+        ["python", "train.py", "--lr", "0.001", "--layers", "2"],
+    ]
+    assert all(m.attempt == 1 and m.metric == "val_loss" for m in msgs)
+    assert set(h.states("sw1").values()) == {"queued"}
+    assert h.published() == []  # no more than max_concurrent in flight
+
+
+def test_redelivered_submission_changes_nothing(h: Harness, delivery: Any) -> None:
+    submit(h, delivery)
+    submit(h, delivery)
+    assert len(h.published(2)) == 2
+    assert h.published() == []
+    assert h.sweep("sw1")["next_index"] == 2
+
+
+def test_each_ending_trial_launches_the_next_until_the_sweep_completes(h: Harness, delivery: Any) -> None:
+    submit(h, delivery)
+    inflight = h.published(2)
+    done = 0
+    while inflight:
+        msg = inflight.pop(0)
+        handle_event(delivery(encode(TrialStarted(sweep_id="sw1", trial_id=msg.trial_id, attempt=1, agent="a"))), h.deps)
+        assert finish(h, delivery, msg, metrics={"val_loss": 1.0 / (msg.index + 1)}).settled == "ack"
+        done += 1
+        inflight += h.published(1 if done <= 4 else 0, timeout=0.5)
+    assert done == 6
+    assert h.sweep("sw1")["state"] == "completed"
+    with h.db.transaction() as conn:
+        rows = conn.execute("SELECT trial_name, state, metrics, attempts FROM trial_results ORDER BY trial_name").fetchall()
+    assert [r["state"] for r in rows] == ["completed"] * 6
+    assert rows[5]["metrics"] == {"val_loss": 1.0 / 6}
+
+
+def test_crash_is_retried_as_a_new_attempt_then_marked_failed(h: Harness, delivery: Any) -> None:
+    submit(h, delivery, {**SPEC, "max_concurrent": 1})
+    first = h.published(1)[0]
+    finish(h, delivery, first, "failed", exit_code=1, error="Traceback...\nValueError: boom")
+    retry = h.published(1)[0]
+    assert (retry.trial_id, retry.attempt) == (first.trial_id, 2)
+    finish(h, delivery, first, "completed")  # a late event of attempt 1 is fenced off
+    assert h.states("sw1")[first.trial_id] == "queued"
+    finish(h, delivery, retry, "failed", exit_code=1, error="ValueError: boom again")
+    with h.db.transaction() as conn:
+        row = conn.execute("SELECT state, error, attempts FROM trial_results WHERE trial_id = %s", (first.trial_id,)).fetchone()
+    assert (row["state"], row["error"], row["attempts"]) == ("failed", "ValueError: boom again", 2)
+    assert h.published(1)[0].index == 1  # the sweep goes on
+
+
+def test_invalid_spec_is_recorded_as_rejected_with_the_field(h: Harness, delivery: Any) -> None:
+    bad = {**SPEC, "space": {"lr": {"type": "uniform", "low": 1.0, "high": 0.5}}}
+    d = submit(h, delivery, bad, "bad1")
+    assert d.settled == "ack"
+    sweep = h.sweep("bad1")
+    assert sweep["state"] == "rejected"
+    assert "space.lr.low" in sweep["error"]
+
+
+def test_undecodable_messages_are_dead_lettered_and_the_planner_goes_on(h: Harness, delivery: Any) -> None:
+    handler = guarded(lambda d: handle_sweep_message(d, h.deps), "sweep")
+    d = delivery(b"\xff not json", {"sweep_id": "junk"})
+    handler(d)
+    assert d.settled == "dead-letter"
+    assert h.sweep("junk")["state"] == "rejected"
+    e = delivery(b'{"kind": "trial.finished"}')
+    guarded(lambda x: handle_event(x, h.deps), "event")(e)
+    assert e.settled == "dead-letter"
+    with pytest.raises(DecodeError):
+        handle_event(delivery(b"[]"), h.deps)
+    ok = submit(h, delivery)  # and the next good message works
+    assert ok.settled == "ack" and len(h.published(2)) == 2
+
+
+class FlakyBroker(MemoryBroker):
+    """A broker that refuses publishes: the planner crashing between its
+    commit and the broker's confirm looks like this from the database."""
+
+    def publish_many(self, messages: Any) -> None:
+        raise RetryableError("broker gone")
+
+
+def test_trials_written_but_not_published_are_published_by_the_next_planner(h: Harness, delivery: Any, database_url: str) -> None:
+    crashed = PlannerDeps(db=h.db, broker=FlakyBroker())
+    d = delivery(json.dumps(SPEC).encode(), {"sweep_id": "sw2"})
+    with pytest.raises(RetryableError):
+        handle_sweep_message(d, crashed)
+    assert d.settled is None  # not acked: the broker would redeliver it
+    assert set(h.states("sw2").values()) == {"pending"}
+    assert publish_pending(h.deps) == 2  # a restarted planner's recovery step
+    assert sorted(m.index for m in h.published(2)) == [0, 1]
+    assert set(h.states("sw2").values()) == {"queued"}
+    submit(h, delivery, SPEC, "sw2")  # the redelivered submission adds nothing
+    assert h.published() == []
+
+
+def test_cancel_ends_the_sweep_and_its_trials(h: Harness, delivery: Any) -> None:
+    submit(h, delivery)
+    h.published(2)
+    d = delivery(b"{}", {"kind": "cancel", "sweep_id": "sw1"})
+    handle_sweep_message(d, h.deps)
+    assert d.settled == "ack"
+    assert h.sweep("sw1")["state"] == "cancelled"
+    assert set(h.states("sw1").values()) == {"cancelled"}
+
+
+def test_retry_policy_requeues_when_the_database_stays_down(delivery: Any) -> None:
+    calls = []
+
+    def down(d: Any) -> None:
+        calls.append(1)
+        raise RetryableError("db down")
+
+    d = delivery(b"{}")
+    guarded(down, "x", Backoff(base=0.001, cap=0.001, attempts=3))(d)
+    assert (len(calls), d.settled) == (3, "requeue")

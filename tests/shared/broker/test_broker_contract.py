@@ -1,0 +1,371 @@
+"""The broker port's contract, run against both adapters.
+
+Each test gets ``connect``: a factory of *connections* to one broker (a fresh
+MemoryServer, or a fresh RabbitMQ vhost), each with a thread running
+``run()`` and the service topology declared. A second connection stands in
+for a second process (a restarted agent, another service).
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from spotsweep.shared.broker.memory import MemoryBroker, MemoryServer, topic_matches
+from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
+from spotsweep.shared.broker.rabbit import RabbitBroker
+from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.topology import (
+    CONTROL_EXCHANGE,
+    COLLECTOR_QUEUE,
+    DEAD_LETTER_QUEUE,
+    EVENTS_EXCHANGE,
+    PLANNER_EVENTS_QUEUE,
+    SWEEPS_QUEUE,
+    TRIALS_EXCHANGE,
+    event_routing_key,
+    service_queues,
+    trials_queue,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+Connect = Callable[..., Broker]
+QUEUES = service_queues(("gpu", "cpu"))
+
+
+@pytest.fixture(params=["memory", "rabbit"])
+def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
+    opened: list[tuple[Broker, threading.Thread]] = []
+    if request.param == "memory":
+        server = MemoryServer()
+        make: Connect = lambda **kw: MemoryBroker(server)  # noqa: E731
+    else:
+        url = request.getfixturevalue("rabbit_url")
+        make = lambda **kw: RabbitBroker(url, **kw)  # noqa: E731
+
+    def factory(**kw: object) -> Broker:
+        broker = make(**kw)
+        thread = threading.Thread(target=broker.run, daemon=True)
+        thread.start()
+        broker.declare(QUEUES)
+        opened.append((broker, thread))
+        return broker
+
+    yield factory
+    for broker, thread in opened:
+        broker.stop(drain=False)
+        thread.join(10)
+        assert not thread.is_alive(), "run() did not return after stop()"
+
+
+@pytest.fixture()
+def broker(connect: Connect) -> Broker:
+    return connect()
+
+
+class Inbox:
+    """A handler that records deliveries (acking them if asked) for the test to take."""
+
+    def __init__(self, ack: bool = False) -> None:
+        self._ack = ack
+        self._q: queue.Queue[Delivery] = queue.Queue()
+
+    def __call__(self, d: Delivery) -> None:
+        if self._ack:
+            d.ack()
+        self._q.put(d)
+
+    def get(self, timeout: float = 10.0) -> Delivery:
+        return self._q.get(timeout=timeout)
+
+    def nothing_for(self, seconds: float) -> bool:
+        try:
+            d = self._q.get(timeout=seconds)
+        except queue.Empty:
+            return True
+        self._q.put(d)
+        return False
+
+
+def send(broker: Broker, exchange: str, key: str, body: bytes, **kw: object) -> None:
+    broker.publish(Outgoing(exchange, key, body, **kw))  # type: ignore[arg-type]
+
+
+def assert_queue_empty(connect: Connect, queue_name: str) -> None:
+    """A fresh connection's first delivery is a marker published now: nothing was left (or redelivered)."""
+    other = connect()
+    send(other, "", queue_name, b"marker")
+    inbox = Inbox(ack=True)
+    other.consume(queue_name, inbox)
+    assert inbox.get().body == b"marker"
+
+
+def test_default_exchange_publish_then_consume(broker: Broker) -> None:
+    send(broker, "", SWEEPS_QUEUE, b"spec", headers={"kind": "sweep.submit", "n": 3}, message_id="m-1")
+    inbox = Inbox(ack=True)
+    broker.consume(SWEEPS_QUEUE, inbox)
+    d = inbox.get()
+    assert (d.body, d.routing_key, d.message_id, d.redelivered) == (b"spec", SWEEPS_QUEUE, "m-1", False)
+    assert d.headers == {"kind": "sweep.submit", "n": 3}
+
+
+def test_headers_never_none(broker: Broker) -> None:
+    send(broker, "", SWEEPS_QUEUE, b"x")
+    inbox = Inbox(ack=True)
+    broker.consume(SWEEPS_QUEUE, inbox)
+    assert inbox.get().headers == {}
+
+
+def test_topic_routing(broker: Broker) -> None:
+    planner, collector = Inbox(ack=True), Inbox(ack=True)
+    broker.consume(PLANNER_EVENTS_QUEUE, planner)
+    broker.consume(COLLECTOR_QUEUE, collector, prefetch=10)
+    for key in (event_routing_key("trial.metric", "s1"), "trial.started.s1.extra", event_routing_key("trial.started", "s1")):
+        send(broker, EVENTS_EXCHANGE, key, key.encode())
+    assert planner.get().routing_key == "trial.started.s1"
+    assert {collector.get().routing_key for _ in range(3)} == {"trial.metric.s1", "trial.started.s1.extra", "trial.started.s1"}
+    assert planner.nothing_for(0.3)
+
+
+def test_direct_routing_by_key(broker: Broker) -> None:
+    gpu, cpu = Inbox(ack=True), Inbox(ack=True)
+    broker.consume(trials_queue("gpu"), gpu)
+    broker.consume(trials_queue("cpu"), cpu)
+    send(broker, TRIALS_EXCHANGE, "gpu", b"g")
+    send(broker, TRIALS_EXCHANGE, "tpu", b"nobody")  # unroutable: dropped, not an error
+    send(broker, TRIALS_EXCHANGE, "cpu", b"c")
+    assert gpu.get().body == b"g"
+    assert cpu.get().body == b"c"
+    assert gpu.nothing_for(0.3) and cpu.nothing_for(0)
+
+
+def test_fanout_reaches_every_private_queue(connect: Connect) -> None:
+    inboxes = []
+    for conn in (connect(), connect()):
+        inbox = Inbox(ack=True)
+        conn.consume(conn.declare_private_queue([(CONTROL_EXCHANGE, "")]), inbox)
+        inboxes.append(inbox)
+    send(connect(), CONTROL_EXCHANGE, "", b"cancel t1")
+    assert [i.get().body for i in inboxes] == [b"cancel t1", b"cancel t1"]
+
+
+def test_publish_to_unknown_exchange_is_permanent(broker: Broker) -> None:
+    with pytest.raises(PermanentError):
+        send(broker, "no.such.exchange", "k", b"x")
+    send(broker, "", SWEEPS_QUEUE, b"still works")  # the adapter recovered its publishing channel
+
+
+def test_consume_unknown_queue_is_permanent(broker: Broker) -> None:
+    with pytest.raises(PermanentError):
+        broker.consume("no.such.queue", Inbox())
+
+
+def test_ack_removes(connect: Connect) -> None:
+    first = connect()
+    send(first, "", SWEEPS_QUEUE, b"once")
+    inbox = Inbox(ack=True)
+    first.consume(SWEEPS_QUEUE, inbox)
+    assert inbox.get().body == b"once"
+    first.stop()
+    assert_queue_empty(connect, SWEEPS_QUEUE)
+
+
+def test_double_ack_is_harmless(broker: Broker) -> None:
+    send(broker, "", SWEEPS_QUEUE, b"a")
+    send(broker, "", SWEEPS_QUEUE, b"b")
+    inbox = Inbox()
+    broker.consume(SWEEPS_QUEUE, inbox)
+    d = inbox.get()
+    d.ack()
+    d.ack()
+    d.nack(requeue=True)
+    second = inbox.get()  # the connection survived, and "a" did not come back
+    assert (second.body, second.redelivered) == (b"b", False)
+    second.ack()
+
+
+def test_nack_requeue_redelivers(broker: Broker) -> None:
+    send(broker, "", SWEEPS_QUEUE, b"again")
+    inbox = Inbox()
+    broker.consume(SWEEPS_QUEUE, inbox)
+    d = inbox.get()
+    assert not d.redelivered
+    d.nack(requeue=True)
+    again = inbox.get()
+    assert (again.body, again.redelivered) == (b"again", True)
+    again.ack()
+
+
+def test_nack_without_requeue_dead_letters(broker: Broker) -> None:
+    dead = Inbox(ack=True)
+    broker.consume(DEAD_LETTER_QUEUE, dead)
+    send(broker, "", SWEEPS_QUEUE, b"poison", headers={"kind": "k"}, message_id="p-1")
+    inbox = Inbox()
+    broker.consume(SWEEPS_QUEUE, inbox)
+    inbox.get().nack(requeue=False)
+    d = dead.get()
+    assert (d.body, d.message_id, d.headers["kind"]) == (b"poison", "p-1", "k")
+    assert d.headers["x-death"][0]["queue"] == SWEEPS_QUEUE
+    assert d.headers["x-death"][0]["reason"] == "rejected"
+    assert inbox.nothing_for(0.3)
+
+
+def test_handler_exception_dead_letters(broker: Broker) -> None:
+    dead = Inbox(ack=True)
+    broker.consume(DEAD_LETTER_QUEUE, dead)
+
+    def boom(d: Delivery) -> None:
+        raise ValueError("bad message")
+
+    broker.consume(SWEEPS_QUEUE, boom)
+    send(broker, "", SWEEPS_QUEUE, b"bad")
+    assert dead.get().body == b"bad"
+
+
+def test_unacked_delivery_goes_to_next_connection(connect: Connect) -> None:
+    first = connect()
+    send(first, "", SWEEPS_QUEUE, b"trial")
+    inbox = Inbox()
+    first.consume(SWEEPS_QUEUE, inbox)
+    held = inbox.get()
+    assert not held.redelivered
+    first.stop(drain=False)  # e.g. the agent's spot instance vanished
+    held.ack()  # too late: a no-op (logged), not a crash
+    again = Inbox(ack=True)
+    connect().consume(SWEEPS_QUEUE, again)
+    d = again.get()
+    assert (d.body, d.redelivered) == (b"trial", True)
+
+
+def test_prefetch_bounds_unacked_per_consumer(broker: Broker) -> None:
+    release = threading.Event()
+    got: queue.Queue[bytes] = queue.Queue()
+
+    def blocked(d: Delivery) -> None:
+        got.put(d.body)
+        release.wait(10)
+        d.ack()
+
+    broker.consume(SWEEPS_QUEUE, blocked, prefetch=1, concurrency=2)
+    send(broker, "", SWEEPS_QUEUE, b"1")
+    send(broker, "", SWEEPS_QUEUE, b"2")
+    assert got.get(timeout=10) == b"1"
+    with pytest.raises(queue.Empty):
+        got.get(timeout=0.5)  # a second worker is idle, yet prefetch=1 holds "2" back
+    other = Inbox(ack=True)
+    broker.consume(SWEEPS_QUEUE, other)
+    assert other.get().body == b"2"  # it waited in the queue, not in the blocked consumer
+    release.set()
+
+
+def test_higher_priority_first_fifo_within(broker: Broker) -> None:
+    for prio, body in [(1, b"1a"), (5, b"5a"), (9, b"9a"), (0, b"0a"), (5, b"5b"), (9, b"9b")]:
+        send(broker, "", SWEEPS_QUEUE, body, priority=prio)
+    inbox = Inbox(ack=True)
+    broker.consume(SWEEPS_QUEUE, inbox, prefetch=1)
+    assert [inbox.get().body for _ in range(6)] == [b"9a", b"9b", b"5a", b"5b", b"1a", b"0a"]
+
+
+def test_stop_drain_waits_for_running_handler(connect: Connect) -> None:
+    conn = connect()
+    started, finished = threading.Event(), threading.Event()
+
+    def slow(d: Delivery) -> None:
+        started.set()
+        time.sleep(1.0)
+        d.ack()
+        finished.set()
+
+    conn.consume(SWEEPS_QUEUE, slow)
+    send(conn, "", SWEEPS_QUEUE, b"work")
+    assert started.wait(10)
+    conn.stop(drain=True)
+    assert finished.is_set()
+    assert_queue_empty(connect, SWEEPS_QUEUE)  # the ack landed before the close
+
+
+def test_cancel_stops_new_deliveries(broker: Broker) -> None:
+    inbox = Inbox(ack=True)
+    consumer = broker.consume(SWEEPS_QUEUE, inbox)
+    send(broker, "", SWEEPS_QUEUE, b"before")
+    assert inbox.get().body == b"before"
+    consumer.cancel()
+    send(broker, "", SWEEPS_QUEUE, b"after")
+    assert inbox.nothing_for(0.3)
+    other = Inbox(ack=True)
+    broker.consume(SWEEPS_QUEUE, other)
+    assert other.get().body == b"after"
+
+
+def test_handler_may_publish(broker: Broker) -> None:
+    def relay(d: Delivery) -> None:
+        send(broker, EVENTS_EXCHANGE, event_routing_key("trial.started", "s9"), d.body)
+        d.ack()
+
+    collector = Inbox(ack=True)
+    broker.consume(COLLECTOR_QUEUE, collector)
+    broker.consume(SWEEPS_QUEUE, relay)
+    send(broker, "", SWEEPS_QUEUE, b"relayed")
+    assert collector.get().body == b"relayed"
+
+
+# -- RabbitMQ specifics -----------------------------------------------------
+
+
+def test_rabbit_publish_without_run(rabbit_url: str) -> None:
+    """The CLI path: publish from the constructing thread, never run(), stop."""
+    cli = RabbitBroker(rabbit_url)
+    cli.declare(QUEUES)
+    send(cli, "", SWEEPS_QUEUE, b"from the cli")
+    cli.stop()
+    reader = RabbitBroker(rabbit_url)
+    thread = threading.Thread(target=reader.run, daemon=True)
+    thread.start()
+    inbox = Inbox(ack=True)
+    reader.consume(SWEEPS_QUEUE, inbox)
+    assert inbox.get().body == b"from the cli"
+    reader.stop()
+    thread.join(10)
+
+
+@pytest.mark.parametrize("connect", ["rabbit"], indirect=True)
+def test_rabbit_handler_blocking_past_heartbeat_keeps_connection(connect: Connect) -> None:
+    conn = connect(heartbeat=2)
+    acked = threading.Event()
+
+    def training(d: Delivery) -> None:
+        time.sleep(6)  # 3 heartbeat intervals: a blocked I/O loop would lose the connection
+        d.ack()
+        acked.set()
+
+    conn.consume(trials_queue("gpu"), training)
+    send(conn, TRIALS_EXCHANGE, "gpu", b"trial")
+    assert acked.wait(15)
+    send(conn, TRIALS_EXCHANGE, "cpu", b"still connected")  # publishing still works on this connection
+    conn.stop()
+    assert_queue_empty(connect, trials_queue("gpu"))  # the ack reached the broker
+
+
+def test_rabbit_bad_url_raises_retryable_with_redacted_password() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once the socket closes
+    started = time.monotonic()
+    with pytest.raises(RetryableError) as info:
+        RabbitBroker(f"amqp://guest:s3cret-pw@127.0.0.1:{port}/", connection_attempts=1)
+    assert "s3cret-pw" not in str(info.value)
+    assert f"amqp://guest:***@127.0.0.1:{port}/" in str(info.value)
+    assert time.monotonic() - started < 10
+
+
+def test_topic_matches() -> None:
+    assert topic_matches("#", "a.b.c") and topic_matches("a.#", "a") and topic_matches("a.#.c", "a.b.x.c")
+    assert topic_matches("trial.started.*", "trial.started.s1")
+    assert not topic_matches("trial.started.*", "trial.started.s1.x")
+    assert not topic_matches("trial.started.*", "trial.started")

@@ -1,0 +1,151 @@
+"""Trial index -> params: grid order, sizes, laziness, random determinism, repeats."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Any
+
+import pytest
+
+from spotsweep.shared.errors import SpecError
+from spotsweep.shared.space import grid_size, params_at, total_trials
+from spotsweep.shared.spec import SweepSpec, parse_spec
+
+SPACE: dict[str, Any] = {
+    "lr": [1.0e-4, 3.0e-4, 1.0e-3],
+    "batch_size": [32, 64, 128],
+    "layers": {"type": "int", "low": 4, "high": 8},
+}
+
+
+def make(space: dict[str, Any], strategy: dict[str, Any] | None = None, **extra: Any) -> SweepSpec:
+    return parse_spec(
+        {"name": "s", "command": ["t"], "metric": {"name": "loss"}, "space": space, "strategy": strategy or {"type": "grid"}, **extra}
+    )
+
+
+def test_grid_size_and_order_follow_itertools_product() -> None:
+    spec = make(SPACE)
+    assert grid_size(spec.space) == 3 * 3 * 5 == 45
+    assert total_trials(spec) == 45
+    expected = [dict(zip(SPACE, combo)) for combo in itertools.product(SPACE["lr"], SPACE["batch_size"], range(4, 9))]
+    got = [params_at(spec, i) for i in range(45)]
+    assert got == expected
+    assert got[0] == {"lr": 1e-4, "batch_size": 32, "layers": 4}
+    assert got[1] == {"lr": 1e-4, "batch_size": 32, "layers": 5}  # last key fastest
+    assert list(got[7]) == ["lr", "batch_size", "layers"]
+
+
+def test_int_range_step_is_inclusive_of_reachable_high() -> None:
+    spec = make({"n": {"type": "int", "low": 1, "high": 10, "step": 3}})
+    assert grid_size(spec.space) == 4
+    assert [params_at(spec, i)["n"] for i in range(4)] == [1, 4, 7, 10]
+    spec = make({"n": {"type": "int", "low": 1, "high": 9, "step": 3}})
+    assert [params_at(spec, i)["n"] for i in range(total_trials(spec))] == [1, 4, 7]
+
+
+def test_values_keep_their_types() -> None:
+    spec = make({"a": [1, 2.0, True, "x"], "n": {"type": "int", "low": 0, "high": 2}})
+    got = [params_at(spec, i) for i in range(total_trials(spec))]
+    assert [type(p["a"]) for p in got[::3]] == [int, float, bool, str]
+    assert all(type(p["n"]) is int for p in got)
+
+
+def test_grid_size_refuses_continuous_params() -> None:
+    spec = make({"d": {"type": "uniform", "low": 0, "high": 1}}, {"type": "random", "trials": 3})
+    with pytest.raises(SpecError) as info:
+        grid_size(spec.space)
+    assert str(info.value) == "space.d: uniform range cannot be enumerated by strategy grid; use strategy random or list the values"
+
+
+def test_empty_space_is_one_configuration() -> None:
+    spec = make({}, repeats=3)
+    assert total_trials(spec) == 3
+    assert [params_at(spec, i) for i in range(3)] == [{"seed": 0}, {"seed": 1}, {"seed": 2}]
+
+
+def test_max_trials_caps_the_grid_in_order() -> None:
+    spec = make(SPACE, {"type": "grid", "max_trials": 10})
+    assert total_trials(spec) == 10
+    assert [params_at(spec, i) for i in range(10)] == [params_at(make(SPACE), i) for i in range(10)]
+    assert total_trials(make(SPACE, {"type": "grid", "max_trials": 1000})) == 45
+    with pytest.raises(IndexError, match="trial index 10 out of range for a sweep of 10 trials"):
+        params_at(spec, 10)
+    with pytest.raises(IndexError):
+        params_at(spec, -1)
+
+
+def test_repeats_share_params_and_differ_by_seed() -> None:
+    spec = make(SPACE, repeats=3)
+    assert total_trials(spec) == 135
+    base = make(SPACE)
+    for i in (0, 1, 2, 3, 134):
+        assert params_at(spec, i) == {**params_at(base, i // 3), "seed": i % 3}
+    assert "seed" not in params_at(base, 0)
+
+
+HUGE = {f"p{k}": list(range(10 * k, 10 * k + 10)) for k in range(10)}  # 10^10 points
+
+
+def test_huge_grid_is_decoded_lazily() -> None:
+    spec = make(HUGE, {"type": "grid", "max_trials": 2 * 10**9})
+    index = 10**9 + 7
+    start = time.perf_counter()
+    params = params_at(spec, index)
+    assert time.perf_counter() - start < 0.05
+    assert grid_size(spec.space) == 10**10
+    digits = f"{index:010d}"  # ten radix-10 digits, first key slowest
+    assert params == {f"p{k}": 10 * k + int(digits[k]) for k in range(10)}
+
+
+def test_huge_random_sweep_is_sampled_lazily() -> None:
+    spec = make(HUGE, {"type": "random", "trials": 10**12, "seed": 1})
+    start = time.perf_counter()
+    params = params_at(spec, 10**9 + 7)
+    assert time.perf_counter() - start < 0.05
+    assert all(params[f"p{k}"] in HUGE[f"p{k}"] for k in range(10))
+
+
+RANDOM_SPACE: dict[str, Any] = {
+    "lr": [1e-4, 3e-4, 1e-3],
+    "dropout": {"type": "uniform", "low": 0.1, "high": 0.3},
+    "wd": {"type": "loguniform", "low": 1e-5, "high": 1e-2},
+    "layers": {"type": "int", "low": 4, "high": 12, "step": 4},
+}
+
+
+def test_random_is_deterministic_and_independent_of_call_order() -> None:
+    spec = make(RANDOM_SPACE, {"type": "random", "trials": 200, "seed": 5})
+    forward = [params_at(spec, i) for i in range(200)]
+    backward = [params_at(spec, i) for i in reversed(range(200))][::-1]
+    assert forward == backward
+    # A fresh spec object (a restarted planner) gets the same params.
+    assert params_at(make(RANDOM_SPACE, {"type": "random", "trials": 200, "seed": 5}), 123) == forward[123]
+    assert len({tuple(p.values()) for p in forward}) > 150  # configurations differ
+    assert params_at(make(RANDOM_SPACE, {"type": "random", "trials": 200, "seed": 6}), 0) != forward[0]
+
+
+def test_random_respects_ranges_and_kinds() -> None:
+    spec = make(RANDOM_SPACE, {"type": "random", "trials": 2000})
+    samples = [params_at(spec, i) for i in range(2000)]
+    assert {p["lr"] for p in samples} == {1e-4, 3e-4, 1e-3}
+    assert {p["layers"] for p in samples} == {4, 8, 12}
+    assert all(type(p["layers"]) is int for p in samples)
+    assert all(0.1 <= p["dropout"] <= 0.3 for p in samples)
+    assert all(1e-5 <= p["wd"] <= 1e-2 for p in samples)
+    # Log-uniform: about a third of the samples in each decade.
+    low_decade = sum(p["wd"] < 1e-4 for p in samples) / len(samples)
+    assert 0.28 < low_decade < 0.39
+    # Uniform: about half below the midpoint.
+    assert 0.45 < sum(p["dropout"] < 0.2 for p in samples) / len(samples) < 0.55
+
+
+def test_random_repeats_share_the_sample() -> None:
+    spec = make(RANDOM_SPACE, {"type": "random", "trials": 4}, repeats=2)
+    assert total_trials(spec) == 8
+    a, b = params_at(spec, 6), params_at(spec, 7)
+    assert (a["seed"], b["seed"]) == (0, 1)
+    assert {k: v for k, v in a.items() if k != "seed"} == {k: v for k, v in b.items() if k != "seed"}
+    assert not math.isclose(params_at(spec, 0)["dropout"], a["dropout"])

@@ -1,0 +1,286 @@
+"""Loading and validating sweep specs: what a user sees for good and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from spotsweep.shared.errors import SpecError
+from spotsweep.shared.spec import (
+    Choice,
+    GridStrategy,
+    IntRange,
+    LogUniform,
+    RandomStrategy,
+    SweepSpec,
+    Uniform,
+    load_spec,
+    load_spec_file,
+    parse_spec,
+    spec_json_schema,
+)
+
+EXAMPLE = """\
+name: deepseek-grid
+command: ["python", "train.py", "--lr", "{lr}", "--batch-size", "{batch_size}"]
+metric: {name: val_loss, mode: min}
+space:
+  lr: [1.0e-4, 3.0e-4, 1.0e-3]
+  batch_size: [32, 64, 128]
+  dropout: {type: uniform, low: 0.1, high: 0.3}
+  wd: {type: loguniform, low: 1.0e-5, high: 1.0e-2}
+  layers: {type: int, low: 4, high: 8}
+strategy: {type: random, trials: 50, seed: 7}
+max_concurrent: 20
+trial_name: "deepseek_exp_{index:03d}"
+repeats: 1
+retries: {max_failures: 3}
+resources: {gpus: 1, class: gpu}
+env: {}
+priority: 0
+"""
+
+MINIMAL = {"name": "s", "command": ["python", "t.py", "--x", "{x}"], "metric": {"name": "loss"}, "space": {"x": [1, 2]}}
+
+
+def errors_of(text: str) -> list[tuple[str, str]]:
+    with pytest.raises(SpecError) as info:
+        load_spec(text, source="sweep.yaml")
+    return info.value.errors
+
+
+def test_example_spec_loads_with_every_param_kind() -> None:
+    spec = load_spec(EXAMPLE)
+    assert spec.name == "deepseek-grid"
+    assert spec.space["lr"] == Choice(values=[1e-4, 3e-4, 1e-3])
+    assert spec.space["dropout"] == Uniform(low=0.1, high=0.3)
+    assert spec.space["wd"] == LogUniform(low=1e-5, high=1e-2)
+    assert spec.space["layers"] == IntRange(low=4, high=8)
+    assert spec.strategy == RandomStrategy(trials=50, seed=7)
+    assert spec.resources.resource_class == "gpu"
+    assert list(spec.space) == ["lr", "batch_size", "dropout", "wd", "layers"]
+
+
+def test_defaults() -> None:
+    spec = parse_spec(MINIMAL)
+    assert spec.metric.mode == "min"
+    assert spec.strategy == GridStrategy(max_trials=None)
+    assert (spec.max_concurrent, spec.repeats, spec.priority, spec.env) == (20, 1, 0, {})
+    assert spec.trial_name == "{name}_{index:04d}"
+    assert spec.retries.max_failures == 3
+    assert (spec.resources.gpus, spec.resources.resource_class) == (1, "gpu")
+
+
+def test_json_input_and_string_command_split_with_shlex() -> None:
+    data = {**MINIMAL, "command": "python 't r.py' --x {x}", "space": {"x": {"type": "choice", "values": [1e-05, "a"]}}}
+    spec = load_spec(json.dumps(data).encode())
+    assert spec.command == ["python", "t r.py", "--x", "{x}"]
+    assert spec.space["x"] == Choice(values=[1e-05, "a"])
+
+
+def test_yaml_reads_exponent_floats_like_json_does() -> None:
+    # YAML 1.1 would read 1e-4 as the string "1e-4".
+    spec = load_spec("name: s\ncommand: [t, '{x}']\nmetric: {name: m}\nspace: {x: [1e-4, 2E3, 5]}\n")
+    values = spec.space["x"].values  # type: ignore[union-attr]
+    assert values == [0.0001, 2000.0, 5]
+    assert [type(v) for v in values] == [float, float, int]
+
+
+def test_choice_values_keep_their_types() -> None:
+    spec = parse_spec({**MINIMAL, "space": {"x": [1, 1.0, True, "1"]}})
+    assert [type(v) for v in spec.space["x"].values] == [int, float, bool, str]  # type: ignore[union-attr]
+
+
+def test_dump_reparses_to_an_equal_spec() -> None:
+    spec = load_spec(EXAMPLE.replace("env: {}", "env: {OMP_NUM_THREADS: '4'}") + "\n")
+    text = json.dumps(spec.to_json_dict())  # what the planner stores
+    again = parse_spec(json.loads(text))
+    assert again == spec
+    assert json.dumps(again.to_json_dict()) == text  # types too: True == 1 would fool ==
+    assert spec.to_json_dict()["resources"] == {"gpus": 1, "class": "gpu"}
+
+
+def test_round_trip_keeps_bool_and_int_choices_apart() -> None:
+    spec = parse_spec({**MINIMAL, "space": {"x": [True, 1, 1.5]}})
+    again = parse_spec(json.loads(json.dumps(spec.to_json_dict())))
+    assert [type(v) for v in again.space["x"].values] == [bool, int, float]  # type: ignore[union-attr]
+
+
+def test_specs_are_frozen() -> None:
+    spec = parse_spec(MINIMAL)
+    with pytest.raises(ValidationError, match="frozen"):
+        spec.name = "other"  # type: ignore[misc]
+
+
+def test_json_schema_describes_the_spec() -> None:
+    schema = spec_json_schema()
+    assert set(schema["required"]) == {"name", "command", "metric"}
+    assert "class" in schema["$defs"]["Resources"]["properties"]
+    assert schema["additionalProperties"] is False
+
+
+def test_load_spec_file(tmp_path: Path) -> None:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(EXAMPLE)
+    assert load_spec_file(path) == load_spec(EXAMPLE)
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(SpecError) as info:
+        load_spec_file(path)
+    assert str(info.value) == f"{path}: no such file"
+
+
+def test_syntax_error_in_a_file_names_file_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: s\nspace:\n  lr: [1, 2\n  x: 3\n")
+    with pytest.raises(SpecError) as info:
+        load_spec_file(path)
+    assert str(info.value) == f"{path}: YAML syntax error at line 4, column 4: expected ',' or ']', but got ':'"
+
+
+BAD = [
+    pytest.param(
+        EXAMPLE.replace("{batch_size}", "{bs}"),
+        [("command[5]", "placeholder {bs} names no parameter (known: batch_size, dropout, index, layers, lr, trial_name, wd)")],
+        id="unknown-placeholder",
+    ),
+    pytest.param(
+        EXAMPLE.replace("{type: random, trials: 50, seed: 7}", "{type: grid}"),
+        [
+            ("space.dropout", "uniform range cannot be enumerated by strategy grid; use strategy random or list the values"),
+            ("space.wd", "loguniform range cannot be enumerated by strategy grid; use strategy random or list the values"),
+        ],
+        id="grid-over-continuous",
+    ),
+    pytest.param(EXAMPLE.replace("trials: 50, ", ""), [("strategy.trials", "required for strategy random")], id="random-without-trials"),
+    pytest.param(
+        EXAMPLE.replace("low: 0.1, high: 0.3", "low: 0.3, high: 0.1"),
+        [("space.dropout.low", "must be less than high (got low=0.3, high=0.1)")],
+        id="low-above-high",
+    ),
+    pytest.param(
+        EXAMPLE.replace("low: 4, high: 8", "low: 8, high: 8"),
+        [("space.layers.low", "must be less than high (got low=8, high=8)")],
+        id="int-low-equals-high",
+    ),
+    pytest.param(
+        EXAMPLE.replace("low: 1.0e-5", "low: 0"),
+        [("space.wd.low", "must be greater than 0 for loguniform (got 0.0)")],
+        id="loguniform-low-zero",
+    ),
+    pytest.param(EXAMPLE.replace("[32, 64, 128]", "[]"), [("space.batch_size", "must list at least one value")], id="empty-list"),
+    pytest.param(
+        EXAMPLE.replace("[32, 64, 128]", "{type: choice, values: []}"),
+        [("space.batch_size.values", "must not be empty")],
+        id="empty-choice",
+    ),
+    pytest.param(EXAMPLE.replace("high: 0.3}", "high: 0.3, hgh: 1}"), [("space.dropout.hgh", "unknown key")], id="unknown-nested-key"),
+    pytest.param(EXAMPLE + "prority: 3\n", [("prority", "unknown key")], id="unknown-top-key"),
+    pytest.param(EXAMPLE.replace("{gpus: 1, class: gpu}", "{gpus: 1, klass: gpu}"), [("resources.klass", "unknown key")], id="unknown-key-resources"),
+    pytest.param(
+        EXAMPLE.replace("repeats: 1", "repeats: 3").replace("  lr:", "  seed: [1, 2]\n  lr:"),
+        [("space.seed", "cannot be a parameter when repeats > 1 (got repeats=3); each repeat sets seed")],
+        id="seed-with-repeats",
+    ),
+    pytest.param(
+        EXAMPLE.replace("deepseek_exp_{index:03d}", "exp_{index:03d}_{depth}"),
+        [("trial_name", "placeholder {depth} names no parameter (known: batch_size, dropout, index, layers, lr, name, wd)")],
+        id="trial-name-unknown-field",
+    ),
+    pytest.param(
+        EXAMPLE.replace("deepseek_exp_{index:03d}", "exp_{lr:03d}"),
+        [("trial_name", "cannot format lr=0.0001 with '03d': Unknown format code 'd' for object of type 'float'")],
+        id="trial-name-bad-format",
+    ),
+    pytest.param(EXAMPLE.replace('["python", "train.py", "--lr", "{lr}", "--batch-size", "{batch_size}"]', "[]"), [("command", "must not be empty")], id="empty-command"),
+    pytest.param(EXAMPLE.replace('["python", "train.py", "--lr", "{lr}", "--batch-size", "{batch_size}"]', "''"), [("command", "must not be empty")], id="empty-command-string"),
+    pytest.param(EXAMPLE.replace('"train.py"', "3"), [("command[1]", "Input should be a valid string (got 3)")], id="command-not-string"),
+    pytest.param(
+        EXAMPLE.replace('"train.py"', '"{lr"'),
+        [("command[1]", "malformed template '{lr': expected '}' before end of string (write {{ and }} for literal braces)")],
+        id="command-malformed",
+    ),
+    pytest.param(EXAMPLE.replace("mode: min", "mode: avg"), [("metric.mode", "Input should be 'min' or 'max' (got 'avg')")], id="bad-mode"),
+    pytest.param(
+        EXAMPLE.replace("type: random", "type: bayes"),
+        [("strategy.type", "unknown type 'bayes' (expected one of: grid, random)")],
+        id="unknown-strategy",
+    ),
+    pytest.param(
+        EXAMPLE.replace("{type: uniform, ", "{"),
+        [("space.dropout.type", "required (one of: choice, uniform, loguniform, int)")],
+        id="param-without-type",
+    ),
+    pytest.param(
+        EXAMPLE.replace("[32, 64, 128]", "32"),
+        [("space.batch_size", "must be a list of values or a mapping with a type (got 32)")],
+        id="param-scalar",
+    ),
+    pytest.param(
+        EXAMPLE.replace("[32, 64, 128]", "[32, null]"),
+        [("space.batch_size.values[1]", "must be a number, string or bool (got None)")],
+        id="choice-null",
+    ),
+    pytest.param(
+        EXAMPLE.replace("name: deepseek-grid", "name: deep seek"),
+        [("name", "must be 1-100 letters, digits, '-', '_' or '.', starting with a letter or digit (got 'deep seek')")],
+        id="unsafe-name",
+    ),
+    pytest.param(
+        EXAMPLE.replace("  lr:", "  index: [1]\n  lr:"),
+        [("space.index", "reserved name; index, name, trial_name are built in")],
+        id="reserved-param",
+    ),
+    pytest.param(EXAMPLE.replace("priority: 0", "priority: 10"), [("priority", "Input should be less than or equal to 9 (got 10)")], id="priority"),
+    pytest.param(EXAMPLE.replace("trials: 50", "trials: '50'"), [("strategy.trials", "Input should be a valid integer (got '50')")], id="no-str-coercion"),
+    pytest.param(EXAMPLE.replace("low: 4, high: 8", "low: 4, high: true"), [("space.layers.high", "Input should be a valid integer (got True)")], id="no-bool-coercion"),
+    pytest.param(EXAMPLE.replace("env: {}", "env: {THREADS: 4}"), [("env.THREADS", "Input should be a valid string (got 4)")], id="env-not-string"),
+    pytest.param(EXAMPLE.replace("metric: {name: val_loss, mode: min}", "metric: val_loss"), [("metric", "must be a mapping (got 'val_loss')")], id="metric-scalar"),
+    pytest.param(EXAMPLE.replace("space:", "space:\n  lr: [1]", 1), [("", "sweep.yaml: YAML syntax error at line 6, column 3: duplicate key 'lr'")], id="duplicate-key"),
+    pytest.param("name: s\nspace: [1, 2\n", [("", "sweep.yaml: YAML syntax error at line 3, column 1: expected ',' or ']', but got '<stream end>'")], id="yaml-syntax"),
+    pytest.param("- a\n- b\n", [("", "sweep.yaml: top level must be a mapping (got list)")], id="top-level-list"),
+    pytest.param("", [("", "sweep.yaml: top level must be a mapping (got an empty document)")], id="empty-document"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BAD)
+def test_bad_specs_are_refused_naming_field_and_value(text: str, expected: list[tuple[str, str]]) -> None:
+    assert errors_of(text) == expected
+
+
+def test_error_message_joins_field_and_message() -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec(EXAMPLE.replace("low: 0.1, high: 0.3", "low: 0.3, high: 0.1"))
+    assert str(info.value) == "space.dropout.low: must be less than high (got low=0.3, high=0.1)"
+
+
+def test_several_problems_are_reported_together() -> None:
+    text = EXAMPLE.replace("max_concurrent: 20", "max_concurrent: 0").replace("{gpus: 1, class: gpu}", "{gpus: -1, class: gpu}")
+    assert errors_of(text) == [
+        ("max_concurrent", "Input should be greater than or equal to 1 (got 0)"),
+        ("resources.gpus", "Input should be greater than or equal to 0 (got -1)"),
+    ]
+
+
+def test_parse_spec_refuses_non_mappings() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec([MINIMAL])
+    assert str(info.value) == "top level must be a mapping (got list)"
+
+
+def test_seed_and_builtins_are_valid_placeholders_with_repeats() -> None:
+    spec = parse_spec({**MINIMAL, "repeats": 2, "command": ["t", "{x}", "{seed}", "{index}", "{trial_name}"], "trial_name": "{name}-{x}-{seed}"})
+    assert spec.repeats == 2
+    with pytest.raises(SpecError) as info:
+        parse_spec({**MINIMAL, "command": ["t", "{seed}"]})
+    assert info.value.errors == [("command[1]", "placeholder {seed} names no parameter (known: index, trial_name, x)")]
+
+
+def test_direct_construction_is_validated_too() -> None:
+    with pytest.raises(ValueError):
+        SweepSpec(name="s", command=["t", "{nope}"], metric={"name": "m"})  # type: ignore[arg-type]
