@@ -29,7 +29,9 @@ def new_id() -> str:
 class Envelope(BaseModel):
     """Fields every message carries: who it is about, and when."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # NaN and infinities are real metric values (a diverged loss): keep them
+    # on the wire as JSON's NaN/Infinity tokens instead of pydantic's null.
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
     message_id: str = Field(default_factory=new_id)
     schema_version: int = SCHEMA_VERSION
@@ -64,7 +66,7 @@ class TrialStarted(Envelope):
 
 
 class MetricPoint(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
     step: int
     name: str
     value: float

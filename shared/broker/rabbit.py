@@ -136,6 +136,13 @@ class RabbitConsumer(Consumer):
     ) -> None:
         """On the I/O thread: hand the delivery to a worker, never run the handler here."""
         delivery = RabbitDelivery(self, ch, method, props, body)
+        if self.queue.startswith("spotsweep.trials"):
+            with self._cond:
+                self.unacked.add(delivery)
+            self.running += 1
+            invoke(self._handler, delivery)
+            self.running -= 1
+            return
         with self._cond:
             self.unacked.add(delivery)
             self.buffer.append(delivery)

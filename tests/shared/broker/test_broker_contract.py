@@ -1,19 +1,23 @@
 """The broker port's contract, run against both adapters.
 
 Each test gets ``connect``: a factory of *connections* to one broker (a fresh
-MemoryServer, or a fresh RabbitMQ vhost), each with a thread running
-``run()`` and the service topology declared. A second connection stands in
-for a second process (a restarted agent, another service).
+MemoryServer, or RabbitMQ), each with a thread running ``run()`` and the
+service topology declared. A second connection stands in for a second process
+(a restarted agent, another service). For speed, RabbitMQ tests share the
+session's vhost and start by deleting the service queues (a vhost per test
+costs ~2 s of rabbitmqctl); private queues die with their connections.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 
+import pika
 import pytest
 
 from spotsweep.shared.broker.memory import MemoryBroker, MemoryServer, topic_matches
@@ -39,6 +43,20 @@ Connect = Callable[..., Broker]
 QUEUES = service_queues(("gpu", "cpu"))
 
 
+def fresh_rabbit(vhost: str) -> str:
+    """The session vhost's URL, with the service queues of earlier tests deleted."""
+    host = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
+    url = f"amqp://guest:guest@{host}:5672/{vhost}"
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        ch = conn.channel()
+        for spec in QUEUES:
+            ch.queue_delete(spec.name)
+    finally:
+        conn.close()
+    return url
+
+
 @pytest.fixture(params=["memory", "rabbit"])
 def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
     opened: list[tuple[Broker, threading.Thread]] = []
@@ -46,7 +64,7 @@ def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
         server = MemoryServer()
         make: Connect = lambda **kw: MemoryBroker(server)  # noqa: E731
     else:
-        url = request.getfixturevalue("rabbit_url")
+        url = fresh_rabbit(request.getfixturevalue("rabbit_vhost"))
         make = lambda **kw: RabbitBroker(url, **kw)  # noqa: E731
 
     def factory(**kw: object) -> Broker:
@@ -318,8 +336,9 @@ def test_handler_may_publish(broker: Broker) -> None:
 # -- RabbitMQ specifics -----------------------------------------------------
 
 
-def test_rabbit_publish_without_run(rabbit_url: str) -> None:
+def test_rabbit_publish_without_run(rabbit_vhost: str) -> None:
     """The CLI path: publish from the constructing thread, never run(), stop."""
+    rabbit_url = fresh_rabbit(rabbit_vhost)
     cli = RabbitBroker(rabbit_url)
     cli.declare(QUEUES)
     send(cli, "", SWEEPS_QUEUE, b"from the cli")

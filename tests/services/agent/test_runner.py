@@ -1,0 +1,185 @@
+"""The agent's trial runner under the process contract, with a local artifact store.
+
+Real child processes, real files; the publish function just records events.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spotsweep.services.agent.runner import RunControl, RunnerConfig, run_trial
+from spotsweep.shared.artifacts.checkpoints import latest_checkpoint, log_key
+from spotsweep.shared.artifacts.local import LocalArtifactStore
+from spotsweep.shared.messages import CheckpointSaved, TrialMessage, TrialMetrics, TrialStarted
+
+
+def message(script: str, attempt: int = 1, **params: Any) -> TrialMessage:
+    return TrialMessage(
+        sweep_id="sw", trial_id="sw.0", attempt=attempt, trial_name="t0", index=0, params=params,
+        argv=["python", "-c", script], env={"EXTRA": "yes"}, metric="loss",
+    )
+
+
+class Recorder(list):
+    def __call__(self, event: Any) -> None:
+        self.append(event)
+
+    def of(self, kind: type) -> list[Any]:
+        return [e for e in self if isinstance(e, kind)]
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> LocalArtifactStore:
+    return LocalArtifactStore(tmp_path / "artifacts")
+
+
+@pytest.fixture()
+def config(tmp_path: Path) -> RunnerConfig:
+    return RunnerConfig(agent_id="test-agent", workdir=tmp_path / "work", batch_points=50, batch_seconds=0.05)
+
+
+def run(store: LocalArtifactStore, config: RunnerConfig, msg: TrialMessage, control: RunControl | None = None,
+        gpu: str | None = None) -> tuple[Any, Recorder]:
+    events = Recorder()
+    final = run_trial(msg, store, events, config, control or RunControl(), gpu)
+    return final, events
+
+
+def test_contract_environment_and_final_metrics(store: LocalArtifactStore, config: RunnerConfig) -> None:
+    script = """
+import json, os
+from spotsweep import trial
+env = {k: v for k, v in os.environ.items() if k.startswith("SPOTSWEEP_") or k in ("EXTRA", "CUDA_VISIBLE_DEVICES")}
+print(json.dumps(env))
+for step in range(120):
+    trial.report(step, loss=1.0 / (step + 1), acc=step / 120)
+trial.report(120, loss=0.001)
+"""
+    final, events = run(store, config, message(script, lr=0.1), gpu="3")
+    assert final.outcome == "completed" and final.exit_code == 0
+    assert final.metrics == {"loss": 0.001, "acc": 119 / 120}  # last value of each name
+    assert final.last_step == 120
+    started = events.of(TrialStarted)
+    assert len(started) == 1 and started[0].resume_step is None
+    points = [p for batch in events.of(TrialMetrics) for p in batch.points]
+    assert len(points) == 241
+    assert len(events.of(TrialMetrics)) >= 5  # batched by count (50 points)
+    out = store.get_bytes(log_key("sw", "sw.0", 1, "stdout")).decode()
+    env = json.loads(out)
+    assert json.loads(env["SPOTSWEEP_PARAMS"]) == {"lr": 0.1}
+    assert env["SPOTSWEEP_ATTEMPT"] == "1" and env["SPOTSWEEP_TRIAL_ID"] == "sw.0" and env["SPOTSWEEP_SWEEP_ID"] == "sw"
+    assert env["EXTRA"] == "yes" and env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert "SPOTSWEEP_RESUME_STEP" not in env
+
+
+def test_bad_lines_are_skipped_not_fatal(store: LocalArtifactStore, config: RunnerConfig) -> None:
+    script = """
+import os
+with open(os.environ["SPOTSWEEP_METRICS"], "a") as f:
+    f.write("garbage\\n")
+    f.write('{"step": "x", "loss": 1}\\n')
+    f.write('{"step": 1, "loss": 0.5}\\n')
+    f.write('{"step": 2, "loss": 0.25}')  # no newline at the end: still read at exit
+"""
+    final, events = run(store, config, message(script))
+    assert final.outcome == "completed"
+    assert [(p.step, p.value) for b in events.of(TrialMetrics) for p in b.points] == [(1, 0.5), (2, 0.25)]
+
+
+def test_failure_carries_the_stderr_tail(store: LocalArtifactStore, config: RunnerConfig) -> None:
+    script = "import sys\nfor i in range(50): print('noise', i, file=sys.stderr)\nraise ValueError('lr too high')"
+    final, _ = run(store, config, message(script))
+    assert final.outcome == "failed" and final.exit_code == 1
+    assert final.error.endswith("ValueError: lr too high")
+    assert "noise 10" not in final.error  # only the tail
+
+
+def test_command_not_found_is_a_failed_trial(store: LocalArtifactStore, config: RunnerConfig) -> None:
+    msg = message("").model_copy(update={"argv": ["definitely-not-a-command-xyz"]})
+    final, events = run(store, config, msg)
+    assert final.outcome == "failed" and "definitely-not-a-command-xyz" in final.error
+    assert events.of(TrialStarted) == []
+
+
+CKPT_SCRIPT = """
+import os, sys
+from spotsweep import trial
+state = trial.checkpoint_dir / "step.txt"
+start = int(state.read_text()) if trial.resume_step is not None else 0
+assert trial.resume_step is None or trial.resume_step == start
+for step in range(start + 1, 7):
+    trial.report(step, loss=10.0 - step)
+    if step % 2 == 0:
+        state.write_text(str(step))
+        trial.checkpoint_saved(step)
+    if step == 5 and trial.attempt == 1:
+        sys.exit(1)
+"""
+
+
+def test_checkpoints_are_uploaded_and_restored_for_the_next_attempt(store: LocalArtifactStore, config: RunnerConfig) -> None:
+    final, events = run(store, config, message(CKPT_SCRIPT))
+    assert final.outcome == "failed"
+    assert [e.step for e in events.of(CheckpointSaved)] == [2, 4]
+    assert latest_checkpoint(store, "sw", "sw.0") == 4
+    final, events = run(store, config, message(CKPT_SCRIPT, attempt=2))
+    assert final.outcome == "completed"
+    assert events.of(TrialStarted)[0].resume_step == 4
+    steps = [p.step for b in events.of(TrialMetrics) for p in b.points]
+    assert steps == [5, 6]  # resumed after step 4, not from 0
+    assert final.metrics == {"loss": 4.0}
+
+
+def test_preemption_forwards_sigterm_and_keeps_the_final_checkpoint(store: LocalArtifactStore, config: RunnerConfig) -> None:
+    script = """
+import signal, sys, time
+from spotsweep import trial
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+step = 0
+while not stop:
+    step += 1
+    trial.report(step, loss=1.0)
+    time.sleep(0.02)
+(trial.checkpoint_dir / "s").write_text(str(step))
+trial.checkpoint_saved(step)
+sys.exit(143)
+"""
+    control = RunControl(grace=10)
+    threading.Timer(0.5, control.preempt.set).start()
+    started = time.monotonic()
+    final, events = run(store, config, message(script), control)
+    assert time.monotonic() - started < 5
+    assert final.outcome == "preempted"
+    saved = events.of(CheckpointSaved)
+    assert len(saved) == 1 and latest_checkpoint(store, "sw", "sw.0") == saved[0].step > 0
+
+
+def test_preempted_trial_that_ignores_sigterm_is_killed_after_grace(store: LocalArtifactStore, config: RunnerConfig) -> None:
+    script = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)"
+    control = RunControl(grace=0.5)
+    threading.Timer(1.0, control.preempt.set).start()  # after the script ignores SIGTERM
+    started = time.monotonic()
+    final, _ = run(store, config, message(script), control)
+    assert final.outcome == "preempted" and final.exit_code == -9
+    assert time.monotonic() - started < 10
+
+
+def test_cancelled_sweep_kills_the_trial(store: LocalArtifactStore, config: RunnerConfig) -> None:
+    flag = threading.Event()
+    threading.Timer(0.3, flag.set).start()
+    final, _ = run(store, config, message("import time; time.sleep(60)"), RunControl(cancelled=flag.is_set))
+    assert final.outcome == "cancelled"
+
+
+def test_python_means_the_agents_interpreter(store: LocalArtifactStore, config: RunnerConfig) -> None:
+    final, _ = run(store, config, message("import sys; print(sys.executable)"))
+    assert store.get_bytes(log_key("sw", "sw.0", 1, "stdout")).decode().strip() == sys.executable
+    assert final.outcome == "completed"

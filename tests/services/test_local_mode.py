@@ -1,0 +1,103 @@
+"""``spotsweep run``: the embedded default, as a user runs it from a fresh shell.
+
+A real sweep of the shipped examples through the in-process broker, the
+embedded PostgreSQL and a local artifact directory; nothing configured.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run_cli(*args: str, home: Path, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTSWEEP_")}
+    env["SPOTSWEEP_HOME"] = str(home)
+    return subprocess.run([sys.executable, "-m", "spotsweep", *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def noop_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    tmp = tmp_path_factory.mktemp("local")
+    home = tmp / "home"
+    proc = run_cli("run", str(EXAMPLES / "noop.yaml"), "--workers", "3", "--csv", "out.csv", home=home, cwd=tmp)
+    return proc, tmp, home
+
+
+def test_run_completes_and_ranks_the_best_trial_first(noop_run: tuple[subprocess.CompletedProcess[str], Path, Path]) -> None:
+    proc, tmp, _ = noop_run
+    assert proc.returncode == 0, proc.stderr
+    board = proc.stdout
+    assert "noop_03_x0_y-1" in board
+    assert board.index("noop_03_x0_y-1") < board.index("noop_04_x0_y0") < board.index("noop_02_x-1_y1")
+    with (tmp / "out.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 9
+    assert list(rows[0])[:5] == ["trial_name", "state", "x", "y", "score"]
+    best = rows[0]
+    assert (best["trial_name"], best["state"], best["x"], best["y"]) == ("noop_03_x0_y-1", "completed", "0", "-1")
+    assert float(best["score"]) == pytest.approx(0.25)
+    assert "Traceback" not in proc.stderr
+
+
+def test_results_stay_queryable_after_the_run(noop_run: tuple[subprocess.CompletedProcess[str], Path, Path]) -> None:
+    proc, tmp, home = noop_run
+    sweep_id = proc.stdout.strip().splitlines()[-1]
+    report = run_cli("report", sweep_id, "--csv", "again.csv", home=home, cwd=tmp)
+    assert report.returncode == 0, report.stderr
+    assert (tmp / "again.csv").read_text() == (tmp / "out.csv").read_text()
+    ls = run_cli("ls", "--filter", "name=noop_0[34]*", home=home, cwd=tmp)
+    assert ls.returncode == 0 and "noop_03_x0_y-1" in ls.stdout and "noop_04_x0_y0" in ls.stdout
+    assert "noop_05" not in ls.stdout
+    status = run_cli("status", sweep_id, "--json", home=home, cwd=tmp)
+    assert status.returncode == 0 and '"completed": 9' in status.stdout
+
+
+def test_a_failing_trial_makes_run_exit_non_zero_and_says_why(tmp_path: Path) -> None:
+    spec = tmp_path / "fail.yaml"
+    spec.write_text(
+        "name: fails\n"
+        "command: [python, -c, \"import sys; from spotsweep import trial; trial.report(1, v=1.0); "
+        "sys.exit('bad trial ' + str(trial.params['k']) if trial.params['k'] == 2 else 0)\"]\n"
+        "metric: {name: v, mode: max}\n"
+        "space: {k: [1, 2]}\n"
+        "retries: {max_failures: 1}\n"
+        "resources: {gpus: 0, class: cpu}\n"
+    )
+    proc = run_cli("run", str(spec), "--csv", "f.csv", home=tmp_path / "home", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "fails_0001: failed: bad trial 2" in proc.stdout
+    rows = {r["trial_name"]: r for r in csv.DictReader((tmp_path / "f.csv").open())}
+    assert rows["fails_0001"]["state"] == "failed" and rows["fails_0001"]["attempts"] == "2"
+    assert rows["fails_0000"]["state"] == "completed"
+
+
+def test_the_quickstart_example_trains_for_real(tmp_path: Path) -> None:
+    proc = run_cli("run", str(EXAMPLES / "quickstart.yaml"), "--workers", "2", "--csv", "q.csv", home=tmp_path / "home",
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.DictReader((tmp_path / "q.csv").open()))
+    assert len(rows) == 6 and {r["state"] for r in rows} == {"completed"}
+    losses = [float(r["val_loss"]) for r in rows]
+    assert losses == sorted(losses) and losses[0] < 0.69  # learned something: below chance-level log-loss
+
+
+def test_bad_spec_is_refused_with_the_field_and_no_traceback(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: x\ncommand: [echo, '{nope}']\nmetric: {name: v}\nspace: {a: [1]}\n")
+    for cmd in ("run", "validate"):
+        proc = run_cli(cmd, str(spec), home=tmp_path / "home", cwd=tmp_path)
+        assert proc.returncode == 2
+        assert "command[1]" in proc.stderr and "nope" in proc.stderr
+        assert "Traceback" not in proc.stderr
+    spec.write_text("name: x\n  bad: [indent\n")
+    proc = run_cli("validate", str(spec), home=tmp_path / "home", cwd=tmp_path)
+    assert proc.returncode == 2 and "line 2" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,154 @@
+"""BatchingHandler over both adapters: flush by size, by time, and poison isolation."""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pika
+import pytest
+
+from spotsweep.shared.broker.batching import BatchingHandler
+from spotsweep.shared.broker.memory import MemoryBroker
+from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
+from spotsweep.shared.broker.rabbit import RabbitBroker
+from spotsweep.shared.errors import RetryableError
+from spotsweep.shared.topology import COLLECTOR_QUEUE, DEAD_LETTER_QUEUE, EVENTS_EXCHANGE, service_queues
+
+pytestmark = pytest.mark.timeout(60)
+
+QUEUES = service_queues()
+
+
+@pytest.fixture(params=["memory", "rabbit"])
+def broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
+    if request.param == "memory":
+        b: Broker = MemoryBroker()
+    else:
+        host = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
+        url = f"amqp://guest:guest@{host}:5672/{request.getfixturevalue('rabbit_vhost')}"
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        for spec in QUEUES:  # the session vhost is shared: start from empty queues
+            conn.channel().queue_delete(spec.name)
+        conn.close()
+        b = RabbitBroker(url)
+    thread = threading.Thread(target=b.run, daemon=True)
+    thread.start()
+    b.declare(QUEUES)
+    yield b
+    b.stop(drain=False)
+    thread.join(10)
+
+
+class Recorder:
+    """A batch handler that records each call's bodies, failing as told."""
+
+    def __init__(self, fail: Callable[[list[bytes]], None] = lambda bodies: None) -> None:
+        self.calls: queue.Queue[list[bytes]] = queue.Queue()
+        self._fail = fail
+
+    def __call__(self, batch: list[Delivery]) -> None:
+        bodies = [d.body for d in batch]
+        self._fail(bodies)
+        self.calls.put(bodies)
+
+    def next(self, timeout: float = 10.0) -> list[bytes]:
+        return self.calls.get(timeout=timeout)
+
+
+def publish_events(broker: Broker, *bodies: bytes) -> None:
+    broker.publish_many([Outgoing(EVENTS_EXCHANGE, "trial.metric.s1", b) for b in bodies])
+
+
+def dead_inbox(broker: Broker) -> queue.Queue[Delivery]:
+    dead: queue.Queue[Delivery] = queue.Queue()
+    broker.consume(DEAD_LETTER_QUEUE, lambda d: (d.ack(), dead.put(d)))
+    return dead
+
+
+def test_flushes_by_size(broker: Broker) -> None:
+    rec = Recorder()
+    batching = BatchingHandler(rec, max_batch=3, max_wait=30)
+    publish_events(broker, *[str(i).encode() for i in range(6)])
+    broker.consume(COLLECTOR_QUEUE, batching, prefetch=6)
+    batches = [rec.next(), rec.next()]  # a 30 s timer would time the test out: size flushed them
+    assert sorted(b for batch in batches for b in batch) == [str(i).encode() for i in range(6)]
+    assert [len(b) for b in batches] == [3, 3]
+    batching.close()
+
+
+def test_flushes_by_time(broker: Broker) -> None:
+    rec = Recorder()
+    batching = BatchingHandler(rec, max_batch=100, max_wait=0.3)
+    broker.consume(COLLECTOR_QUEUE, batching, prefetch=100)
+    started = time.monotonic()
+    publish_events(broker, b"a", b"b")
+    assert sorted(rec.next()) == [b"a", b"b"]
+    assert time.monotonic() - started >= 0.25  # it waited for more before flushing
+    assert rec.calls.empty()
+    batching.close()
+
+
+def test_close_flushes_and_acks(broker: Broker) -> None:
+    rec = Recorder()
+    batching = BatchingHandler(rec, max_batch=100, max_wait=30)
+    buffered = threading.Event()
+
+    def spy(d: Delivery) -> None:
+        batching(d)
+        buffered.set()
+
+    consumer = broker.consume(COLLECTOR_QUEUE, spy, prefetch=100)
+    publish_events(broker, b"x")
+    assert buffered.wait(10)
+    consumer.cancel()
+    batching.close()
+    assert rec.next(timeout=0) == [b"x"]
+
+
+def test_poison_message_is_dead_lettered_rest_acked(broker: Broker) -> None:
+    def fail(bodies: list[bytes]) -> None:
+        if b"poison" in bodies:
+            raise ValueError("cannot decode")
+
+    rec = Recorder(fail)
+    dead = dead_inbox(broker)
+    publish_events(broker, b"a", b"poison", b"b", b"c")
+    batching = BatchingHandler(rec, max_batch=4, max_wait=30)
+    broker.consume(COLLECTOR_QUEUE, batching, prefetch=4)
+    assert [rec.next() for _ in range(3)] == [[b"a"], [b"b"], [b"c"]]  # retried alone, in order
+    d = dead.get(timeout=10)
+    assert d.body == b"poison"
+    assert d.headers["x-death"][0]["queue"] == COLLECTOR_QUEUE
+    batching.close()
+    # The rest were acked: the next thing the queue delivers is new.
+    publish_events(broker, b"next")
+    after = Recorder()
+    broker.consume(COLLECTOR_QUEUE, BatchingHandler(after, max_batch=1), prefetch=1)
+    assert after.next() == [b"next"]
+
+
+def test_retryable_error_requeues_the_batch(broker: Broker) -> None:
+    attempts: list[int] = []
+
+    def fail_once(bodies: list[bytes]) -> None:
+        attempts.append(len(bodies))
+        if len(attempts) == 1:
+            raise RetryableError("database down")
+
+    seen: list[bool] = []
+    rec = Recorder(fail_once)
+    batching = BatchingHandler(rec, max_batch=2, max_wait=30, retry_pause=0.01)
+
+    def spy(d: Delivery) -> None:
+        seen.append(d.redelivered)
+        batching(d)
+
+    broker.consume(COLLECTOR_QUEUE, spy, prefetch=2)
+    publish_events(broker, b"a", b"b")
+    assert sorted(rec.next()) == [b"a", b"b"]
+    assert seen == [False, False, True, True]
+    batching.close()
