@@ -58,7 +58,9 @@ def guarded(handler: Handler, name: str, backoff: Backoff = Backoff()) -> Handle
 
     def wrapper(delivery: Delivery) -> None:
         started = time.perf_counter()
-        with log.bound(handler=name, message_id=delivery.message_id, sweep_id=delivery.headers.get("sweep_id")):
+        h = delivery.headers
+        with log.bound(handler=name, message_id=delivery.message_id, sweep_id=h.get("sweep_id"),
+                       trial_id=h.get("trial_id"), attempt=h.get("attempt")):
             try:
                 retrying(lambda: handler(delivery), backoff, what=name)
             except PermanentError as e:

@@ -248,7 +248,7 @@ class MemoryBroker(Broker):
 
     def declare(self, queues: Iterable[QueueSpec]) -> None:
         with self.server.lock:
-            self._check_open_locked()
+            self._check_open_locked(closing_ok=True)
             for ex in EXCHANGES:
                 self.server.exchanges.setdefault(ex.name, ex.type)
             for spec in queues:
@@ -286,7 +286,7 @@ class MemoryBroker(Broker):
             message.priority,
         )
         with self.server.lock:
-            self._check_open_locked()
+            self._check_open_locked(closing_ok=True)  # a draining handler still publishes its results
             self.server.route_locked(msg)
 
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1) -> Consumer:
@@ -339,6 +339,6 @@ class MemoryBroker(Broker):
                     bindings[:] = [b for b in bindings if b[1] != name]
         self._closed.set()
 
-    def _check_open_locked(self) -> None:
-        if self._closing:
+    def _check_open_locked(self, closing_ok: bool = False) -> None:
+        if self._closed.is_set() or (self._closing and not closing_ok):
             raise RetryableError("memory broker connection is closed")

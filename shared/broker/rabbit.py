@@ -136,13 +136,6 @@ class RabbitConsumer(Consumer):
     ) -> None:
         """On the I/O thread: hand the delivery to a worker, never run the handler here."""
         delivery = RabbitDelivery(self, ch, method, props, body)
-        if self.queue.startswith("spotsweep.trials"):
-            with self._cond:
-                self.unacked.add(delivery)
-            self.running += 1
-            invoke(self._handler, delivery)
-            self.running -= 1
-            return
         with self._cond:
             self.unacked.add(delivery)
             self.buffer.append(delivery)
@@ -254,7 +247,9 @@ class RabbitBroker(Broker):
             # pika's message may quote the parameters; name only the redacted URL.
             raise RetryableError(f"cannot connect to RabbitMQ at {self.url} ({type(e).__name__})") from e
         self._channel: BlockingChannel | None = None  # confirm-mode channel for publish and declare
-        self._direct = threading.Lock()  # held to drive the connection without the loop; guards the fields below
+        # Held to drive the connection without the loop; guards the fields below.
+        # Re-entrant so that stop() from a signal handler cannot deadlock its own thread.
+        self._direct = threading.RLock()
         self._io_thread: threading.Thread | None = None
         self._pending: set[Future[Any]] = set()
         self._consumers: list[RabbitConsumer] = []
@@ -371,6 +366,8 @@ class RabbitBroker(Broker):
             raise
         consumer.started(ch, tag)
         self._consumers.append(consumer)
+        if self._stop_requested:  # raced with stop(): the loop's cancel pass may have missed it
+            consumer.cancel()
         return consumer
 
     def run(self) -> None:
@@ -442,6 +439,8 @@ class RabbitBroker(Broker):
                     if now >= grace_until:
                         _log.warning("drain_grace_expired", unacked=sum(len(c.unacked) for c in self._consumers))
                         return
+            if not self._conn.is_open:  # lost while a marshalled call used it (that caller saw the error)
+                raise pe.ConnectionWrongStateError("the connection closed")
             self._conn.process_data_events(time_limit=IO_TICK_S)
 
     def _teardown(self) -> None:

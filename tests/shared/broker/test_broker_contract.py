@@ -297,15 +297,19 @@ def test_stop_drain_waits_for_running_handler(connect: Connect) -> None:
     def slow(d: Delivery) -> None:
         started.set()
         time.sleep(1.0)
+        send(conn, EVENTS_EXCHANGE, event_routing_key("trial.finished", "s1"), d.body)  # still allowed while draining
         d.ack()
         finished.set()
 
-    conn.consume(SWEEPS_QUEUE, slow)
-    send(conn, "", SWEEPS_QUEUE, b"work")
+    conn.consume(trials_queue("gpu"), slow)
+    send(conn, TRIALS_EXCHANGE, "gpu", b"work")
     assert started.wait(10)
     conn.stop(drain=True)
     assert finished.is_set()
-    assert_queue_empty(connect, SWEEPS_QUEUE)  # the ack landed before the close
+    assert_queue_empty(connect, trials_queue("gpu"))  # the ack landed before the close
+    collector = Inbox(ack=True)
+    connect().consume(COLLECTOR_QUEUE, collector)
+    assert collector.get().body == b"work"
 
 
 def test_cancel_stops_new_deliveries(broker: Broker) -> None:
@@ -388,3 +392,21 @@ def test_topic_matches() -> None:
     assert topic_matches("trial.started.*", "trial.started.s1")
     assert not topic_matches("trial.started.*", "trial.started.s1.x")
     assert not topic_matches("trial.started.*", "trial.started")
+
+
+def test_handler_may_stop_its_own_connection(connect: Connect) -> None:
+    conn = connect()
+    runner = threading.Thread(target=conn.run, daemon=True)  # a second run() caller just waits for the end
+    runner.start()
+    acked = threading.Event()
+
+    def last_one(d: Delivery) -> None:
+        conn.stop(drain=True)  # must not wait for itself
+        d.ack()
+        acked.set()
+
+    conn.consume(SWEEPS_QUEUE, last_one)
+    send(conn, "", SWEEPS_QUEUE, b"bye")
+    runner.join(10)
+    assert not runner.is_alive() and acked.is_set()
+    assert_queue_empty(connect, SWEEPS_QUEUE)

@@ -1,0 +1,55 @@
+"""The wire schema: one envelope, one decode function, one error type."""
+
+import math
+
+import pytest
+
+from spotsweep.shared.errors import DecodeError
+from spotsweep.shared.messages import (
+    SCHEMA_VERSION, CancelSweep, MetricPoint, TrialFinished, TrialMessage, TrialMetrics, decode, encode, json_schemas,
+)
+
+
+def test_every_message_round_trips_through_bytes() -> None:
+    msgs = [
+        TrialMessage(sweep_id="s", trial_id="s.0", attempt=1, trial_name="t", index=0, params={"lr": 0.1},
+                     argv=["python", "x.py"], metric="loss"),
+        TrialMetrics(sweep_id="s", trial_id="s.0", attempt=2, points=[MetricPoint(step=1, name="loss", value=0.5)]),
+        TrialFinished(sweep_id="s", trial_id="s.0", attempt=1, outcome="failed", error="boom", exit_code=1),
+        CancelSweep(sweep_id="s"),
+    ]
+    for m in msgs:
+        assert decode(encode(m)) == m
+
+
+def test_non_finite_metrics_survive_the_wire() -> None:
+    m = TrialFinished(sweep_id="s", trial_id="s.0", attempt=1, outcome="failed", metrics={"loss": math.inf})
+    assert decode(encode(m)).metrics["loss"] == math.inf  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "body, where",
+    [
+        (b"not json", "body"),
+        (b'{"kind": "trial.nope", "sweep_id": "s"}', "trial.nope"),
+        (b'{"kind": "trial.finished", "sweep_id": "s", "trial_id": "t", "attempt": 1}', "outcome"),
+        (b'{"kind": "trial.started", "sweep_id": "s", "trial_id": "t", "attempt": 1, "agent": "a", "extra": 1}', "extra"),
+    ],
+)
+def test_decode_raises_one_error_type_naming_the_problem(body: bytes, where: str) -> None:
+    with pytest.raises(DecodeError, match=where):
+        decode(body)
+
+
+def test_newer_schema_versions_are_refused() -> None:
+    body = encode(CancelSweep(sweep_id="s", schema_version=SCHEMA_VERSION + 1))
+    with pytest.raises(DecodeError, match="newer"):
+        decode(body)
+
+
+def test_messages_are_frozen_and_the_schema_is_published() -> None:
+    m = CancelSweep(sweep_id="s")
+    with pytest.raises(Exception):
+        m.sweep_id = "other"  # type: ignore[misc]
+    schema = json_schemas()
+    assert "trial.finished" in str(schema)

@@ -1,0 +1,35 @@
+"""Settings come from SPOTSWEEP_* variables; secrets never reach the logs."""
+
+import json
+import subprocess
+import sys
+
+from spotsweep.shared.settings import Settings, redact_url
+
+
+def test_settings_from_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SPOTSWEEP_AMQP_URL", "amqp://u:pw@h:5672/v")
+    monkeypatch.setenv("SPOTSWEEP_S3_SECRET_KEY", "s3cr3t")
+    monkeypatch.setenv("SPOTSWEEP_S3_BUCKET", "bucket-x")
+    s = Settings()
+    assert s.amqp_url.get_secret_value() == "amqp://u:pw@h:5672/v"
+    assert s.s3_bucket == "bucket-x"
+    assert "s3cr3t" not in repr(s) and "pw@" not in repr(s)
+
+
+def test_redact_url() -> None:
+    assert redact_url("amqp://guest:hunter2@h:5672/%2F") == "amqp://guest:***@h:5672/%2F"
+    assert redact_url("postgresql://h/db") == "postgresql://h/db"
+
+
+def test_log_lines_are_json_with_ids_bound_and_secrets_scrubbed() -> None:
+    code = """
+from spotsweep.shared import log
+log.configure("INFO", json=True)
+with log.bound(sweep_id="sw", trial_id="sw.1", attempt=2):
+    log.get().info("hello", url="amqp://guest:hunter2@h/v", s3_secret_key="abc")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+    line = json.loads(out.strip().splitlines()[-1])
+    assert (line["event"], line["sweep_id"], line["trial_id"], line["attempt"]) == ("hello", "sw", "sw.1", 2)
+    assert "hunter2" not in out and "abc" not in out
