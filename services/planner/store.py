@@ -85,7 +85,7 @@ def insert_trials(conn: psycopg.Connection, sweep_id: str, first_index: int, tri
 def apply_update(conn: psycopg.Connection, trial_id: str, u: TrialUpdate) -> None:
     conn.execute(
         "UPDATE trials SET state = %s, attempt = %s, failures = %s, preemptions = %s,"
-        " metrics = COALESCE(%s, metrics), error = COALESCE(%s, error), agent = COALESCE(%s, agent),"
+        " metrics = metrics || COALESCE(%s, '{}'::jsonb), error = COALESCE(%s, error), agent = COALESCE(%s, agent),"
         " started_at = CASE WHEN %s THEN COALESCE(started_at, now()) ELSE started_at END,"
         " finished_at = CASE WHEN %s THEN now() ELSE finished_at END"
         " WHERE trial_id = %s",

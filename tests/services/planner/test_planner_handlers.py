@@ -202,3 +202,16 @@ def test_retry_policy_requeues_when_the_database_stays_down(delivery: Any) -> No
     d = delivery(b"{}")
     guarded(down, "x", Backoff(base=0.001, cap=0.001, attempts=3))(d)
     assert (len(calls), d.settled) == (3, "requeue")
+
+
+def test_final_metrics_are_the_last_value_of_each_name_over_attempts(h: Harness, delivery: Any) -> None:
+    submit(h, delivery, {**SPEC, "max_concurrent": 1})
+    first = h.published(1)[0]
+    finish(h, delivery, first, "preempted", metrics={"val_loss": 0.9, "params_m": 1.5})
+    second = h.published(1)[0]
+    assert second.attempt == 2
+    finish(h, delivery, second, "completed", metrics={"val_loss": 0.4})
+    with h.db.transaction() as conn:
+        row = conn.execute("SELECT metrics, attempts, preemptions FROM trial_results WHERE trial_id = %s", (first.trial_id,)).fetchone()
+    assert row["metrics"] == {"val_loss": 0.4, "params_m": 1.5}
+    assert (row["attempts"], row["preemptions"]) == (2, 1)
