@@ -26,5 +26,8 @@ unit: setup
 integration: setup
 	$(BIN)/pytest -m integration
 
+bench: setup
+	$(BIN)/python bench/ingest.py --points 200000 --json bench/results/ingest.json
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

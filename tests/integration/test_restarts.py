@@ -1,0 +1,146 @@
+"""Services killed with kill -9 mid-sweep and started again lose and
+duplicate nothing; a cancel reaches running trials. Real RabbitMQ,
+PostgreSQL and S3 (moto), every service a separate process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+SLOW = """
+import time
+from spotsweep import trial
+for step in range(1, 6):
+    time.sleep(float(trial.params["pause"]))
+    trial.report(step, loss=trial.params["k"] * 10 + step)
+"""
+
+
+def spec(name: str, trials: int, pause: float, concurrent: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "command": ["python", "-c", SLOW.replace("{", "{{").replace("}", "}}")],
+        "metric": {"name": "loss", "mode": "min"},
+        "space": {"k": list(range(trials)), "pause": [pause]},
+        "max_concurrent": concurrent,
+        "resources": {"gpus": 0, "class": "cpu"},
+    }
+
+
+class Cluster:
+    def __init__(self, env: dict[str, str], tmp: Path) -> None:
+        self.env, self.tmp = env, tmp
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *args: str) -> None:
+        log = (self.tmp / f"{name}.log").open("ab")
+        self.procs[name] = subprocess.Popen([sys.executable, "-m", "spotsweep", *args], env=self.env, stdout=log,
+                                            stderr=log, start_new_session=True)
+
+    def kill9(self, name: str) -> None:
+        os.killpg(self.procs[name].pid, signal.SIGKILL)
+        self.procs[name].wait(10)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "spotsweep", *args], env=self.env, capture_output=True, text=True,
+                              timeout=120)
+
+    def submit(self, body: dict[str, Any]) -> str:
+        path = self.tmp / f"{body['name']}.yaml"
+        path.write_text(yaml.safe_dump(body))
+        proc = self.cli("submit", str(path))
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip().splitlines()[-1]
+
+    def stop(self) -> dict[str, int | None]:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        return {n: p.wait(60) for n, p in self.procs.items()}
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(self.tmp.glob("*.log")))
+
+
+@pytest.fixture()
+def cluster(rabbit_url: str, database_url: str, s3_env: dict[str, str], tmp_path: Path) -> Any:
+    env = {**os.environ, "SPOTSWEEP_AMQP_URL": rabbit_url, "SPOTSWEEP_DATABASE_URL": database_url,
+           "SPOTSWEEP_HOME": str(tmp_path / "home"), **s3_env}
+    c = Cluster(env, tmp_path)
+    yield c
+    for p in c.procs.values():
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def wait_for(database_url: str, sql: str, args: tuple[Any, ...], until: Any, timeout: float = 90) -> Any:
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        while True:
+            try:
+                value = conn.execute(sql, args).fetchone()[0]
+            except psycopg.errors.UndefinedTable:  # the services have not migrated yet
+                value = None
+            if (value is not None and until(value)) or time.monotonic() > deadline:
+                return value
+            time.sleep(0.2)
+
+
+def test_planner_and_collector_killed_mid_sweep_lose_and_duplicate_nothing(cluster: Cluster, database_url: str) -> None:
+    sweep_id = cluster.submit(spec("restarts", 12, 0.15, 3))
+    cluster.start("planner", "planner")
+    cluster.start("collector", "collector")
+    cluster.start("agent", "agent", "--slots", "3", "--class", "cpu")
+    done = "SELECT count(*) FROM trials WHERE sweep_id = %s AND state = 'completed'"
+    assert wait_for(database_url, done, (sweep_id,), lambda n: n >= 2) >= 2, cluster.logs()
+    cluster.kill9("planner")
+    cluster.kill9("collector")
+    time.sleep(1.5)  # trials keep running and reporting while both are down
+    cluster.start("planner2", "planner")
+    cluster.start("collector2", "collector")
+    state = wait_for(database_url, "SELECT state FROM sweeps WHERE sweep_id = %s", (sweep_id,), lambda s: s != "running")
+    assert state == "completed", cluster.logs()
+    time.sleep(1.0)  # the collector's last batch
+    codes = cluster.stop()
+    assert all(codes[n] == 0 for n in ("planner2", "collector2", "agent")), (codes, cluster.logs())
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT params, metrics, state FROM trial_results WHERE sweep_id = %s", (sweep_id,)).fetchall()
+        points = conn.execute("SELECT count(*), count(DISTINCT (trial_id, step)) FROM metric_points WHERE sweep_id = %s",
+                              (sweep_id,)).fetchone()
+    assert len(rows) == 12 and all(r[2] == "completed" for r in rows)
+    assert all(r[1]["loss"] == r[0]["k"] * 10 + 5 for r in rows)
+    assert points == (60, 60)  # 12 trials x 5 steps, each stored exactly once
+
+
+def test_cancel_stops_running_trials_and_ends_the_sweep(cluster: Cluster, database_url: str) -> None:
+    cluster.start("planner", "planner")
+    cluster.start("collector", "collector")
+    cluster.start("agent", "agent", "--slots", "2", "--class", "cpu")
+    sweep_id = cluster.submit(spec("cancelme", 6, 20.0, 2))
+    running = "SELECT count(*) FROM trials WHERE sweep_id = %s AND state = 'running'"
+    assert wait_for(database_url, running, (sweep_id,), lambda n: n == 2) == 2, cluster.logs()
+    proc = cluster.cli("cancel", sweep_id)
+    assert proc.returncode == 0, proc.stderr
+    started = time.monotonic()
+    finished = "SELECT count(*) FROM trial_events WHERE sweep_id = %s AND body->>'outcome' = 'cancelled'"
+    assert wait_for(database_url, finished, (sweep_id,), lambda n: n == 2, timeout=30) == 2, cluster.logs()
+    assert time.monotonic() - started < 15  # the 100 s trials were stopped, not waited for
+    with psycopg.connect(database_url) as conn:
+        states = conn.execute("SELECT state, count(*) FROM trial_results WHERE sweep_id = %s GROUP BY state",
+                              (sweep_id,)).fetchall()
+        sweep = conn.execute("SELECT state FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()[0]
+    assert dict(states) == {"cancelled": 2} and sweep == "cancelled"
+    status = cluster.cli("status", sweep_id, "--json")
+    assert '"state": "cancelled"' in status.stdout
+    assert cluster.stop()["agent"] == 0
