@@ -9,6 +9,7 @@ exits at once; unacked messages go back to the queue.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import threading
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import TypeVar
 
 from spotsweep.shared import log
 from spotsweep.shared.broker import Broker, connect
+from spotsweep.shared.errors import RetryableError
 from spotsweep.shared.middleware import Backoff, retrying
 
 _log = log.get("spotsweep.runtime")
@@ -61,3 +63,57 @@ def install_signals(on_first: Callable[[], None], on_second: Callable[[], None] 
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+Cleanup = Callable[[], None]
+RECONNECT_BACKOFF = Backoff(base=1.0, cap=30.0)
+
+
+def serve(
+    connect_fn: Callable[[], Broker],
+    start: Callable[[Broker], Cleanup | None],
+    on_drain: Callable[[], None] | None = None,
+    on_kill: Callable[[], None] | None = None,
+    backoff: Backoff = RECONNECT_BACKOFF,
+) -> int:
+    """Run a service until a signal stops it, reconnecting when the broker goes away.
+
+    ``start(broker)`` declares and consumes on a fresh connection (and may
+    return a cleanup run after the connection's loop ends). When RabbitMQ
+    restarts or the network drops, the loop raises :class:`RetryableError`:
+    unacked messages go back to their queues on the broker's side, and we
+    connect again with backoff and jitter. Nothing here is lost because
+    nothing is acked before its effects are committed.
+    """
+    current: dict[str, Broker] = {}
+    stopping = threading.Event()
+    rng = random.Random()
+
+    def drain() -> None:
+        stopping.set()
+        if on_drain is not None:
+            on_drain()
+        broker = current.get("broker")
+        if broker is not None:
+            broker.stop(drain=True)
+
+    install_signals(drain, on_kill)
+    failures = 0
+    while not stopping.is_set():
+        cleanup: Cleanup | None = None
+        try:
+            broker = current["broker"] = connect_fn()
+            cleanup = start(broker)
+            if stopping.is_set():  # a signal raced the start
+                broker.stop(drain=True)
+            failures = 0
+            broker.run()
+        except RetryableError as e:
+            failures += 1
+            pause = backoff.delay(min(failures, 10), rng)
+            _log.warning("broker connection lost; reconnecting", error=str(e), pause_s=round(pause, 1))
+            stopping.wait(pause)
+        finally:
+            if cleanup is not None:
+                cleanup()
+    return ExitCode.OK

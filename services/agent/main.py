@@ -21,8 +21,8 @@ from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts import open_store
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker
-from spotsweep.shared.middleware import guarded
-from spotsweep.shared.runtime import ExitCode, connect_broker, install_signals, with_startup_retries
+from spotsweep.shared.middleware import Backoff, guarded
+from spotsweep.shared.runtime import connect_broker, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
 
 _log = log.get("spotsweep.agent")
@@ -41,17 +41,20 @@ def detect_gpus() -> list[str]:
 
 def start(
     broker: Broker, store: ArtifactStore, slots: int, resource_class: str = "gpu", gpus: list[str] | None = None,
-    workdir: Path | None = None, grace: float = 90.0, agent_id: str | None = None,
+    workdir: Path | None = None, grace: float = 90.0, agent_id: str | None = None, control: RunControl | None = None,
 ) -> AgentDeps:
     """Declare, subscribe to cancellations, and consume trials with ``slots`` workers."""
     agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
     broker.declare([topology.dead_letter_queue(), topology.trial_queue_spec(resource_class)])
     config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent")
-    deps = AgentDeps(broker=broker, store=store, config=config, slots=Slots(slots, gpus), control=RunControl(grace=grace))
+    deps = AgentDeps(broker=broker, store=store, config=config, slots=Slots(slots, gpus),
+                     control=control or RunControl(grace=grace))
     control_queue = broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
     broker.consume(control_queue, guarded(partial(handle_control, deps=deps), "control"), prefetch=10)
     broker.consume(
-        topology.trials_queue(resource_class), guarded(partial(handle_trial, deps=deps), "trial"),
+        # No in-place retry: a trial handler that raised has lost its delivery
+        # (the broker went away) and the trial is redelivered to some agent.
+        topology.trials_queue(resource_class), guarded(partial(handle_trial, deps=deps), "trial", Backoff(attempts=1)),
         prefetch=slots, concurrency=slots,
     )
     _log.info("agent ready", agent=agent_id, slots=slots, resource_class=resource_class, gpus=gpus or [])
@@ -61,21 +64,21 @@ def start(
 def main(settings: Settings, slots: int | None, resource_class: str, grace: float, workdir: Path | None) -> int:
     gpus = detect_gpus()
     n = slots or max(1, len(gpus))
-    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat)
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
-    deps = start(broker, store, n, resource_class, gpus, workdir, grace)
+    control = RunControl(grace=grace)
+    agent_id = f"{socket.gethostname()}-{os.getpid()}"
+
+    def start_on(broker: Broker) -> None:
+        start(broker, store, n, resource_class, gpus, workdir, grace, agent_id, control)
 
     def drain() -> None:
         # Preemption: running trials get SIGTERM and up to --grace seconds to
         # checkpoint; each is then reported preempted and acked, and the
         # planner puts it back for another node to resume.
-        deps.control.preempt.set()
-        broker.stop(drain=True)
+        control.preempt.set()
 
     def kill() -> None:
-        deps.control.kill.set()
+        control.kill.set()
         kill_all()
 
-    install_signals(drain, kill)
-    broker.run()
-    return ExitCode.OK
+    return serve(lambda: connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat), start_on, drain, kill)

@@ -133,7 +133,17 @@ def run_trial(
                 _running.add(proc.pid)
             publish(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id, resume_step=resume))
             _log.info("trial started", pid=proc.pid, resume_step=resume, **ids)
-            outcome = _supervise(proc, msg, store, publish, config, control, Tail(metrics_path), ckpt_dir)
+            try:
+                outcome = _supervise(proc, msg, store, publish, config, control, Tail(metrics_path), ckpt_dir)
+            except BaseException:
+                # The broker or the store went away mid-trial: this delivery is
+                # void (RabbitMQ hands the trial to another agent), so the
+                # process must not run on unsupervised.
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+                with _running_lock:
+                    _running.discard(proc.pid)
+                raise
         final, last_step = outcome.final, outcome.last_step
         logs_uri = _upload_logs(store, msg, out_path, err_path)
         rc = proc.returncode

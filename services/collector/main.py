@@ -9,7 +9,7 @@ from spotsweep.shared import log, topology
 from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.db import Database
-from spotsweep.shared.runtime import ExitCode, connect_broker, install_signals, with_startup_retries
+from spotsweep.shared.runtime import Cleanup, ExitCode, connect_broker, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
 
 _log = log.get("spotsweep.collector")
@@ -28,16 +28,14 @@ def main(settings: Settings) -> int:
     if settings.database_url is None:
         _log.error("SPOTSWEEP_DATABASE_URL is not set: the collector needs PostgreSQL")
         return ExitCode.USAGE
-    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat)
     db = Database(settings.database_url.get_secret_value())
-    batcher = start(broker, db)
 
-    def drain() -> None:
-        broker.stop(drain=True)
+    def start_on(broker: Broker) -> Cleanup:
+        batcher = start(broker, db)
+        _log.info("collector running")
+        return batcher.close  # flush what is buffered; unacked leftovers are redelivered anyway
 
-    install_signals(drain)
-    _log.info("collector running")
-    broker.run()
-    batcher.close()
-    db.close()
-    return ExitCode.OK
+    try:
+        return serve(lambda: connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat), start_on)
+    finally:
+        db.close()

@@ -9,7 +9,7 @@ from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.db import Database
 from spotsweep.shared.middleware import guarded
-from spotsweep.shared.runtime import ExitCode, connect_broker, install_signals, with_startup_retries
+from spotsweep.shared.runtime import ExitCode, connect_broker, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
 
 _log = log.get("spotsweep.planner")
@@ -32,11 +32,13 @@ def main(settings: Settings) -> int:
     if settings.database_url is None:
         _log.error("SPOTSWEEP_DATABASE_URL is not set: the planner needs PostgreSQL")
         return ExitCode.USAGE
-    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat)
     db = Database(settings.database_url.get_secret_value())
-    start(broker, db)
-    install_signals(lambda: broker.stop(drain=True))
-    _log.info("planner running")
-    broker.run()
-    db.close()
-    return ExitCode.OK
+
+    def start_on(broker: Broker) -> None:
+        start(broker, db)
+        _log.info("planner running")
+
+    try:
+        return serve(lambda: connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat), start_on)
+    finally:
+        db.close()

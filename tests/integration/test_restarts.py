@@ -144,3 +144,28 @@ def test_cancel_stops_running_trials_and_ends_the_sweep(cluster: Cluster, databa
     status = cluster.cli("status", sweep_id, "--json")
     assert '"state": "cancelled"' in status.stdout
     assert cluster.stop()["agent"] == 0
+
+
+def test_services_reconnect_when_the_broker_drops_every_connection(cluster: Cluster, database_url: str,
+                                                                    rabbit_url: str) -> None:
+    vhost = rabbit_url.rsplit("/", 1)[1]
+    sweep_id = cluster.submit(spec("reconnect", 8, 0.2, 2))
+    cluster.start("planner", "planner")
+    cluster.start("collector", "collector")
+    cluster.start("agent", "agent", "--slots", "2", "--class", "cpu")
+    done = "SELECT count(*) FROM trials WHERE sweep_id = %s AND state = 'completed'"
+    assert wait_for(database_url, done, (sweep_id,), lambda n: n >= 1) >= 1, cluster.logs()
+    subprocess.run(["rabbitmqctl", "-q", "close_all_connections", "-p", vhost, "chaos test"], check=True, timeout=60)
+    state = wait_for(database_url, "SELECT state FROM sweeps WHERE sweep_id = %s", (sweep_id,), lambda s: s != "running")
+    assert state == "completed", cluster.logs()
+    time.sleep(1.0)
+    codes = cluster.stop()
+    assert codes == {"planner": 0, "collector": 0, "agent": 0}, (codes, cluster.logs())
+    assert "reconnecting" in cluster.logs()
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT params, metrics FROM trial_results WHERE sweep_id = %s AND state = 'completed'",
+                            (sweep_id,)).fetchall()
+        points = conn.execute("SELECT count(*), count(DISTINCT (trial_id, step)) FROM metric_points WHERE sweep_id = %s",
+                              (sweep_id,)).fetchone()
+    assert len(rows) == 8 and all(r[1]["loss"] == r[0]["k"] * 10 + 5 for r in rows)
+    assert points == (40, 40)

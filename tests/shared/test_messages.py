@@ -3,6 +3,7 @@
 import math
 
 import pytest
+from pydantic import ValidationError
 
 from spotsweep.shared.errors import DecodeError
 from spotsweep.shared.messages import (
@@ -49,7 +50,7 @@ def test_newer_schema_versions_are_refused() -> None:
 
 def test_messages_are_frozen_and_the_schema_is_published() -> None:
     m = CancelSweep(sweep_id="s")
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         m.sweep_id = "other"  # type: ignore[misc]
     schema = json_schemas()
     assert "trial.finished" in str(schema)

@@ -11,7 +11,6 @@ import pytest
 from spotsweep.services.planner.handlers import PlannerDeps, handle_event, handle_sweep_message, publish_pending
 from spotsweep.shared import topology
 from spotsweep.shared.broker.memory import MemoryBroker
-from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import DecodeError, RetryableError
 from spotsweep.shared.messages import TrialFinished, TrialMessage, TrialStarted, decode, encode
