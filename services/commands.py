@@ -58,9 +58,13 @@ def schemas() -> dict[str, Any]:
 
 
 def database(settings: Settings) -> Database:
+    """The results database, schema ensured: a command run before any service
+    (``submit --wait`` right after ``submit``) sees empty results, not an error."""
     from spotsweep.services.local import database as local_database
 
-    return local_database(settings)
+    db = local_database(settings)
+    db.migrate()
+    return db
 
 
 def submit(spec: SweepSpec, settings: Settings) -> str:

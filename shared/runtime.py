@@ -20,6 +20,7 @@ from spotsweep.shared import log
 from spotsweep.shared.broker import Broker, connect
 from spotsweep.shared.errors import RetryableError
 from spotsweep.shared.middleware import Backoff, retrying
+from spotsweep.shared.settings import Settings
 
 _log = log.get("spotsweep.runtime")
 T = TypeVar("T")
@@ -44,6 +45,11 @@ def with_startup_retries(fn: Callable[[], T], what: str) -> T:
 
 def connect_broker(url: str, heartbeat: int) -> Broker:
     return with_startup_retries(lambda: connect(url, heartbeat=heartbeat), "connect to RabbitMQ")
+
+
+def broker_factory(settings: Settings) -> Callable[[], Broker]:
+    """What :func:`serve` calls for each (re)connection."""
+    return lambda: connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat)
 
 
 def install_signals(on_first: Callable[[], None], on_second: Callable[[], None] | None = None) -> None:

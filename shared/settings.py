@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPOTSWEEP_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SPOTSWEEP_", extra="ignore", env_ignore_empty=True)
 
     amqp_url: SecretStr = SecretStr("amqp://guest:guest@127.0.0.1:5672/%2F")
     database_url: SecretStr | None = None

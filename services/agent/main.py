@@ -22,7 +22,7 @@ from spotsweep.shared.artifacts import open_store
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.middleware import Backoff, guarded
-from spotsweep.shared.runtime import connect_broker, serve, with_startup_retries
+from spotsweep.shared.runtime import broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
 
 _log = log.get("spotsweep.agent")
@@ -81,4 +81,4 @@ def main(settings: Settings, slots: int | None, resource_class: str, grace: floa
         control.kill.set()
         kill_all()
 
-    return serve(lambda: connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat), start_on, drain, kill)
+    return serve(broker_factory(settings), start_on, drain, kill)

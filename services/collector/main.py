@@ -8,8 +8,8 @@ from spotsweep.services.collector.handlers import CollectorDeps, handle_batch
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.port import Broker
-from spotsweep.shared.db import Database
-from spotsweep.shared.runtime import Cleanup, ExitCode, connect_broker, serve, with_startup_retries
+from spotsweep.shared.db import Database, required_database
+from spotsweep.shared.runtime import Cleanup, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
 
 _log = log.get("spotsweep.collector")
@@ -25,10 +25,7 @@ def start(broker: Broker, db: Database, max_batch: int = MAX_BATCH, max_wait: fl
 
 
 def main(settings: Settings) -> int:
-    if settings.database_url is None:
-        _log.error("SPOTSWEEP_DATABASE_URL is not set: the collector needs PostgreSQL")
-        return ExitCode.USAGE
-    db = Database(settings.database_url.get_secret_value())
+    db = required_database(settings.database_url, "collector")
 
     def start_on(broker: Broker) -> Cleanup:
         batcher = start(broker, db)
@@ -36,6 +33,6 @@ def main(settings: Settings) -> int:
         return batcher.close  # flush what is buffered; unacked leftovers are redelivered anyway
 
     try:
-        return serve(lambda: connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat), start_on)
+        return serve(broker_factory(settings), start_on)
     finally:
         db.close()

@@ -7,9 +7,9 @@ from functools import partial
 from spotsweep.services.planner.handlers import PlannerDeps, handle_event, handle_sweep_message, publish_pending
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker
-from spotsweep.shared.db import Database
+from spotsweep.shared.db import Database, required_database
 from spotsweep.shared.middleware import guarded
-from spotsweep.shared.runtime import ExitCode, connect_broker, serve, with_startup_retries
+from spotsweep.shared.runtime import broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
 
 _log = log.get("spotsweep.planner")
@@ -29,16 +29,13 @@ def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gp
 
 
 def main(settings: Settings) -> int:
-    if settings.database_url is None:
-        _log.error("SPOTSWEEP_DATABASE_URL is not set: the planner needs PostgreSQL")
-        return ExitCode.USAGE
-    db = Database(settings.database_url.get_secret_value())
+    db = required_database(settings.database_url, "planner")
 
     def start_on(broker: Broker) -> None:
         start(broker, db)
         _log.info("planner running")
 
     try:
-        return serve(lambda: connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat), start_on)
+        return serve(broker_factory(settings), start_on)
     finally:
         db.close()

@@ -15,12 +15,20 @@ from importlib import resources
 
 import psycopg
 from psycopg.rows import dict_row
+from pydantic import SecretStr
 
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.settings import redact_url
 
 SCHEMA_VERSION = 1
 _MIGRATION_LOCK = 0x5907_5EE9  # pg_advisory_lock key: one migrator at a time
+
+
+def required_database(database_url: SecretStr | None, who: str) -> Database:
+    """The service's database, or a clear error when none is configured."""
+    if database_url is None:
+        raise PermanentError(f"SPOTSWEEP_DATABASE_URL is not set: the {who} needs PostgreSQL")
+    return Database(database_url.get_secret_value())
 
 
 class Database:

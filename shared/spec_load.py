@@ -1,0 +1,145 @@
+"""Into a sweep spec: YAML or JSON text, a file, or decoded data; errors as the user wrote them.
+
+Every way in ends in :func:`parse_spec`. A failure is a :class:`SpecError`
+whose ``(field, message)`` pairs carry dotted paths as written in the spec
+(pydantic's union tags dropped) and messages naming the offending value.
+Import from :mod:`spotsweep.shared.spec`, the public face.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from spotsweep.shared.errors import SpecError
+from spotsweep.shared.spec_models import PARAM_TYPES, STRATEGY_TYPES, SweepSpec, _Problems
+
+
+def parse_spec(data: object) -> SweepSpec:
+    """Validate decoded data (a dict from YAML, JSON or a message body) into a spec."""
+    _require_mapping(data, "")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as e:
+        raise _translate(e) from e
+
+
+def load_spec(text: str | bytes, source: str = "<spec>") -> SweepSpec:
+    """Parse YAML or JSON text (JSON is YAML) into a spec; ``source`` names it in errors."""
+    data = yaml_load(text, source)
+    _require_mapping(data, f"{source}: ")
+    return parse_spec(data)
+
+
+def _require_mapping(data: object, prefix: str) -> None:
+    if not isinstance(data, Mapping):
+        got = "an empty document" if data is None else type(data).__name__
+        raise SpecError([("", f"{prefix}top level must be a mapping (got {got})")])
+
+
+def load_spec_file(path: str | Path) -> SweepSpec:
+    """Read and parse a spec file; a missing or unreadable file is a SpecError naming it."""
+    try:
+        text = Path(path).read_bytes()
+    except FileNotFoundError as e:
+        raise SpecError([("", f"{path}: no such file")]) from e
+    except OSError as e:
+        raise SpecError([("", f"{path}: cannot read: {e.strerror or e}")]) from e
+    return load_spec(text, source=str(path))
+
+
+class _Loader(yaml.SafeLoader):
+    """safe_load, plus two fixes for specs: YAML 1.2 floats and no duplicate keys."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # PyYAML keeps the last of two equal keys; a repeated `lr:` in space is a mistake.
+        seen: set[Any] = set()
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # exotic keys: the model refuses them with a better message
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 reads 1e-4 and 1.0e4 (no dot, or unsigned exponent) as strings; 1.2 and JSON read floats.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text: str | bytes, source: str = "<spec>") -> object:
+    """Decode YAML (or JSON) text; a syntax error is a SpecError with line and column."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError([("", f"{source}: YAML syntax error{where}: {e.problem or e.context}")]) from e
+    except yaml.YAMLError as e:  # reader errors: bad encoding, control characters
+        raise SpecError([("", f"{source}: cannot read as YAML: {e}")]) from e
+
+
+def _translate(error: ValidationError) -> SpecError:
+    """pydantic's errors as (dotted path the user wrote, message naming the value)."""
+    out: list[tuple[str, str]] = []
+    for err in error.errors():
+        loc, tag = _strip_tag(err["loc"])
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, _Problems):
+            out += [(_path(loc + rel), msg) for rel, msg in cause.errors]
+        else:
+            extra, msg = _message(err, loc, tag)
+            out.append((_path(loc + extra), msg))
+    return SpecError(out)
+
+
+def _strip_tag(loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], str | None]:
+    """Drop the union tag pydantic puts in paths: space.x.uniform.low -> space.x.low."""
+    if len(loc) >= 3 and loc[0] == "space" and loc[2] in PARAM_TYPES:
+        return loc[:2] + loc[3:], str(loc[2])
+    if len(loc) >= 2 and loc[0] == "strategy" and loc[1] in STRATEGY_TYPES:
+        return loc[:1] + loc[2:], str(loc[1])
+    return loc, None
+
+
+def _message(err: Any, loc: tuple[str | int, ...], tag: str | None) -> tuple[tuple[str, ...], str]:
+    kind, value = err["type"], err.get("input")
+    expected = ", ".join(STRATEGY_TYPES if loc[:1] == ("strategy",) else PARAM_TYPES)
+    if kind == "extra_forbidden":
+        return (), "unknown key"
+    if kind == "missing":
+        if tag is None:
+            return (), "required"
+        return (), f"required for strategy {tag}" if loc[0] == "strategy" else f"required for type {tag}"
+    if kind == "union_tag_invalid":
+        return ("type",), f"unknown type {err['ctx']['tag']!r} (expected one of: {expected})"
+    if kind == "union_tag_not_found":
+        return ("type",), f"required (one of: {expected})"
+    if kind == "value_error":
+        return (), str(err["ctx"]["error"])
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return (), f"must be a mapping (got {_short(value)})"
+    return (), f"{err['msg']} (got {_short(value)})"
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _path(loc: tuple[str | int, ...]) -> str:
+    """('space', 'lr', 'values', 0) -> 'space.lr.values[0]'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out

@@ -1,0 +1,229 @@
+"""The sweep spec's models: fields, defaults, and the checks on them.
+
+Every model is frozen and strict (no ``"3"`` -> 3 coercion) and forbids unknown
+keys. Checks that span fields (parameter names, templates against the space,
+strategy against the space) raise :class:`_Problems` with paths relative to the
+model; :mod:`.spec_load` turns those, and pydantic's own errors, into a
+:class:`SpecError`. Import from :mod:`spotsweep.shared.spec`, the public face.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import field_validator, model_validator
+
+from spotsweep.shared.naming import check_template
+
+BUILTINS = ("index", "name", "trial_name")  # fields every template may use; no parameter may take these names
+GRID_CONTINUOUS = "{kind} range cannot be enumerated by strategy grid; use strategy random or list the values"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+_PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class _Problems(ValueError):
+    """Errors found by a model validator, as (path relative to that model, message)."""
+
+    def __init__(self, errors: list[tuple[tuple[str | int, ...], str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(m for _, m in errors))
+
+
+class _Model(BaseModel):
+    # strict: no "3" -> 3 or True -> 1 coercion; ints are still accepted for floats.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
+
+
+def _scalar(value: object) -> object:
+    if not isinstance(value, (bool, int, float, str)):
+        raise ValueError(f"must be a number, string or bool (got {value!r})")
+    return value
+
+
+# bool first: smart-mode unions keep the input's exact type (True stays bool, 1 stays int).
+ChoiceValue = Annotated[Union[StrictBool, StrictInt, StrictFloat, StrictStr], BeforeValidator(_scalar)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class Metric(_Model):
+    name: str = Field(min_length=1)
+    mode: Literal["min", "max"] = "min"
+
+
+class Choice(_Model):
+    """A set of values; ``[a, b]`` in a spec is short for ``{type: choice, values: [a, b]}``."""
+
+    type: Literal["choice"] = "choice"
+    values: list[ChoiceValue]
+
+    @field_validator("values")
+    @classmethod
+    def _not_empty(cls, values: list[Any]) -> list[Any]:
+        if not values:
+            raise ValueError("must not be empty")
+        return values
+
+
+class _Range(_Model):
+    @model_validator(mode="after")
+    def _ordered(self) -> _Range:
+        low, high = self.low, self.high  # type: ignore[attr-defined]
+        if low >= high:
+            raise _Problems([(("low",), f"must be less than high (got low={low}, high={high})")])
+        return self
+
+
+class Uniform(_Range):
+    type: Literal["uniform"] = "uniform"
+    low: Finite
+    high: Finite
+
+
+class LogUniform(_Range):
+    type: Literal["loguniform"] = "loguniform"
+    low: Finite
+    high: Finite
+
+    @field_validator("low")
+    @classmethod
+    def _positive(cls, low: float) -> float:
+        if low <= 0:
+            raise ValueError(f"must be greater than 0 for loguniform (got {low})")
+        return low
+
+
+class IntRange(_Range):
+    """Integers ``low, low+step, ...`` up to ``high`` inclusive."""
+
+    type: Literal["int"] = "int"
+    low: int
+    high: int
+    step: int = Field(default=1, ge=1)
+
+
+def _short_form(value: object) -> object:
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("must list at least one value")
+        return {"type": "choice", "values": value}
+    if not isinstance(value, (Mapping, BaseModel)):
+        raise ValueError(f"must be a list of values or a mapping with a type (got {value!r})")
+    return value
+
+
+Param = Annotated[Union[Choice, Uniform, LogUniform, IntRange], Field(discriminator="type"), BeforeValidator(_short_form)]
+PARAM_TYPES = ("choice", "uniform", "loguniform", "int")
+
+
+class GridStrategy(_Model):
+    """Every combination in order (first space key slowest), the first ``max_trials`` of them."""
+
+    type: Literal["grid"] = "grid"
+    max_trials: int | None = Field(default=None, ge=1)
+
+
+class RandomStrategy(_Model):
+    """``trials`` independent samples; ``seed`` makes them reproducible."""
+
+    type: Literal["random"] = "random"
+    trials: int = Field(ge=1)
+    seed: int = 0
+
+
+Strategy = Annotated[Union[GridStrategy, RandomStrategy], Field(discriminator="type")]
+STRATEGY_TYPES = ("grid", "random")
+
+
+class Retries(_Model):
+    max_failures: int = Field(default=3, ge=0)  # 3 means up to 4 attempts
+
+
+class Resources(_Model):
+    gpus: int = Field(default=1, ge=0)
+    resource_class: str = Field(default="gpu", alias="class", min_length=1)  # routes trials to agents serving it
+
+
+def _split_command(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as e:
+            raise ValueError(f"cannot split into arguments: {e} (got {value!r})") from e
+    return value
+
+
+class SweepSpec(_Model):
+    name: str
+    command: Annotated[list[str], BeforeValidator(_split_command)]
+    metric: Metric
+    space: dict[str, Param] = Field(default_factory=dict)
+    strategy: Strategy = Field(default_factory=GridStrategy)
+    max_concurrent: int = Field(default=20, ge=1)
+    trial_name: str = "{name}_{index:04d}"
+    repeats: int = Field(default=1, ge=1)
+    retries: Retries = Field(default_factory=Retries)
+    resources: Resources = Field(default_factory=Resources)
+    env: dict[str, str] = Field(default_factory=dict)
+    priority: int = Field(default=0, ge=0, le=9)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"must be 1-100 letters, digits, '-', '_' or '.', starting with a letter or digit (got {name!r})")
+        return name
+
+    @field_validator("command")
+    @classmethod
+    def _not_empty(cls, command: list[str]) -> list[str]:
+        if not command:
+            raise ValueError("must not be empty")
+        return command
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SweepSpec:
+        """Checks across fields: parameter names, templates, strategy against space."""
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        for key, param in self.space.items():
+            if key in BUILTINS:
+                problems.append((("space", key), f"reserved name; {', '.join(BUILTINS)} are built in"))
+            elif not _PARAM.fullmatch(key):
+                problems.append((("space", key), f"must be letters, digits, '_' or '-', not starting with a digit (got {key!r})"))
+            if key == "seed" and self.repeats > 1:
+                problems.append((("space", "seed"), f"cannot be a parameter when repeats > 1 (got repeats={self.repeats}); each repeat sets seed"))
+            if self.strategy.type == "grid" and isinstance(param, (Uniform, LogUniform)):
+                problems.append((("space", key), GRID_CONTINUOUS.format(kind=param.type)))
+        samples = self._samples()
+        command_samples = {k: v for k, v in samples.items() if k != "name"}
+        for i, arg in enumerate(self.command):
+            problems += [(("command", i), m) for m in check_template(arg, command_samples)]
+        name_samples = {k: v for k, v in samples.items() if k != "trial_name"}
+        problems += [(("trial_name",), m) for m in check_template(self.trial_name, name_samples)]
+        problems += [(("env", k), f"not a valid environment variable name (got {k!r})") for k in self.env if not _ENV.fullmatch(k)]
+        if problems:
+            raise _Problems(problems)
+        return self
+
+    def _samples(self) -> dict[str, list[Any]]:
+        """Values each template field can take: every choice, range bounds, built-ins."""
+        samples: dict[str, list[Any]] = {"index": [0], "name": [self.name], "trial_name": [self.name]}
+        for key, param in self.space.items():
+            samples[key] = list(param.values) if isinstance(param, Choice) else [param.low, param.high]
+        if self.repeats > 1:
+            samples["seed"] = [0]
+        return samples
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict that :func:`parse_spec` turns back into an equal spec."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def spec_json_schema() -> dict[str, Any]:
+    """JSON Schema of the spec's long form (a list is also accepted for a choice)."""
+    return SweepSpec.model_json_schema(by_alias=True)
+
