@@ -20,7 +20,7 @@ from spotsweep.shared import messages, topology
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import PermanentError
-from spotsweep.shared.runtime import ExitCode, connect_broker
+from spotsweep.shared.runtime import CLI_BACKOFF, ExitCode, connect_broker
 from spotsweep.shared.settings import Settings
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, load_spec_file, spec_json_schema
@@ -71,7 +71,7 @@ def submit(spec: SweepSpec, settings: Settings) -> str:
     """Declare the sweeps queue (so a spec posted before the planner starts
     waits durably) and post the spec with a confirm. Returns the sweep id."""
     sweep_id = new_sweep_id(spec.name)
-    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat)
+    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat, CLI_BACKOFF)
     try:
         broker.declare([topology.dead_letter_queue(), topology.sweeps_queue()])
         body = json.dumps(spec.model_dump(mode="json", by_alias=True)).encode()
@@ -83,7 +83,7 @@ def submit(spec: SweepSpec, settings: Settings) -> str:
 
 
 def cancel(sweep_id: str, settings: Settings) -> None:
-    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat)
+    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat, CLI_BACKOFF)
     try:
         broker.declare([topology.dead_letter_queue(), topology.sweeps_queue()])
         broker.publish(Outgoing("", topology.SWEEPS_QUEUE, b"{}", headers={"kind": "cancel", "sweep_id": sweep_id},

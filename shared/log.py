@@ -47,8 +47,10 @@ def configure(level: str = "INFO", json: bool | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=False,
     )
-    # pika logs connection chatter at INFO; keep only its warnings.
+    # pika logs every failed connection attempt with a traceback; the broker
+    # adapter translates those failures into one clear error of ours instead.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
 
 
 def get(name: str | None = None) -> Any:

@@ -43,8 +43,12 @@ def with_startup_retries(fn: Callable[[], T], what: str) -> T:
     return retrying(fn, STARTUP_BACKOFF, what=what)  # type: ignore[return-value]
 
 
-def connect_broker(url: str, heartbeat: int) -> Broker:
-    return with_startup_retries(lambda: connect(url, heartbeat=heartbeat), "connect to RabbitMQ")
+CLI_BACKOFF = Backoff(base=0.5, cap=2.0, attempts=4)  # a person is waiting: give up after a few seconds
+
+
+def connect_broker(url: str, heartbeat: int, patience: Backoff | None = None) -> Broker:
+    """Connect, retrying: services wait about a minute (``STARTUP_BACKOFF``), the CLI a few seconds."""
+    return retrying(lambda: connect(url, heartbeat=heartbeat), patience or STARTUP_BACKOFF, what="connect to RabbitMQ")  # type: ignore[return-value]
 
 
 def broker_factory(settings: Settings) -> Callable[[], Broker]:

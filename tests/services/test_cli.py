@@ -1,0 +1,61 @@
+"""The command line as a user meets it: exit codes, messages, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from spotsweep import __version__
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SPOTSWEEP_")}
+    return subprocess.run([sys.executable, "-m", "spotsweep", *args], env={**base, **(env or {})}, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_version() -> None:
+    proc = cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"spotsweep {__version__}"
+
+
+def test_schema_prints_the_spec_and_message_schemas() -> None:
+    proc = cli("schema")
+    assert proc.returncode == 0
+    schemas = json.loads(proc.stdout)
+    assert "space" in json.dumps(schemas["spec"]) and "trial.finished" in json.dumps(schemas["messages"])
+
+
+def test_status_on_a_fresh_database_is_empty_not_an_error(database_url: str) -> None:
+    proc = cli("status", "--json", env={"SPOTSWEEP_DATABASE_URL": database_url})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
+
+
+def test_report_of_an_unknown_sweep_names_it(database_url: str) -> None:
+    proc = cli("report", "nope-123", env={"SPOTSWEEP_DATABASE_URL": database_url})
+    assert proc.returncode == 2 and "no sweep with id 'nope-123'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_submit_refuses_a_bad_spec_before_touching_the_broker(tmp_path: Path) -> None:
+    spec = tmp_path / "s.json"
+    spec.write_text('{"name": "x", "command": ["echo"], "metric": {"name": "v"}, "space": {"a": []}}')
+    proc = cli("submit", str(spec), env={"SPOTSWEEP_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/%2F"})
+    assert proc.returncode == 2 and "space.a" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_unreachable_broker_is_a_clear_error_without_the_password(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: x\ncommand: [echo]\nmetric: {name: v}\nspace: {a: [1]}\n")
+    env = {"SPOTSWEEP_AMQP_URL": "amqp://guest:hunter2@127.0.0.1:1/%2F"}
+    proc = cli("submit", str(spec), env=env)  # the CLI gives up after a few seconds
+    assert proc.returncode == 69, proc.stderr
+    assert "cannot connect to RabbitMQ" in proc.stderr and "hunter2" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_ls_filter_syntax_errors_name_the_filter(database_url: str) -> None:
+    proc = cli("ls", "--filter", "colour=red", env={"SPOTSWEEP_DATABASE_URL": database_url})
+    assert proc.returncode == 2 and "--filter 'colour=red'" in proc.stderr
