@@ -132,7 +132,7 @@ def status(sweep_id: str | None, settings: Settings, as_json: bool) -> int:
     for r in rows:
         table.add_row(r["sweep_id"], r["name"], r["state"], str(r["total_trials"]), str(r["completed"]), str(r["running"]),
                       str(r["queued"]), str(r["failed"]), str(r["cancelled"]))
-    Console().print(table)
+    reporter.console().print(table)
     for r in rows:
         if r["state"] == "rejected":
             print(f"{r['sweep_id']} rejected: {r['error']}")
@@ -162,13 +162,13 @@ def list_trials(filters: list[str], settings: Settings, as_json: bool) -> int:
     for r in rows:
         table.add_row(r["trial_name"], r["sweep_id"], r["state"], str(r["attempts"]),
                       ", ".join(f"{k}={v:.4g}" for k, v in sorted((r["metrics"] or {}).items())))
-    Console().print(table)
+    reporter.console().print(table)
     return ExitCode.OK
 
 
 def report(sweep_id: str, settings: Settings, csv: Path | None, top: int | None) -> int:
     rep = reporter.build(database(settings), sweep_id)
-    reporter.print_leaderboard(rep, Console(), top)
+    reporter.print_leaderboard(rep, top=top)
     if csv is not None:
         n = reporter.write_csv(rep, csv)
         print(f"wrote {n} rows to {csv}")

@@ -69,7 +69,7 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
     broker.stop(drain=True)
     batcher.close()
     rep = reporter.build(db, sweep_id)
-    reporter.print_leaderboard(rep, Console())
+    reporter.print_leaderboard(rep)
     if csv is not None:
         n = reporter.write_csv(rep, csv)
         console.print(f"wrote {n} rows to {csv}")

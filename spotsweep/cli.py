@@ -58,8 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("planner", help="run the planner service")
     sub.add_parser("collector", help="run the collector service")
     a = sub.add_parser("agent", help="run an agent on this node")
-    a.add_argument("--slots", type=int, help="trials at once (default: one per GPU, or 1)")
+    a.add_argument("--slots", type=int, help="trials at once (default: one per GPU group, or 1 without GPUs)")
     a.add_argument("--class", dest="resource_class", default="gpu", help="resource class served (default gpu)")
+    a.add_argument("--gpus-per-slot", type=int, default=1, help="GPUs each trial gets (default 1)")
     a.add_argument("--grace", type=float, default=90.0, help="seconds a preempted trial gets to checkpoint")
     a.add_argument("--workdir", type=Path)
     return p
@@ -129,7 +130,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if cmd == "agent":
         from spotsweep.services.agent.main import main as agent_main
 
-        return agent_main(settings, args.slots, args.resource_class, args.grace, args.workdir)
+        return agent_main(settings, args.slots, args.resource_class, args.grace, args.workdir, args.gpus_per_slot)
     raise AssertionError(cmd)  # argparse refuses unknown commands
 
 

@@ -61,8 +61,15 @@ def start(
     return deps
 
 
-def main(settings: Settings, slots: int | None, resource_class: str, grace: float, workdir: Path | None) -> int:
-    gpus = detect_gpus()
+def gpu_groups(gpus: list[str], per_slot: int) -> list[str]:
+    """``CUDA_VISIBLE_DEVICES`` value of each slot: 8 GPUs, 2 per slot -> "0,1", "2,3", ..."""
+    per_slot = max(1, per_slot)
+    return [",".join(gpus[i:i + per_slot]) for i in range(0, len(gpus) - per_slot + 1, per_slot)]
+
+
+def main(settings: Settings, slots: int | None, resource_class: str, grace: float, workdir: Path | None,
+         gpus_per_slot: int = 1) -> int:
+    gpus = gpu_groups(detect_gpus(), gpus_per_slot)
     n = slots or max(1, len(gpus))
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
     control = RunControl(grace=grace)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,9 @@ def build(db: Database, sweep_id: str) -> Report:
     spec = sweep["spec"] or {}
     metric = (spec.get("metric") or {}).get("name", "")
     mode = (spec.get("metric") or {}).get("mode", "min")
-    params = sorted({k for r in rows for k in r["params"]}, key=lambda k: (k not in spec.get("space", {}), k))
+    seen = {k for r in rows for k in r["params"]}
+    space = list(spec.get("space", {}))  # the spec's order (stored as json, not jsonb, to keep it)
+    params = [k for k in space if k in seen] + sorted(seen - set(space))
     metrics = sorted({k for r in rows for k in (r["metrics"] or {})}, key=lambda k: (k != metric, k))
     ranked = [r for r in rows if r["state"] == "completed" and _finite((r["metrics"] or {}).get(metric))]
     ranked.sort(key=lambda r: r["metrics"][metric], reverse=(mode == "max"))
@@ -62,33 +65,45 @@ def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def console() -> Console:
+    """A console for tables: the terminal's width, or wide when piped to a file
+    (rich's default of 80 columns would cut trial names and metrics)."""
+    return Console() if sys.stdout.isatty() else Console(width=240)
+
+
+def metric_columns(report: Report) -> list[str]:
+    """Metric column names; a metric named like a param (``lr`` reported as the
+    schedule's current value) becomes ``metric:lr`` so columns stay unique."""
+    return [f"metric:{m}" if m in report.params else m for m in report.metrics]
+
+
 def _fmt(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return "" if value is None else str(value)
 
 
-def print_leaderboard(report: Report, console: Console | None = None, top: int | None = None) -> None:
-    console = console or Console()
+def print_leaderboard(report: Report, out: Console | None = None, top: int | None = None) -> None:
+    out = out or console()
     arrow = "↓" if report.mode == "min" else "↑"
     table = Table(title=f"{report.sweep_name} ({report.sweep_id}) — {report.sweep_state}, ranked by {report.metric} {arrow}")
     table.add_column("#", justify="right")
-    table.add_column("trial")
+    table.add_column("trial", no_wrap=True)
     for p in report.params:
         table.add_column(p, justify="right")
-    for m in report.metrics:
-        table.add_column(m, justify="right", style="bold" if m == report.metric else None)
+    for m, header in zip(report.metrics, metric_columns(report)):
+        table.add_column(header, justify="right", style="bold" if m == report.metric else None)
     table.add_column("attempts", justify="right")
     for i, row in enumerate(report.ranked[:top] if top else report.ranked, 1):
         table.add_row(
             str(i), row["trial_name"], *(_fmt(row["params"].get(p)) for p in report.params),
             *(_fmt((row["metrics"] or {}).get(m)) for m in report.metrics), str(row["attempts"]),
         )
-    console.print(table)
+    out.print(table)
     if report.unranked:
-        console.print(f"[bold]{len(report.unranked)} trial(s) without results:[/bold]")
+        out.print(f"[bold]{len(report.unranked)} trial(s) without results:[/bold]")
         for row in report.unranked:
-            console.print(f"  {row['trial_name']}: {_why(row, report.metric)}", markup=False, highlight=False)
+            out.print(f"  {row['trial_name']}: {_why(row, report.metric)}", markup=False, highlight=False)
 
 
 def write_csv(report: Report, path: Path) -> int:
@@ -96,7 +111,7 @@ def write_csv(report: Report, path: Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["trial_name", "state", *report.params, *report.metrics, "attempts", "preemptions", "error"])
+        writer.writerow(["trial_name", "state", *report.params, *metric_columns(report), "attempts", "preemptions", "error"])
         for row in [*report.ranked, *report.unranked]:
             writer.writerow([
                 row["trial_name"], row["state"], *(row["params"].get(p, "") for p in report.params),

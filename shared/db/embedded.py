@@ -8,6 +8,7 @@ is stopped when the last user of the directory exits.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,9 @@ def embedded_url(data_dir: Path) -> str:
     """Start (or reuse) the embedded server in ``data_dir``; return its URL."""
     data_dir = data_dir.expanduser().resolve()
     if data_dir not in _servers:
+        # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset (any
+        # container or CI job); the fallback it picks is fine.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
         try:
             import pgserver
         except ImportError as e:  # pragma: no cover - a dependency of the package

@@ -86,6 +86,8 @@ def test_the_quickstart_example_trains_for_real(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.DictReader((tmp_path / "q.csv").open()))
     assert len(rows) == 6 and {r["state"] for r in rows} == {"completed"}
+    # params in the spec's order; the script's "lr" metric (the schedule) must not shadow the "lr" param
+    assert list(rows[0])[:5] == ["trial_name", "state", "lr", "hidden", "val_loss"] and "metric:lr" in rows[0]
     losses = [float(r["val_loss"]) for r in rows]
     assert losses == sorted(losses) and losses[0] < 0.69  # learned something: below chance-level log-loss
 

@@ -44,3 +44,4 @@ def test_tail_returns_only_complete_lines_until_final(tmp_path: Path) -> None:
     assert tail.read() == ['{"step": 2}']
     assert tail.read(final=True) == ['{"step": 3}']
     assert tail.read(final=True) == []
+
