@@ -5,7 +5,6 @@ Kept apart from argument parsing so tests call them directly.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import time
 from pathlib import Path
@@ -150,9 +149,10 @@ def list_trials(filters: list[str], settings: Settings, as_json: bool) -> int:
         if not sep or key not in _FILTER_COLUMNS:
             raise PermanentError(f"--filter {f!r}: expected KEY=GLOB with KEY one of {', '.join(_FILTER_COLUMNS)}")
         wanted.append((_FILTER_COLUMNS[key], pattern))
+    where = " AND ".join(f"{col} SIMILAR TO %s" for col, _ in wanted) or "true"
     with database(settings).transaction() as conn:
-        rows = conn.execute("SELECT * FROM trial_results ORDER BY sweep_id, trial_name").fetchall()
-    rows = [r for r in rows if all(fnmatch.fnmatchcase(str(r[col]), pat) for col, pat in wanted)]
+        rows = conn.execute(f"SELECT * FROM trial_results WHERE {where} ORDER BY sweep_id, trial_name",
+                            [reporter.glob_to_similar(pat) for _, pat in wanted]).fetchall()
     if as_json:
         print(json.dumps(rows, default=str, indent=2))
         return ExitCode.OK

@@ -10,6 +10,7 @@ plain SQL work afterwards.
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -18,8 +19,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from spotsweep.services.agent import main as agent
+from spotsweep.services.agent.handlers import Slots
 from spotsweep.services.collector import main as collector
 from spotsweep.services.planner import main as planner
+from spotsweep.services.planner import store as planner_store
 from spotsweep.services.planner.handlers import new_sweep_id
 from spotsweep.services.reporter import report as reporter
 from spotsweep.shared import log, topology
@@ -50,22 +53,30 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
     resource_class = spec.resources.resource_class
     planner.start(broker, db, (resource_class,))
     batcher = collector.start(broker, db)
-    deps = agent.start(broker, store, workers, resource_class, agent.detect_gpus() or None,
-                       settings.home / "work", agent_id="local")
+    deps = agent.start(broker, store, Slots(workers, agent.detect_gpus()), resource_class, settings.home / "work",
+                       agent_id="local")
     io = threading.Thread(target=broker.run, name="broker", daemon=True)
     io.start()
 
     sweep_id = new_sweep_id(spec.name)
     broker.publish(Outgoing("", topology.SWEEPS_QUEUE, json.dumps(spec.model_dump(mode="json", by_alias=True)).encode(),
                             headers={"sweep_id": sweep_id}, message_id=sweep_id))
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`/`timeout` stop trials like Ctrl-C does
+    followed = False
     try:
         state = _follow(db, sweep_id, console)
+        followed = True
     except KeyboardInterrupt:
-        console.print("interrupted: stopping trials")
-        deps.control.kill.set()
-        agent.kill_all()
-        broker.stop(drain=False)
+        with db.transaction() as conn:
+            planner_store.cancel_sweep(conn, sweep_id)
+        console.print(f"interrupted: trials stopped, sweep {sweep_id} cancelled")
         return ExitCode.KILLED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if not followed:  # interrupted, or an error: no trial may outlive this process
+            deps.control.kill.set()
+            agent.kill_all()
+            broker.stop(drain=False)
     broker.stop(drain=True)
     batcher.close()
     rep = reporter.build(db, sweep_id)
@@ -77,6 +88,10 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
     print(sweep_id)
     every_trial_completed = all(r["state"] == "completed" for r in rep.unranked)
     return ExitCode.OK if state == "completed" and every_trial_completed else ExitCode.FAILED
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _follow(db: Database, sweep_id: str, console: Console, poll: float = 0.2) -> str:

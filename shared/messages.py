@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
@@ -119,6 +120,22 @@ Message = Annotated[
     Field(discriminator="kind"),
 ]
 _MESSAGE = TypeAdapter(Message)
+
+
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def json_safe(value: Any) -> Any:
+    """Replace NaN and infinities with the trial contract's strings ("NaN",
+    "Infinity", "-Infinity"), for stores that accept only strict JSON
+    (PostgreSQL's jsonb rejects the bare tokens)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else _NON_FINITE[value]
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def encode(message: Envelope) -> bytes:

@@ -32,6 +32,7 @@ class ExitCode(IntEnum):
     USAGE = 2  # bad arguments or an invalid spec
     UNAVAILABLE = 69  # a dependency (broker, database, S3) cannot be reached (sysexits EX_UNAVAILABLE)
     TIMEOUT = 124
+    INTERRUPTED = 130  # Ctrl-C
     KILLED = 137  # second signal: stopped without draining
 
 
@@ -60,13 +61,18 @@ def install_signals(on_first: Callable[[], None], on_second: Callable[[], None] 
     """SIGTERM/SIGINT: first calls ``on_first`` (drain), second ``on_second`` then exits."""
     count = {"n": 0}
 
+    def drain(name: str) -> None:
+        _log.info("signal: draining (send again to stop now)", signal=name)
+        on_first()
+
     def handler(signum: int, _frame: object) -> None:
+        # No logging here: the handler may interrupt a thread that holds the
+        # log stream's lock, and would then wait for itself forever.
         count["n"] += 1
         if count["n"] == 1:
-            _log.info("signal: draining (send again to stop now)", signal=signal.Signals(signum).name)
-            threading.Thread(target=on_first, name="drain", daemon=True).start()
+            threading.Thread(target=drain, args=(signal.Signals(signum).name,), name="drain", daemon=True).start()
         else:
-            _log.warning("second signal: stopping now", signal=signal.Signals(signum).name)
+            os.write(2, b"second signal: stopping now\n")
             if on_second is not None:
                 on_second()
             os._exit(ExitCode.KILLED)

@@ -6,6 +6,7 @@ Secrets are ``SecretStr`` so they never print; URLs are logged only through
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -28,11 +29,20 @@ class Settings(BaseSettings):
     heartbeat: int = 15  # AMQP heartbeat, seconds: a dead agent is noticed within ~2x this
 
 
+_KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]+)", re.I)
+
+
 def redact_url(url: str) -> str:
-    """``amqp://u:pw@h/v`` -> ``amqp://u:***@h/v``; safe to log."""
+    """Mask passwords in a URL or a libpq conninfo string; safe to log.
+
+    ``amqp://u:pw@h/v`` -> ``amqp://u:***@h/v``; ``...?password=pw`` and
+    ``host=h password=pw`` get ``password=***``.
+    """
+    url = _KV_PASSWORD.sub(r"\1***", url)
+    if "://" not in url:
+        return url
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))

@@ -31,7 +31,8 @@ def event_routing_key(kind: str, sweep_id: str) -> str:
     return f"{kind}.{sweep_id}"
 
 
-LIFECYCLE_BINDINGS = ("trial.started.*", "trial.finished.*")
+# "#", not "*": a sweep id may contain dots, and "*" matches exactly one word.
+LIFECYCLE_BINDINGS = ("trial.started.#", "trial.finished.#")
 
 
 @dataclass(frozen=True)

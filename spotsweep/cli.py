@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from spotsweep import __version__
 from spotsweep.shared import log
 from spotsweep.shared.errors import PermanentError, RetryableError, SpecError, SpotsweepError
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     log.configure(args.log_level or ("WARNING" if args.cmd == "run" else "INFO"))
     try:
-        return _dispatch(args, Settings())
+        return _dispatch(args, _settings())
     except SpecError as e:
         for field, message in e.errors:
             print(f"error: {field}: {message}" if field else f"error: {message}", file=sys.stderr)
@@ -84,6 +86,22 @@ def main(argv: list[str] | None = None) -> int:
     except SpotsweepError as e:  # pragma: no cover - the two above cover the taxonomy
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.FAILED
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except OSError as e:  # e.g. --csv into a folder that cannot be written
+        print(f"error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        return ExitCode.FAILED
+
+
+def _settings() -> Settings:
+    """Settings from the environment; a bad value names its variable."""
+    try:
+        return Settings()
+    except ValidationError as e:
+        first = e.errors()[0]
+        name = "SPOTSWEEP_" + str(first["loc"][0]).upper() if first["loc"] else "SPOTSWEEP_*"
+        raise PermanentError(f"{name}={first.get('input')!r}: {first['msg']}") from e
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:

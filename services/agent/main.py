@@ -22,7 +22,7 @@ from spotsweep.shared.artifacts import open_store
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.middleware import Backoff, guarded
-from spotsweep.shared.runtime import broker_factory, serve, with_startup_retries
+from spotsweep.shared.runtime import Cleanup, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
 
 _log = log.get("spotsweep.agent")
@@ -40,24 +40,27 @@ def detect_gpus() -> list[str]:
 
 
 def start(
-    broker: Broker, store: ArtifactStore, slots: int, resource_class: str = "gpu", gpus: list[str] | None = None,
-    workdir: Path | None = None, grace: float = 90.0, agent_id: str | None = None, control: RunControl | None = None,
+    broker: Broker, store: ArtifactStore, slots: Slots, resource_class: str = "gpu", workdir: Path | None = None,
+    agent_id: str | None = None, control: RunControl | None = None,
 ) -> AgentDeps:
-    """Declare, subscribe to cancellations, and consume trials with ``slots`` workers."""
+    """Declare, subscribe to cancellations, and consume trials with one worker per slot.
+
+    Called again on every reconnection with the same ``slots`` and ``control``
+    (so GPUs held by trials of a dead connection are not handed out twice).
+    """
     agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
     broker.declare([topology.dead_letter_queue(), topology.trial_queue_spec(resource_class)])
     config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent")
-    deps = AgentDeps(broker=broker, store=store, config=config, slots=Slots(slots, gpus),
-                     control=control or RunControl(grace=grace))
+    deps = AgentDeps(broker=broker, store=store, config=config, slots=slots, control=control or RunControl())
     control_queue = broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
     broker.consume(control_queue, guarded(partial(handle_control, deps=deps), "control"), prefetch=10)
     broker.consume(
         # No in-place retry: a trial handler that raised has lost its delivery
         # (the broker went away) and the trial is redelivered to some agent.
         topology.trials_queue(resource_class), guarded(partial(handle_trial, deps=deps), "trial", Backoff(attempts=1)),
-        prefetch=slots, concurrency=slots,
+        prefetch=slots.count, concurrency=slots.count,
     )
-    _log.info("agent ready", agent=agent_id, slots=slots, resource_class=resource_class, gpus=gpus or [])
+    _log.info("agent ready", agent=agent_id, slots=slots.count, resource_class=resource_class)
     return deps
 
 
@@ -70,13 +73,16 @@ def gpu_groups(gpus: list[str], per_slot: int) -> list[str]:
 def main(settings: Settings, slots: int | None, resource_class: str, grace: float, workdir: Path | None,
          gpus_per_slot: int = 1) -> int:
     gpus = gpu_groups(detect_gpus(), gpus_per_slot)
-    n = slots or max(1, len(gpus))
+    pool = Slots(slots or max(1, len(gpus)), gpus)
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
     control = RunControl(grace=grace)
     agent_id = f"{socket.gethostname()}-{os.getpid()}"
 
-    def start_on(broker: Broker) -> None:
-        start(broker, store, n, resource_class, gpus, workdir, grace, agent_id, control)
+    def start_on(broker: Broker) -> Cleanup:
+        deps = start(broker, store, pool, resource_class, workdir, agent_id, control)
+        # When this connection ends, its deliveries are void: trials still
+        # running on it are stopped (RabbitMQ hands them out again).
+        return deps.lost.set
 
     def drain() -> None:
         # Preemption: running trials get SIGTERM and up to --grace seconds to
@@ -88,4 +94,7 @@ def main(settings: Settings, slots: int | None, resource_class: str, grace: floa
         control.kill.set()
         kill_all()
 
-    return serve(broker_factory(settings), start_on, drain, kill)
+    try:
+        return serve(broker_factory(settings), start_on, drain, kill)
+    finally:
+        kill_all()  # whatever way we leave, no trial runs on unsupervised

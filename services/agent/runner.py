@@ -24,7 +24,8 @@ from pathlib import Path
 
 from spotsweep.services.agent.lines import BadLine, Checkpoint, Points, Tail, parse_line
 from spotsweep.shared import log
-from spotsweep.shared.artifacts.checkpoints import log_key, restore_checkpoint, upload_checkpoint
+from spotsweep.services.agent import uploads
+from spotsweep.shared.errors import RetryableError
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.messages import CheckpointSaved, Envelope, MetricPoint, TrialFinished, TrialMessage, TrialMetrics, TrialStarted
 
@@ -38,6 +39,7 @@ class RunControl:
 
     preempt: threading.Event = field(default_factory=threading.Event)  # SIGTERM the trial, wait for grace
     kill: threading.Event = field(default_factory=threading.Event)  # SIGKILL now
+    lost: threading.Event = field(default_factory=threading.Event)  # the delivery's connection died: SIGKILL, no report
     cancelled: Callable[[], bool] = lambda: False
     grace: float = 90.0
 
@@ -111,7 +113,7 @@ def run_trial(
     metrics_path.touch()
     finished = {"agent": config.agent_id, **ids}
     try:
-        resume = restore_checkpoint(store, msg.sweep_id, msg.trial_id, ckpt_dir)
+        resume = uploads.restore(store, msg, ckpt_dir)
         env = {**os.environ, **msg.env}
         env.update(
             SPOTSWEEP_PARAMS=_json(msg.params), SPOTSWEEP_SWEEP_ID=msg.sweep_id, SPOTSWEEP_TRIAL_ID=msg.trial_id,
@@ -131,21 +133,25 @@ def run_trial(
                 return TrialFinished(outcome="failed", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}", **finished)
             with _running_lock:
                 _running.add(proc.pid)
-            publish(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id, resume_step=resume))
-            _log.info("trial started", pid=proc.pid, resume_step=resume, **ids)
             try:
+                publish(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
+                                     agent=config.agent_id, resume_step=resume))
+                _log.info("trial started", pid=proc.pid, resume_step=resume, **ids)
                 outcome = _supervise(proc, msg, store, publish, config, control, Tail(metrics_path), ckpt_dir)
             except BaseException:
-                # The broker or the store went away mid-trial: this delivery is
-                # void (RabbitMQ hands the trial to another agent), so the
-                # process must not run on unsupervised.
+                # The broker went away (or the agent broke) mid-trial: this
+                # delivery is void and RabbitMQ hands the trial to another
+                # agent, so the process must not run on unsupervised.
                 _signal_group(proc, signal.SIGKILL)
+                raise
+            finally:
                 proc.wait()
                 with _running_lock:
                     _running.discard(proc.pid)
-                raise
+        if outcome.reason == "lost":
+            raise RetryableError("the broker connection was lost: the trial was stopped and will be redelivered")
         final, last_step = outcome.final, outcome.last_step
-        logs_uri = _upload_logs(store, msg, out_path, err_path)
+        logs_uri = uploads.logs(store, msg, out_path, err_path)
         rc = proc.returncode
         if outcome.reason == "preempted":
             result = "preempted"
@@ -198,8 +204,10 @@ def _supervise(
                 outcome.last_step = parsed.step
             elif isinstance(parsed, Checkpoint):
                 flush()  # points up to the checkpoint land before it
-                uri = upload_checkpoint(store, msg.sweep_id, msg.trial_id, parsed.step, ckpt_dir)
-                publish(CheckpointSaved(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, step=parsed.step, uri=uri))
+                uri = uploads.checkpoint(store, msg, parsed.step, ckpt_dir)
+                if uri is not None:
+                    publish(CheckpointSaved(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
+                                            step=parsed.step, uri=uri))
             elif isinstance(parsed, BadLine):
                 _log.warning("bad metrics line skipped", reason=parsed.reason, line=parsed.line[:200], trial_id=msg.trial_id)
             if len(batch) >= config.batch_points:
@@ -214,6 +222,9 @@ def _supervise(
             break
         if control.kill.is_set():
             _signal_group(proc, signal.SIGKILL)
+        elif control.lost.is_set() and outcome.reason != "lost":
+            outcome.reason = "lost"
+            _signal_group(proc, signal.SIGKILL)
         elif control.cancelled() and outcome.reason != "cancelled":
             outcome.reason = "cancelled"
             _signal_group(proc, signal.SIGKILL)
@@ -226,17 +237,8 @@ def _supervise(
                 _signal_group(proc, signal.SIGKILL)
         time.sleep(config.poll_seconds)
     proc.wait()
-    with _running_lock:
-        _running.discard(proc.pid)
     flush()
     return outcome
-
-
-def _upload_logs(store: ArtifactStore, msg: TrialMessage, out_path: Path, err_path: Path) -> str | None:
-    uri = None
-    for stream, path in (("stdout", out_path), ("stderr", err_path)):
-        uri = store.put_file(log_key(msg.sweep_id, msg.trial_id, msg.attempt, stream), path)
-    return uri.rsplit("/", 1)[0] if uri else None
 
 
 def _json(obj: object) -> str:

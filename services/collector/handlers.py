@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from spotsweep.shared import log
 from spotsweep.shared.broker.port import Delivery
 from spotsweep.shared.db import Database
-from spotsweep.shared.messages import Envelope, TrialMetrics, decode
+from spotsweep.shared.messages import Envelope, TrialMetrics, decode, json_safe
 
 _log = log.get("spotsweep.collector")
 
@@ -48,7 +48,7 @@ def write_events(events: Sequence[Envelope], db: Database) -> int:
         for p in e.points
     ]
     lifecycle = [
-        (e.message_id, e.sweep_id, e.trial_id, e.attempt, getattr(e, "kind", "?"), Jsonb(e.model_dump(mode="json")))
+        (e.message_id, e.sweep_id, e.trial_id, e.attempt, getattr(e, "kind", "?"), Jsonb(json_safe(e.model_dump(mode="json"))))
         for e in events
         if not isinstance(e, TrialMetrics)
     ]

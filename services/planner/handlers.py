@@ -33,8 +33,10 @@ from spotsweep.shared.messages import CancelSweep, TrialFinished, TrialMessage, 
 from spotsweep.shared.naming import render_argv, trial_name
 from spotsweep.shared.space import params_at, total_trials
 from spotsweep.shared.spec import SweepSpec, parse_spec
+from spotsweep.shared.states import TrialState
 
 _log = log.get("spotsweep.planner")
+SPEC_CACHE = 256  # parsed specs kept; a sweep's spec never changes
 
 
 @dataclass
@@ -55,9 +57,10 @@ class PlannerDeps:
     def spec(self, sweep_id: str, raw: dict[str, Any]) -> SweepSpec:
         """Parsed specs, cached: the spec of a sweep never changes."""
         with self._lock:
-            spec = self._specs.get(sweep_id)
-            if spec is None:
-                spec = self._specs[sweep_id] = parse_spec(raw)
+            spec = self._specs.pop(sweep_id, None) or parse_spec(raw)
+            self._specs[sweep_id] = spec  # most recently used last
+            while len(self._specs) > SPEC_CACHE:
+                del self._specs[next(iter(self._specs))]
             return spec
 
 
@@ -100,6 +103,8 @@ def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
             assert sweep is not None
             state = store.sweep_state(conn, sweep, spec.max_concurrent, spec.retries.max_failures)
             _launch(conn, sweep_id, spec, state.next_index, fill(state)[0])
+        else:
+            store.fill_tombstone(conn, sweep_id, raw, spec.name, total)
     publish_pending(deps, sweep_id)
     delivery.ack()
 
@@ -110,7 +115,6 @@ def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
     if not isinstance(event, (TrialStarted, TrialFinished)):
         delivery.ack()
         return
-    launched = False
     with log.bound(sweep_id=event.sweep_id, trial_id=event.trial_id, attempt=event.attempt), deps.db.transaction() as conn:
         sweep = store.lock_sweep(conn, event.sweep_id)
         found = store.get_trial(conn, event.trial_id) if sweep else None
@@ -121,20 +125,25 @@ def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
         spec = deps.spec(event.sweep_id, sweep["spec"])
         state: SweepState = store.sweep_state(conn, sweep, spec.max_concurrent, spec.retries.max_failures)
         decision = decide(state, found[1], event)
+        # An agent started a trial of a cancelled sweep: it missed the
+        # broadcast (it started or reconnected after it), so say it again.
+        recancel = isinstance(event, TrialStarted) and found[1].state == TrialState.CANCELLED
         if decision.update is not None:
             store.apply_update(conn, event.trial_id, decision.update)
             _log.info("trial " + decision.update.state.value, kind=event.kind)
-            launched = decision.update.state.value == "pending"
         else:
             _log.info("event ignored", kind=event.kind, reason=decision.reason)
         if decision.launch:
             _launch(conn, event.sweep_id, spec, state.next_index, decision.launch)
-            launched = True
         if decision.sweep_done:
             store.finish_sweep(conn, event.sweep_id)
             _log.info("sweep completed")
-    if launched:
-        publish_pending(deps, event.sweep_id)
+    if recancel:
+        _broadcast_cancel(deps, event.sweep_id)
+    # Always drain this sweep's outbox (one indexed query): if a previous
+    # delivery of this event committed its decision but failed to publish,
+    # its redelivery decides nothing new and must still publish.
+    publish_pending(deps, event.sweep_id)
     delivery.ack()
 
 
@@ -198,4 +207,8 @@ def _cancel(sweep_id: str, deps: PlannerDeps) -> None:
     with deps.db.transaction() as conn:
         n = store.cancel_sweep(conn, sweep_id)
     _log.info("sweep cancelled", sweep_id=sweep_id, trials=n)
+    _broadcast_cancel(deps, sweep_id)
+
+
+def _broadcast_cancel(deps: PlannerDeps, sweep_id: str) -> None:
     deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(CancelSweep(sweep_id=sweep_id))))

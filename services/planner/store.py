@@ -12,6 +12,7 @@ import psycopg
 from psycopg.types.json import Json, Jsonb
 
 from spotsweep.services.planner.decide import SweepState, TrialUpdate, TrialView
+from spotsweep.shared.messages import json_safe
 from spotsweep.shared.states import TrialState
 
 Row = dict[str, Any]
@@ -29,6 +30,14 @@ def insert_sweep(conn: psycopg.Connection, sweep_id: str, spec: dict[str, Any], 
         (sweep_id, name, Json(spec), total, priority),
     )
     return cur.rowcount == 1
+
+
+def fill_tombstone(conn: psycopg.Connection, sweep_id: str, spec: dict[str, Any], name: str, total: int) -> None:
+    """Record the spec of a sweep that was cancelled before it arrived (for reports)."""
+    conn.execute(
+        "UPDATE sweeps SET spec = %s, name = %s, total_trials = %s WHERE sweep_id = %s AND spec IS NULL AND state = 'cancelled'",
+        (Json(spec), name, total, sweep_id),
+    )
 
 
 def insert_rejected(conn: psycopg.Connection, sweep_id: str, name: str, error: str) -> None:
@@ -85,13 +94,15 @@ def insert_trials(conn: psycopg.Connection, sweep_id: str, first_index: int, tri
 def apply_update(conn: psycopg.Connection, trial_id: str, u: TrialUpdate) -> None:
     conn.execute(
         "UPDATE trials SET state = %s, attempt = %s, failures = %s, preemptions = %s,"
-        " metrics = metrics || COALESCE(%s, '{}'::jsonb), error = COALESCE(%s, error), agent = COALESCE(%s, agent),"
+        " metrics = metrics || COALESCE(%s, '{}'::jsonb),"
+        # a completed trial keeps no error from an earlier, failed attempt
+        " error = CASE WHEN %s = 'completed' THEN NULL ELSE COALESCE(%s, error) END, agent = COALESCE(%s, agent),"
         " started_at = CASE WHEN %s THEN COALESCE(started_at, now()) ELSE started_at END,"
         " finished_at = CASE WHEN %s THEN now() ELSE finished_at END"
         " WHERE trial_id = %s",
         (
             u.state.value, u.attempt, u.failures, u.preemptions,
-            Jsonb(u.metrics) if u.metrics is not None else None, u.error, u.agent,
+            Jsonb(json_safe(u.metrics)) if u.metrics is not None else None, u.state.value, u.error, u.agent,
             u.started, u.finished, trial_id,
         ),
     )
@@ -104,7 +115,16 @@ def finish_sweep(conn: psycopg.Connection, sweep_id: str, state: str = "complete
 
 
 def cancel_sweep(conn: psycopg.Connection, sweep_id: str) -> int:
-    """Cancel the sweep and every trial not yet ended; returns trials cancelled."""
+    """Cancel the sweep and every trial not yet ended; returns trials cancelled.
+
+    A cancel can overtake its spec (it is posted at top priority): then a
+    tombstone row is left so that the spec, when it comes, starts nothing.
+    """
+    conn.execute(
+        "INSERT INTO sweeps (sweep_id, name, state, error, finished_at)"
+        " VALUES (%s, '?', 'cancelled', 'cancelled before the planner saw its spec', now()) ON CONFLICT DO NOTHING",
+        (sweep_id,),
+    )
     conn.execute(
         "UPDATE sweeps SET state = 'cancelled', finished_at = now() WHERE sweep_id = %s AND state = 'running'", (sweep_id,)
     )
@@ -116,7 +136,7 @@ def cancel_sweep(conn: psycopg.Connection, sweep_id: str) -> int:
     return cur.rowcount
 
 
-def pending_trials(conn: psycopg.Connection, sweep_id: str | None, limit: int = 1000) -> list[Row]:
+def pending_trials(conn: psycopg.Connection, sweep_id: str | None, limit: int = 100) -> list[Row]:
     """Trials written but not yet confirmed on the broker (the outbox), locked.
 
     SKIP LOCKED: two planners never publish the same row at the same time.

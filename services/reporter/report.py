@@ -57,7 +57,8 @@ def build(db: Database, sweep_id: str) -> Report:
     metrics = sorted({k for r in rows for k in (r["metrics"] or {})}, key=lambda k: (k != metric, k))
     ranked = [r for r in rows if r["state"] == "completed" and _finite((r["metrics"] or {}).get(metric))]
     ranked.sort(key=lambda r: r["metrics"][metric], reverse=(mode == "max"))
-    unranked = [r for r in rows if r not in ranked]
+    ranked_ids = {r["trial_id"] for r in ranked}
+    unranked = [r for r in rows if r["trial_id"] not in ranked_ids]
     return Report(sweep["sweep_id"], sweep["name"], sweep["state"], metric, mode, params, metrics, ranked, unranked)
 
 
@@ -121,6 +122,29 @@ def write_csv(report: Report, path: Path) -> int:
     return len(report.ranked) + len(report.unranked)
 
 
+def glob_to_similar(pattern: str) -> str:
+    """A shell glob (``deepseek_exp_*``, ``run_[0-3]?``) as a SQL ``SIMILAR TO``
+    pattern, so filters run in the database instead of over every row."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        close = pattern.find("]", i + 2) if c == "[" else -1
+        if c == "*":
+            out.append("%")
+        elif c == "?":
+            out.append("_")
+        elif close != -1:
+            body = pattern[i + 1:close]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = close
+        elif c in "%_|+(){}[]\\":
+            out.append("\\" + c)
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def sweep_counts(db: Database, sweep_id: str | None = None, name_glob: str | None = None) -> list[dict[str, Any]]:
     """One row per sweep: state and trial counts by state (``spotsweep status``/``ls``)."""
     where, args = [], []
@@ -128,8 +152,8 @@ def sweep_counts(db: Database, sweep_id: str | None = None, name_glob: str | Non
         where.append("s.sweep_id = %s")
         args.append(sweep_id)
     if name_glob:
-        where.append("s.name LIKE %s")
-        args.append(name_glob.replace("%", r"\%").replace("_", r"\_").replace("*", "%").replace("?", "_"))
+        where.append("s.name SIMILAR TO %s")
+        args.append(glob_to_similar(name_glob))
     sql = (
         "SELECT s.sweep_id, s.name, s.state, s.error, s.total_trials, s.created_at, s.finished_at,"
         " count(t.*) FILTER (WHERE t.state = 'completed') AS completed,"

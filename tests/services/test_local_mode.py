@@ -64,7 +64,7 @@ def test_results_stay_queryable_after_the_run(noop_run: tuple[subprocess.Complet
 def test_a_failing_trial_makes_run_exit_non_zero_and_says_why(tmp_path: Path) -> None:
     spec = tmp_path / "fail.yaml"
     spec.write_text(
-        "name: fails\n"
+        "name: fails.v2\n"  # a dot in the name: event routing keys must still reach the planner
         "command: [python, -c, \"import sys; from spotsweep import trial; trial.report(1, v=1.0); "
         "sys.exit('bad trial ' + str(trial.params['k']) if trial.params['k'] == 2 else 0)\"]\n"
         "metric: {name: v, mode: max}\n"
@@ -74,10 +74,10 @@ def test_a_failing_trial_makes_run_exit_non_zero_and_says_why(tmp_path: Path) ->
     )
     proc = run_cli("run", str(spec), "--csv", "f.csv", home=tmp_path / "home", cwd=tmp_path)
     assert proc.returncode == 1
-    assert "fails_0001: failed: bad trial 2" in proc.stdout
+    assert "fails.v2_0001: failed: bad trial 2" in proc.stdout
     rows = {r["trial_name"]: r for r in csv.DictReader((tmp_path / "f.csv").open())}
-    assert rows["fails_0001"]["state"] == "failed" and rows["fails_0001"]["attempts"] == "2"
-    assert rows["fails_0000"]["state"] == "completed"
+    assert rows["fails.v2_0001"]["state"] == "failed" and rows["fails.v2_0001"]["attempts"] == "2"
+    assert rows["fails.v2_0000"]["state"] == "completed"
 
 
 def test_the_quickstart_example_trains_for_real(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ def test_settings_from_environment(monkeypatch) -> None:  # type: ignore[no-unty
 def test_redact_url() -> None:
     assert redact_url("amqp://guest:hunter2@h:5672/%2F") == "amqp://guest:***@h:5672/%2F"
     assert redact_url("postgresql://h/db") == "postgresql://h/db"
+    assert redact_url("postgresql://u@h/db?password=hunter2&sslmode=require") == "postgresql://u@h/db?password=***&sslmode=require"
+    assert redact_url("host=h password=hunter2 dbname=x") == "host=h password=*** dbname=x"
 
 
 def test_log_lines_are_json_with_ids_bound_and_secrets_scrubbed() -> None:
@@ -27,9 +29,9 @@ def test_log_lines_are_json_with_ids_bound_and_secrets_scrubbed() -> None:
 from spotsweep.shared import log
 log.configure("INFO", json=True)
 with log.bound(sweep_id="sw", trial_id="sw.1", attempt=2):
-    log.get().info("hello", url="amqp://guest:hunter2@h/v", s3_secret_key="abc")
+    log.get().info("hello", url="amqp://guest:hunter2@h/v", s3_secret_key="abc", dsn="host=h password=hunter3")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
     line = json.loads(out.strip().splitlines()[-1])
     assert (line["event"], line["sweep_id"], line["trial_id"], line["attempt"]) == ("hello", "sw", "sw.1", 2)
-    assert "hunter2" not in out and "abc" not in out
+    assert "hunter2" not in out and "abc" not in out and "hunter3" not in out

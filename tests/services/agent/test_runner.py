@@ -183,3 +183,45 @@ def test_python_means_the_agents_interpreter(store: LocalArtifactStore, config: 
     final, _ = run(store, config, message("import sys; print(sys.executable)"))
     assert store.get_bytes(log_key("sw", "sw.0", 1, "stdout")).decode().strip() == sys.executable
     assert final.outcome == "completed"
+
+
+def test_an_invalid_checkpoint_is_skipped_and_the_trial_goes_on(store: LocalArtifactStore, config: RunnerConfig) -> None:
+    script = "from spotsweep import trial\ntrial.checkpoint_saved(3)\ntrial.report(4, loss=0.5)"  # nothing in the dir
+    final, events = run(store, config, message(script))
+    assert final.outcome == "completed" and final.metrics == {"loss": 0.5}
+    assert events.of(CheckpointSaved) == [] and latest_checkpoint(store, "sw", "sw.0") is None
+
+
+def test_a_lost_connection_stops_the_trial_without_reporting_it(store: LocalArtifactStore, config: RunnerConfig) -> None:
+    from spotsweep.shared.errors import RetryableError
+
+    control = RunControl()
+    threading.Timer(0.5, control.lost.set).start()
+    started = time.monotonic()
+    with pytest.raises(RetryableError, match="redelivered"):
+        run(store, config, message("import time; time.sleep(60)"), control)
+    assert time.monotonic() - started < 10
+
+
+def test_the_agent_failing_on_a_trial_reports_a_failed_attempt(tmp_path: Path, delivery: Any) -> None:
+    """Not the trial's fault, but the planner must hear of it, or the trial hangs."""
+    from spotsweep.services.agent.handlers import AgentDeps, Slots, handle_trial
+    from spotsweep.shared.broker.memory import MemoryBroker
+    from spotsweep.shared.messages import TrialFinished, decode, encode
+    from spotsweep.shared import topology
+
+    broker = MemoryBroker()
+    broker.declare(topology.service_queues(("cpu",)))
+    seen: list[Any] = []
+    broker.consume(topology.COLLECTOR_QUEUE, lambda d: (seen.append(decode(d.body)), d.ack()), prefetch=100)
+    (tmp_path / "file").write_text("")  # the workdir's parent is a file: mkdtemp fails with an OSError
+    deps = AgentDeps(broker=broker, store=LocalArtifactStore(tmp_path / "a"), slots=Slots(1, None),
+                     config=RunnerConfig(agent_id="a1", workdir=tmp_path / "file" / "work"))
+    d = delivery(encode(message("print(1)")))
+    handle_trial(d, deps)
+    assert d.settled == "ack"
+    deadline = time.monotonic() + 2
+    while not any(isinstance(e, TrialFinished) for e in seen) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    final = [e for e in seen if isinstance(e, TrialFinished)]
+    assert len(final) == 1 and final[0].outcome == "failed" and "agent a1 error" in final[0].error

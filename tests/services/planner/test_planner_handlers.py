@@ -214,3 +214,53 @@ def test_final_metrics_are_the_last_value_of_each_name_over_attempts(h: Harness,
         row = conn.execute("SELECT metrics, attempts, preemptions FROM trial_results WHERE trial_id = %s", (first.trial_id,)).fetchone()
     assert row["metrics"] == {"val_loss": 0.4, "params_m": 1.5}
     assert (row["attempts"], row["preemptions"]) == (2, 1)
+
+
+def test_a_diverged_final_metric_is_stored_not_dead_lettered(h: Harness, delivery: Any) -> None:
+    import math
+
+    submit(h, delivery, {**SPEC, "max_concurrent": 1})
+    msg = h.published(1)[0]
+    d = finish(h, delivery, msg, "completed", metrics={"val_loss": math.nan, "loss": math.inf})
+    assert d.settled == "ack"
+    with h.db.transaction() as conn:
+        row = conn.execute("SELECT state, metrics FROM trial_results WHERE trial_id = %s", (msg.trial_id,)).fetchone()
+    assert row["state"] == "completed" and row["metrics"] == {"val_loss": "NaN", "loss": "Infinity"}
+    assert h.published(1)[0].index == 1  # and the sweep goes on
+
+
+def test_a_cancel_that_overtakes_its_spec_still_cancels_the_sweep(h: Harness, delivery: Any) -> None:
+    handle_sweep_message(delivery(b"{}", {"kind": "cancel", "sweep_id": "early"}), h.deps)
+    d = submit(h, delivery, SPEC, "early")
+    assert d.settled == "ack"
+    assert h.published() == []
+    sweep = h.sweep("early")
+    assert (sweep["state"], sweep["name"]) == ("cancelled", "grid")
+
+
+def test_an_agent_that_missed_the_cancel_is_told_again(h: Harness, delivery: Any) -> None:
+    told: queue.Queue[bytes] = queue.Queue()
+    q = h.broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
+    h.broker.consume(q, lambda d: (told.put(d.body), d.ack()), prefetch=10)
+    submit(h, delivery)
+    msg = h.published(2)[0]
+    handle_sweep_message(delivery(b"{}", {"kind": "cancel", "sweep_id": "sw1"}), h.deps)
+    assert decode(told.get(timeout=2)).kind == "sweep.cancel"  # type: ignore[attr-defined]
+    late = TrialStarted(sweep_id="sw1", trial_id=msg.trial_id, attempt=1, agent="late-agent")
+    handle_event(delivery(encode(late)), h.deps)
+    assert decode(told.get(timeout=2)).sweep_id == "sw1"
+    assert h.states("sw1")[msg.trial_id] == "cancelled"
+
+
+def test_a_failed_publish_is_retried_by_the_events_redelivery(h: Harness, delivery: Any) -> None:
+    submit(h, delivery, {**SPEC, "max_concurrent": 1})
+    first = h.published(1)[0]
+    ev = TrialFinished(sweep_id="sw1", trial_id=first.trial_id, attempt=1, outcome="failed", error="x")
+    flaky = PlannerDeps(db=h.db, broker=FlakyBroker())
+    d = delivery(encode(ev))
+    with pytest.raises(RetryableError):
+        handle_event(d, flaky)  # decision committed, publish failed, not acked
+    assert h.states("sw1")[first.trial_id] == "pending"
+    handle_event(delivery(encode(ev), redelivered=True), h.deps)  # the redelivery
+    retry = h.published(1)[0]
+    assert (retry.trial_id, retry.attempt) == (first.trial_id, 2)

@@ -144,10 +144,13 @@ def test_topic_routing(broker: Broker) -> None:
     planner, collector = Inbox(ack=True), Inbox(ack=True)
     broker.consume(PLANNER_EVENTS_QUEUE, planner)
     broker.consume(COLLECTOR_QUEUE, collector, prefetch=10)
-    for key in (event_routing_key("trial.metric", "s1"), "trial.started.s1.extra", event_routing_key("trial.started", "s1")):
+    # "trial.started.s1.v2": a sweep id with a dot must still reach the planner
+    for key in (event_routing_key("trial.metrics", "s1"), event_routing_key("trial.started", "s1.v2"),
+                event_routing_key("trial.started", "s1"), "trial.startedX.s1"):
         send(broker, EVENTS_EXCHANGE, key, key.encode())
-    assert planner.get().routing_key == "trial.started.s1"
-    assert {collector.get().routing_key for _ in range(3)} == {"trial.metric.s1", "trial.started.s1.extra", "trial.started.s1"}
+    assert {planner.get().routing_key for _ in range(2)} == {"trial.started.s1.v2", "trial.started.s1"}
+    assert {collector.get().routing_key for _ in range(4)} == {"trial.metrics.s1", "trial.started.s1.v2", "trial.started.s1",
+                                                              "trial.startedX.s1"}
     assert planner.nothing_for(0.3)
 
 

@@ -1,0 +1,55 @@
+"""The agent's S3 traffic, with the policy each call needs.
+
+A flaky object store must cost as little training as possible: restores and
+checkpoint uploads are retried with backoff; a checkpoint that still cannot
+be uploaded (or is invalid, e.g. an empty directory) is logged and skipped,
+because killing a healthy trial over it would lose more than the checkpoint;
+logs are best effort, because a completed trial must not run again for them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spotsweep.shared import log
+from spotsweep.shared.artifacts.checkpoints import log_key, restore_checkpoint, upload_checkpoint
+from spotsweep.shared.artifacts.port import ArtifactStore
+from spotsweep.shared.errors import SpotsweepError
+from spotsweep.shared.messages import TrialMessage
+from spotsweep.shared.middleware import Backoff, retrying
+
+_log = log.get("spotsweep.agent")
+S3_BACKOFF = Backoff(base=0.5, cap=8.0, attempts=5)
+
+
+def restore(store: ArtifactStore, msg: TrialMessage, directory: Path) -> int | None:
+    """The latest checkpoint's step, restored into ``directory``; None on a fresh start.
+
+    Raises :class:`RetryableError` when S3 stays unreachable: the trial goes
+    back to the queue rather than restart from step 0.
+    """
+    return retrying(lambda: restore_checkpoint(store, msg.sweep_id, msg.trial_id, directory), S3_BACKOFF,
+                    what="restore checkpoint")  # type: ignore[return-value]
+
+
+def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, directory: Path) -> str | None:
+    """Upload the checkpoint; its URI, or None when it could not be uploaded."""
+    try:
+        return retrying(lambda: upload_checkpoint(store, msg.sweep_id, msg.trial_id, step, directory), S3_BACKOFF,
+                        what="upload checkpoint")  # type: ignore[return-value]
+    except SpotsweepError as e:
+        _log.error("checkpoint not uploaded; the trial goes on", step=step, error=str(e), trial_id=msg.trial_id)
+        return None
+
+
+def logs(store: ArtifactStore, msg: TrialMessage, out_path: Path, err_path: Path) -> str | None:
+    """Upload stdout and stderr; the logs folder's URI, or None if that failed."""
+    uri = None
+    try:
+        for stream, path in (("stdout", out_path), ("stderr", err_path)):
+            key = log_key(msg.sweep_id, msg.trial_id, msg.attempt, stream)
+            uri = retrying(lambda k=key, p=path: store.put_file(k, p), S3_BACKOFF, what="upload logs")
+    except SpotsweepError as e:
+        _log.error("logs not uploaded", error=str(e), trial_id=msg.trial_id)
+        return None
+    return str(uri).rsplit("/", 1)[0] if uri else None
