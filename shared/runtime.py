@@ -125,6 +125,12 @@ def serve(
             failures = 0
             broker.run()
         except RetryableError as e:
+            broker = current.get("broker")
+            if broker is not None:  # start() may have failed half-way: free its threads
+                try:
+                    broker.stop(drain=False)
+                except Exception:  # noqa: BLE001 - the connection is already broken
+                    pass
             failures += 1
             pause = backoff.delay(min(failures, 10), rng)
             _log.warning("broker connection lost; reconnecting", error=str(e), pause_s=round(pause, 1))

@@ -9,6 +9,8 @@ logs are best effort, because a completed trial must not run again for them.
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from spotsweep.shared import log
@@ -32,14 +34,34 @@ def restore(store: ArtifactStore, msg: TrialMessage, directory: Path) -> int | N
                     what="restore checkpoint")  # type: ignore[return-value]
 
 
+def snapshot(directory: Path, into: Path) -> Path:
+    """Hard-link the checkpoint's files into ``into``: a consistent set even if
+    the script renames newer files into place while the upload runs (the
+    contract allows that once the line is written). Copies across devices."""
+    shutil.rmtree(into, ignore_errors=True)
+    for src in directory.rglob("*"):
+        if src.is_file():
+            dst = into / src.relative_to(directory)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+    into.mkdir(parents=True, exist_ok=True)
+    return into
+
+
 def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, directory: Path) -> str | None:
     """Upload the checkpoint; its URI, or None when it could not be uploaded."""
+    staged = snapshot(directory, directory.with_name(directory.name + ".uploading"))
     try:
-        return retrying(lambda: upload_checkpoint(store, msg.sweep_id, msg.trial_id, step, directory), S3_BACKOFF,
+        return retrying(lambda: upload_checkpoint(store, msg.sweep_id, msg.trial_id, step, staged), S3_BACKOFF,
                         what="upload checkpoint")  # type: ignore[return-value]
     except SpotsweepError as e:
         _log.error("checkpoint not uploaded; the trial goes on", step=step, error=str(e), trial_id=msg.trial_id)
         return None
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
 
 
 def logs(store: ArtifactStore, msg: TrialMessage, out_path: Path, err_path: Path) -> str | None:

@@ -81,12 +81,16 @@ class RabbitBroker(Broker):
         params.connection_attempts = connection_attempts
         params.retry_delay = retry_delay
         params.socket_timeout = socket_timeout
+        # Under a broker resource alarm a publish would wait forever (and the
+        # I/O thread with it); give up and reconnect instead.
+        params.blocked_connection_timeout = 60
         try:
             self._conn = pika.BlockingConnection(params)
         except (pe.AMQPError, OSError) as e:
             # pika's message may quote the parameters; name only the redacted URL.
             raise RetryableError(f"cannot connect to RabbitMQ at {self.url} ({type(e).__name__})") from e
         self._channel: BlockingChannel | None = None  # confirm-mode channel for publish and declare
+        self._tx: BlockingChannel | None = None  # transaction-mode channel for batches
         # Held to drive the connection without the loop; guards the fields below.
         # Re-entrant so that stop() from a signal handler cannot deadlock its own thread.
         self._direct = threading.RLock()
@@ -143,6 +147,14 @@ class RabbitBroker(Broker):
             self._channel.confirm_delivery()
         return self._channel
 
+    def _tx_channel(self) -> BlockingChannel:
+        # pika's blocking confirm mode waits for each message's confirm in
+        # turn; a transaction makes a batch durable with one round trip.
+        if self._tx is None or not self._tx.is_open:
+            self._tx = self._conn.channel()
+            self._tx.tx_select()
+        return self._tx
+
     def declare(self, queues: Iterable[QueueSpec]) -> None:
         specs = list(queues)
 
@@ -183,9 +195,11 @@ class RabbitBroker(Broker):
 
     def publish_many(self, messages: Sequence[Outgoing]) -> None:
         def do() -> None:
-            ch = self._confirm_channel()
+            ch = self._confirm_channel() if len(messages) == 1 else self._tx_channel()
             for m in messages:
                 ch.basic_publish(m.exchange, m.routing_key, m.body, _properties(m), mandatory=False)
+            if len(messages) > 1:
+                ch.tx_commit()  # returns once the broker has taken them all
 
         with translated(f"publish to {self.url}"):
             self.call(do)
@@ -196,6 +210,7 @@ class RabbitBroker(Broker):
         def do() -> tuple[BlockingChannel, str]:
             ch = self._conn.channel()
             ch.basic_qos(prefetch_count=prefetch)
+            ch.add_on_cancel_callback(consumer.on_broker_cancel)
             return ch, ch.basic_consume(queue, consumer.on_message)
 
         try:
@@ -281,6 +296,11 @@ class RabbitBroker(Broker):
                         return
             if not self._conn.is_open:  # lost while a marshalled call used it (that caller saw the error)
                 raise pe.ConnectionWrongStateError("the connection closed")
+            if any(c.lost() for c in self._consumers):
+                # The broker closed or cancelled a consumer (consumer_timeout,
+                # queue deleted): its deliveries are void. Start over on a new
+                # connection rather than go quiet, or run a trial twice.
+                raise pe.ChannelWrongStateError("the broker closed or cancelled a consumer")
             self._conn.process_data_events(time_limit=IO_TICK_S)
 
     def _teardown(self) -> None:

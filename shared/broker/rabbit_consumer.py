@@ -89,6 +89,7 @@ class RabbitConsumer(Consumer):
         self.unacked: set[RabbitDelivery] = set()  # buffered, running, or left for a later ack
         self.running = 0
         self.cancelled = False
+        self.broker_cancelled = False
         self._channel: BlockingChannel | None = None
         self._tag: str | None = None
         self.threads = [
@@ -100,6 +101,16 @@ class RabbitConsumer(Consumer):
 
     def started(self, channel: BlockingChannel, tag: str) -> None:
         self._channel, self._tag = channel, tag
+
+    def on_broker_cancel(self, _method: object) -> None:
+        """On the I/O thread: RabbitMQ cancelled us (queue deleted, leader moved)."""
+        self.broker_cancelled = True
+
+    def lost(self) -> bool:
+        """Closed or cancelled by the broker, not by us."""
+        if self.cancelled:
+            return False
+        return self.broker_cancelled or (self._channel is not None and self._channel.is_closed)
 
     def on_message(
         self, ch: BlockingChannel, method: pika.spec.Basic.Deliver, props: pika.BasicProperties, body: bytes
