@@ -21,6 +21,7 @@ from spotsweep.shared.db import Database
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.runtime import CLI_BACKOFF, ExitCode, connect_broker
 from spotsweep.shared.settings import Settings
+from spotsweep.shared.naming import placeholders
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, load_spec_file, spec_json_schema
 
@@ -43,6 +44,23 @@ def resolve_command(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
 
 def load(path: Path) -> SweepSpec:
     return resolve_command(load_spec_file(path), path.parent)
+
+
+_SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".jl", ".R", ".lua", ".js")
+
+
+def warnings(spec: SweepSpec) -> list[str]:
+    """Things that validate but are probably mistakes (after :func:`load`)."""
+    out = []
+    used = {name for arg in spec.command for name in placeholders(arg)}
+    if spec.repeats > 1 and "seed" not in used:
+        out.append(f"repeats: {spec.repeats} but no {{seed}} in command: the seed of each repeat is only in "
+                   "SPOTSWEEP_PARAMS; a script that takes its seed from argv runs the same trial each time")
+    for i, arg in enumerate(spec.command):
+        if arg.endswith(_SCRIPT_SUFFIXES) and "{" not in arg and not Path(arg).is_file():
+            out.append(f"command[{i}]: {arg!r} is not a file next to the spec nor an absolute path; "
+                       "trials run in an empty working directory")
+    return out
 
 
 def describe(spec: SweepSpec) -> str:

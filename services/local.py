@@ -31,6 +31,7 @@ from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.db.embedded import embedded_url
+from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import Settings
 from spotsweep.shared.spec import SweepSpec
@@ -79,6 +80,8 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
             broker.stop(drain=False)
     broker.stop(drain=True)
     batcher.close()
+    if state == "rejected":
+        raise PermanentError(f"sweep refused: {reporter.sweep_counts(db, sweep_id)[0]['error']}")
     rep = reporter.build(db, sweep_id)
     reporter.print_leaderboard(rep)
     if csv is not None:
@@ -94,8 +97,13 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _follow(db: Database, sweep_id: str, console: Console, poll: float = 0.2) -> str:
-    """Show a progress bar until the sweep leaves ``running``; return its state."""
+def _follow(db: Database, sweep_id: str, console: Console, poll: float = 0.2, accept_within: float = 30.0) -> str:
+    """Show a progress bar until the sweep leaves ``running``; return its state.
+
+    The planner records every spec it receives, even a refused one; a sweep
+    that never shows up means the planner failed on it (its log says why).
+    """
+    deadline = time.monotonic() + accept_within
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("trials", total=None, detail="")
@@ -108,4 +116,7 @@ def _follow(db: Database, sweep_id: str, console: Console, poll: float = 0.2) ->
                 progress.update(task, total=r["total_trials"] or None, completed=done, detail=detail)
                 if r["state"] != "running":
                     return str(r["state"])
+            elif time.monotonic() > deadline:
+                raise PermanentError(f"the planner did not record sweep {sweep_id} within {accept_within:.0f}s; "
+                                     "run with --log-level INFO to see why")
             time.sleep(poll)

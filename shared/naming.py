@@ -74,6 +74,22 @@ def check_template(template: str, samples: Mapping[str, Sequence[Any]]) -> list[
                 except (ValueError, TypeError) as e:
                     problems.append(f"cannot format {field}={value!r} with {format_spec!r}: {e}")
                     break
+    if problems:
+        return problems
+    # Render for real with every sample value of each field (the others at
+    # their first): conversions (!r, !s) and nested specs ({x:{w}}) are
+    # checked by the same code that renders trials.
+    first = {k: v[0] for k, v in samples.items() if v}
+    try:
+        _FORMATTER.vformat(template, (), first)
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        return [f"cannot render {template!r}: {e}"]
+    for field, values in samples.items():
+        for value in values:
+            try:
+                _FORMATTER.vformat(template, (), {**first, field: value})
+            except (ValueError, TypeError, KeyError, IndexError) as e:
+                return [f"cannot render {template!r} with {field}={value!r}: {e}"]
     return problems
 
 

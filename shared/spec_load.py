@@ -60,6 +60,8 @@ class _Loader(yaml.SafeLoader):
         # PyYAML keeps the last of two equal keys; a repeated `lr:` in space is a mistake.
         seen: set[Any] = set()
         for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults`: merged by PyYAML, not a key of its own
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
             if not isinstance(key, (str, int, float, bool)):
                 continue  # exotic keys: the model refuses them with a better message
@@ -69,6 +71,26 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.1 reads `on`/`yes`/`off` as booleans, `010` as octal 8 and `1:30` as
+# 90; a sweep over [on, off] or a zero-padded id would silently change. Keep
+# YAML 1.2's core schema for bools and ints instead, as JSON users expect.
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+                              list("-+0123456789"))
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)  # 010 is ten, as in JSON-minded YAML 1.2
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 # YAML 1.1 reads 1e-4 and 1.0e4 (no dot, or unsigned exponent) as strings; 1.2 and JSON read floats.
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",

@@ -9,6 +9,8 @@ model; :mod:`.spec_load` turns those, and pydantic's own errors, into a
 
 from __future__ import annotations
 
+import math
+
 import re
 import shlex
 from collections.abc import Mapping
@@ -42,6 +44,9 @@ class _Model(BaseModel):
 def _scalar(value: object) -> object:
     if not isinstance(value, (bool, int, float, str)):
         raise ValueError(f"must be a number, string or bool (got {value!r})")
+    if isinstance(value, float) and not math.isfinite(value):
+        # a param must survive JSON (PostgreSQL, argv, SPOTSWEEP_PARAMS)
+        raise ValueError(f"must be a finite number (got {value!r})")
     return value
 
 

@@ -20,6 +20,16 @@ from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import Settings
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="spotsweep", description="Hyperparameter sweeps on spot GPUs.")
     p.add_argument("--version", action="version", version=f"spotsweep {__version__}")
@@ -28,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a sweep on this machine, no services needed")
     r.add_argument("spec", type=Path)
-    r.add_argument("--workers", type=int, default=2, help="trials at once (default 2)")
+    r.add_argument("--workers", type=_positive, default=2, help="trials at once (default 2)")
     r.add_argument("--csv", type=Path)
 
     s = sub.add_parser("submit", help="post a sweep to the planner queue")
@@ -60,9 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("planner", help="run the planner service")
     sub.add_parser("collector", help="run the collector service")
     a = sub.add_parser("agent", help="run an agent on this node")
-    a.add_argument("--slots", type=int, help="trials at once (default: one per GPU group, or 1 without GPUs)")
+    a.add_argument("--slots", type=_positive, help="trials at once (default: one per GPU group, or 1 without GPUs)")
     a.add_argument("--class", dest="resource_class", default="gpu", help="resource class served (default gpu)")
-    a.add_argument("--gpus-per-slot", type=int, default=1, help="GPUs each trial gets (default 1)")
+    a.add_argument("--gpus-per-slot", type=_positive, default=1, help="GPUs each trial gets (default 1)")
     a.add_argument("--grace", type=float, default=90.0, help="seconds a preempted trial gets to checkpoint")
     a.add_argument("--workdir", type=Path)
     return p
@@ -108,8 +118,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     from spotsweep.services import commands
 
     cmd = args.cmd
+    spec = commands.load(args.spec) if cmd in ("validate", "run", "submit") else None
+    for warning in commands.warnings(spec) if spec else []:
+        print(f"warning: {warning}", file=sys.stderr)
     if cmd == "validate":
-        spec = commands.load(args.spec)
         print(commands.describe(spec))
         return ExitCode.OK
     if cmd == "schema":
@@ -118,9 +130,9 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if cmd == "run":
         from spotsweep.services import local
 
-        return local.run(commands.load(args.spec), settings, args.workers, args.csv)
+        return local.run(spec, settings, args.workers, args.csv)
     if cmd == "submit":
-        sweep_id = commands.submit(commands.load(args.spec), settings)
+        sweep_id = commands.submit(spec, settings)
         print(sweep_id)
         if not args.wait:
             return ExitCode.OK

@@ -102,12 +102,15 @@ def _int_var(env: Mapping[str, str], name: str) -> int | None:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from None
 
 
+MAX_STEP = 2**63 - 1  # steps are stored as PostgreSQL bigint
+
+
 def _check_step(step: object) -> int:
     # bool is an int subclass, but True as a step is always a mistake.
     if isinstance(step, bool) or not isinstance(step, numbers.Integral):
         raise TypeError(f"step must be an int, got {type(step).__name__} {step!r}")
-    if step < 0:
-        raise ValueError(f"step must be >= 0, got {step}")
+    if not 0 <= step <= MAX_STEP:
+        raise ValueError(f"step must be between 0 and {MAX_STEP}, got {step}")
     return int(step)
 
 

@@ -45,6 +45,13 @@ CHECKPOINT = "checkpoint.pt"
 TRAJECTORY_FLAGS = ("lr", "batch_size", "hidden", "layers", "dropout", "steps", "seed", "optimizer", "warmup")
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
@@ -55,8 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=60, help="total optimizer steps")
     p.add_argument("--warmup", type=int, default=None, help="warmup steps (default: 10%% of --steps)")
     p.add_argument("--seed", type=int, default=0, help="model init and dropout seed")
-    p.add_argument("--eval-every", type=int, default=10)
-    p.add_argument("--ckpt-every", type=int, default=20)
+    p.add_argument("--eval-every", type=positive, default=10)
+    p.add_argument("--ckpt-every", type=positive, default=20)
     p.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default="adam")
     p.add_argument("--fail-at-step", type=int, default=None, help="test hook: exit 1 at this step on attempt 1")
     p.add_argument("--sleep", type=float, default=0.0, help="test hook: seconds to sleep per step")

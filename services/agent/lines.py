@@ -31,6 +31,7 @@ class BadLine:
 
 
 Parsed = Points | Checkpoint | BadLine
+MAX_STEP = 2**63 - 1  # points.step is a PostgreSQL bigint
 
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf, "nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -65,12 +66,15 @@ def parse_line(line: str) -> Parsed:
         return BadLine(line, "not a JSON object")
     if "checkpoint" in data:
         step = _int(data["checkpoint"])
-        return Checkpoint(step) if step is not None and step >= 0 else BadLine(line, "checkpoint must be a non-negative integer step")
+        ok = step is not None and 0 <= step <= MAX_STEP
+        return Checkpoint(step) if ok else BadLine(line, "checkpoint must be a non-negative integer step")
     if "step" not in data:
         return BadLine(line, "missing integer 'step'")
     step = _int(data["step"])
     if step is None:
         return BadLine(line, f"step must be an integer, got {data['step']!r}")
+    if not 0 <= step <= MAX_STEP:  # one such point would fail the collector's whole batch
+        return BadLine(line, f"step must be between 0 and {MAX_STEP}, got {step}")
     values: dict[str, float] = {}
     for name, raw in data.items():
         if name == "step":

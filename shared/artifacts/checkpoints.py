@@ -2,22 +2,46 @@
 
 A trial's checkpoints live under ``sweeps/<sweep>/trials/<trial>/checkpoints/``::
 
-    000000000010/model.pt           one folder per step, zero-padded so that
-    000000000010/opt/state.pt       key order is step order
-    000000000020/...
-    LATEST                          {"step": 20, "files": ["model.pt", ...]}
+    000000000010-3f9c1a2b7d4e/files/model.pt       one folder per upload: the
+    000000000010-3f9c1a2b7d4e/files/opt/state.pt   step, zero-padded so that key
+    000000000010-3f9c1a2b7d4e/MANIFEST             order is step order, and a
+    000000000020-81d0c4e95a17/...                  token unique to the upload
+    LATEST                                         {"step": 20, "folder": "000000000020-81d0c4e95a17"}
 
-Uploading writes every file of a step first and the ``LATEST`` pointer last.
-Writing the pointer is the commit: a node preempted mid-upload leaves the
-previous ``LATEST`` in place, still naming a complete checkpoint, and the
-half-written step folder is never read (restore fetches exactly the files the
-pointer lists, so stale or partial files in a folder are harmless too).
+More than one agent can briefly run the same trial (a zombie whose connection
+died while its uploads still run, and the trial's new owner), so the layout
+never lets two writers share a folder or undo each other's commit:
+
+* Every upload writes into a folder of its own and writes that folder's
+  ``MANIFEST`` (each file's path and size) after all of its files. A folder is
+  *complete* iff its ``MANIFEST`` exists; a node preempted mid-upload leaves an
+  incomplete folder that nothing reads.
+* ``LATEST`` is written after the ``MANIFEST`` and names the folder: the
+  commit, but only a hint. :func:`restore_checkpoint` uses the folder it names
+  if that folder's ``MANIFEST`` and files are all there, and otherwise the
+  newest complete, intact folder by step (then token); None only when there is
+  none. It downloads a folder's files into a staging folder and moves them into
+  place only once all of them arrived, so a restore never mixes two folders.
+* Pruning (after each commit) never deletes the folder ``LATEST`` names, the
+  folder just committed, or any folder newer than that one; of the older
+  complete folders it keeps ``keep - 1``; incomplete folders go only when their
+  step is below the oldest folder kept. Whatever interleaving of writers, the
+  newest folder that ever got a ``MANIFEST`` is never deleted (deleting a
+  folder takes a writer whose own committed folder is newer), so a restore
+  always finds an intact checkpoint.
+
+A ``LATEST`` of the former layout (``{"step": N, "files": [...]}`` naming the
+folder ``<N:012d>/``) is still restored.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import tempfile
+import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -25,20 +49,36 @@ from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
 from spotsweep.shared.errors import PermanentError, RetryableError
 
 LATEST = "LATEST"
-_STEP_FOLDER = re.compile(r"^(\d{12})/")
+MANIFEST = "MANIFEST"
+FILES = "files/"
+# ``<step>-<token>`` (this layout) or ``<step>`` (the former one).
+_FOLDER = re.compile(r"^(\d{12})(?:-([0-9a-f]{1,32}))?/")
+_FOLDER_NAME = re.compile(r"^\d{12}-[0-9a-f]{1,32}$")
 
 
 def checkpoint_prefix(sweep_id: str, trial_id: str) -> str:
     return f"sweeps/{sweep_id}/trials/{trial_id}/checkpoints/"
 
 
+def folder_prefix(sweep_id: str, trial_id: str, folder: str) -> str:
+    """The prefix of one upload's folder (``<step>-<token>/``)."""
+    return f"{checkpoint_prefix(sweep_id, trial_id)}{folder}/"
+
+
 def step_prefix(sweep_id: str, trial_id: str, step: int) -> str:
+    """The folder of ``step`` in the former, one-folder-per-step layout."""
     return f"{checkpoint_prefix(sweep_id, trial_id)}{step:012d}/"
 
 
 def log_key(sweep_id: str, trial_id: str, attempt: int, stream: str) -> str:
     """Where one attempt's ``stdout``/``stderr`` log goes."""
     return f"sweeps/{sweep_id}/trials/{trial_id}/logs/attempt-{attempt}/{stream}.log"
+
+
+def _folder_order(folder: str) -> tuple[int, str]:
+    """Sort key: step, then token (a former-layout folder has the empty token)."""
+    step, _, token = folder.partition("-")
+    return int(step), token
 
 
 # -- writing ------------------------------------------------------------------
@@ -49,20 +89,21 @@ def upload_checkpoint(
 ) -> str:
     """Upload ``directory`` as checkpoint ``step``, commit it, prune old ones.
 
-    Returns the URI of the step folder. ``keep`` counts committed checkpoints
-    kept, this one included.
+    Returns the URI of the upload's folder. ``keep`` counts complete
+    checkpoints kept at or below this one, this one included.
     """
     if keep < 1:
         raise PermanentError(f"keep must be at least 1, got {keep}")
-    files = upload_checkpoint_files(store, sweep_id, trial_id, step, directory)
-    commit_checkpoint(store, sweep_id, trial_id, step, files)
-    prune_checkpoints(store, sweep_id, trial_id, keep)
-    return store.uri(step_prefix(sweep_id, trial_id, step))
+    folder = upload_checkpoint_files(store, sweep_id, trial_id, step, directory)
+    commit_checkpoint(store, sweep_id, trial_id, folder)
+    prune_checkpoints(store, sweep_id, trial_id, keep, committed=folder)
+    return store.uri(folder_prefix(sweep_id, trial_id, folder))
 
 
-def upload_checkpoint_files(store: ArtifactStore, sweep_id: str, trial_id: str, step: int, directory: Path) -> list[str]:
-    """Upload every file under ``directory`` into the step folder, without
-    committing; return their relative paths (sorted)."""
+def upload_checkpoint_files(store: ArtifactStore, sweep_id: str, trial_id: str, step: int, directory: Path) -> str:
+    """Upload every file under ``directory`` into a new folder, then its
+    ``MANIFEST``, without committing (``LATEST`` is untouched); return the
+    folder's name."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise PermanentError(f"checkpoint step must be a non-negative int, got {step!r}")
     directory = Path(directory)
@@ -72,81 +113,240 @@ def upload_checkpoint_files(store: ArtifactStore, sweep_id: str, trial_id: str, 
     if not files:
         # Committing an empty checkpoint would replace a good one with nothing.
         raise PermanentError(f"checkpoint directory {str(directory)!r} holds no files")
-    prefix = step_prefix(sweep_id, trial_id, step)
+    folder = f"{step:012d}-{uuid.uuid4().hex[:12]}"
+    prefix = folder_prefix(sweep_id, trial_id, folder)
+    sizes: dict[str, int] = {}
     for rel in files:
-        store.put_file(prefix + rel, directory / rel)
-    return files
+        sizes[rel] = (directory / rel).stat().st_size
+        store.put_file(prefix + FILES + rel, directory / rel)
+    manifest = json.dumps({"step": step, "files": sizes}, sort_keys=True).encode()
+    store.put_bytes(prefix + MANIFEST, manifest)  # last: the folder is complete
+    return folder
 
 
-def commit_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, step: int, files: list[str]) -> None:
-    """Point ``LATEST`` at ``step``: the commit, so call it only after every
-    file of the step is uploaded."""
-    pointer = json.dumps({"step": step, "files": files}, sort_keys=True).encode()
+def commit_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, folder: str) -> None:
+    """Point ``LATEST`` at ``folder``: call it only once the folder's
+    ``MANIFEST`` is written."""
+    if not _FOLDER_NAME.match(folder):
+        raise PermanentError(f"not a checkpoint folder name: {folder!r}")
+    pointer = json.dumps({"step": _folder_order(folder)[0], "folder": folder}, sort_keys=True).encode()
     store.put_bytes(checkpoint_prefix(sweep_id, trial_id) + LATEST, pointer)
 
 
-def prune_checkpoints(store: ArtifactStore, sweep_id: str, trial_id: str, keep: int = 2) -> list[int]:
-    """Delete step folders older than the ``keep`` newest committed ones; return
-    the steps deleted.
+def prune_checkpoints(
+    store: ArtifactStore, sweep_id: str, trial_id: str, keep: int = 2, committed: str | None = None
+) -> list[str]:
+    """Delete checkpoint folders no one needs; return the folders deleted (sorted).
 
-    Only steps below the one ``LATEST`` names are candidates. Folders above it
-    are uploads that were never committed (an attempt that died mid-upload, or
-    one still writing); they are left alone and get overwritten or pruned once
-    training passes that step again.
+    ``committed`` is the folder this writer just committed (default: the one
+    ``LATEST`` names). It, the folder ``LATEST`` names now, and every folder
+    newer than ``committed`` are kept: newer ones belong to another writer. Of
+    the complete, intact folders older than ``committed``, ``keep - 1`` are
+    kept. Incomplete or damaged folders are deleted only below the oldest
+    folder kept: one above it may be another writer's upload in progress.
+    A complete folder loses its ``MANIFEST`` first, so no restore picks it
+    while its files are going.
     """
-    pointer = _read_pointer(store, sweep_id, trial_id)
-    if pointer is None:
-        return []
-    latest = pointer[0]
+    if keep < 1:
+        raise PermanentError(f"keep must be at least 1, got {keep}")
     prefix = checkpoint_prefix(sweep_id, trial_id)
-    by_step: dict[int, list[str]] = {}
-    for key in store.list(prefix):
-        match = _STEP_FOLDER.match(key[len(prefix) :])
-        if match:
-            by_step.setdefault(int(match.group(1)), []).append(key)
-    older = sorted((s for s in by_step if s < latest), reverse=True)
-    doomed = older[keep - 1 :]
-    for step in doomed:
-        for key in by_step[step]:
-            store.delete(key)
-    return sorted(doomed)
+    pointer = _read_pointer(store, sweep_id, trial_id)
+    latest = pointer[1] if pointer else None
+    anchor = committed or latest
+    if anchor is None:
+        return []
+    keys = _folders(store, prefix)
+
+    def intact(folder: str) -> bool:
+        return _listed_whole(store, prefix, folder, keys)
+
+    anchor_key = _folder_order(anchor)
+    older = sorted((f for f in keys if _folder_order(f) < anchor_key), key=_folder_order, reverse=True)
+    kept = [anchor] if intact(anchor) else []
+    doomed: list[str] = []
+    damaged: list[str] = []
+    for folder in older:
+        if folder == latest:
+            continue
+        if not _FOLDER_NAME.match(folder) or not intact(folder):
+            damaged.append(folder)  # incomplete, damaged, or of the former layout
+        elif len(kept) < keep:
+            kept.append(folder)
+        else:
+            doomed.append(folder)
+    if not kept:
+        return []  # nothing known good to measure "old" against
+    oldest_kept = min(_folder_order(f)[0] for f in kept)
+    doomed += [f for f in damaged if _folder_order(f)[0] < oldest_kept]
+    for folder in doomed:
+        manifest = f"{prefix}{folder}/{MANIFEST}"
+        if manifest in keys[folder]:
+            store.delete(manifest)
+        for key in keys[folder]:
+            if key != manifest:
+                store.delete(key)
+    return sorted(doomed, key=_folder_order)
 
 
 # -- reading ------------------------------------------------------------------
 
 
 def latest_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str) -> int | None:
-    """The step ``LATEST`` names, or None when the trial has no checkpoint."""
+    """The step a restore would start from, judged from a listing without
+    downloading: the step of the folder ``LATEST`` names if its ``MANIFEST``
+    and files are there, else of the newest such folder; None when the trial
+    has no checkpoint. (File sizes are checked only by a restore.)"""
+    prefix = checkpoint_prefix(sweep_id, trial_id)
     pointer = _read_pointer(store, sweep_id, trial_id)
-    return None if pointer is None else pointer[0]
+    keys = _folders(store, prefix)
+    if pointer is not None:
+        step, folder, legacy_files = pointer
+        if legacy_files is not None:
+            listed = set(keys.get(folder, ()))
+            if all(f"{prefix}{folder}/{rel}" in listed for rel in legacy_files):
+                return step
+        elif _listed_whole(store, prefix, folder, keys):
+            return step
+    for folder in _complete_folders(keys, prefix):
+        if _listed_whole(store, prefix, folder, keys):
+            return _folder_order(folder)[0]
+    return None
 
 
 def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, directory: Path) -> int | None:
     """Download the latest checkpoint into ``directory``; return its step, or
     None when there is none. Files already in ``directory`` that the checkpoint
-    does not name are left alone."""
+    does not name are left alone.
+
+    The folder ``LATEST`` names comes first; when it is missing, incomplete or
+    damaged, the newest complete folder that is whole. Raises
+    :class:`RetryableError` when writers keep pruning folders under it, and
+    :class:`PermanentError` when complete folders exist but every one of them
+    stays damaged.
+    """
     directory = Path(directory)
+    prefix = checkpoint_prefix(sweep_id, trial_id)
+    seen: tuple[Any, ...] | None = None
     for _ in range(3):
         pointer = _read_pointer(store, sweep_id, trial_id)
-        if pointer is None:
+        if pointer is not None and pointer[2] is not None:
+            # The former layout: the pointer lists the files of <step>/.
+            step, _, legacy_files = pointer
+            if _restore_files(store, step_prefix(sweep_id, trial_id, step), legacy_files, None, directory):
+                return step
+        elif pointer is not None and _restore_folder(store, prefix, pointer[1], directory):
+            return pointer[0]
+        complete = _complete_folders(_folders(store, prefix), prefix)
+        for folder in complete:
+            if pointer is not None and folder == pointer[1]:
+                continue  # just tried
+            if _restore_folder(store, prefix, folder, directory):
+                return _folder_order(folder)[0]
+        if not complete:
             return None
-        step, files = pointer
-        prefix = step_prefix(sweep_id, trial_id, step)
-        directory.mkdir(parents=True, exist_ok=True)
-        try:
-            for rel in files:
-                store.get_file(prefix + rel, directory.joinpath(*PurePosixPath(rel).parts))
-        except NotFound:
-            # A writer committed a newer step and pruned this one while we
-            # were downloading: start over from the new pointer.
-            if latest_checkpoint(store, sweep_id, trial_id) != step:
-                continue
-            raise PermanentError(f"checkpoint {prefix} is missing files that {LATEST} names") from None
-        return step
+        # Every complete folder failed: either a writer pruned them while we
+        # read (try again) or they are damaged for good (nothing moves).
+        state = (pointer, tuple(complete))
+        if state == seen:
+            raise PermanentError(f"every checkpoint under {prefix} is missing files its {MANIFEST} names")
+        seen = state
     raise RetryableError(f"checkpoint for trial {trial_id} kept moving while restoring it")
 
 
-def _read_pointer(store: ArtifactStore, sweep_id: str, trial_id: str) -> tuple[int, list[str]] | None:
+def _restore_folder(store: ArtifactStore, prefix: str, folder: str, directory: Path) -> bool:
+    try:
+        sizes = _read_manifest(store, prefix, folder)
+    except NotFound:
+        return False
+    return _restore_files(store, f"{prefix}{folder}/{FILES}", list(sizes), sizes, directory)
+
+
+def _restore_files(
+    store: ArtifactStore, prefix: str, files: list[str], sizes: dict[str, int] | None, directory: Path
+) -> bool:
+    """Download ``files`` into a staging folder beside ``directory`` and move
+    them into it only once every one arrived whole; False (and ``directory``
+    untouched) if one is missing or has the wrong size."""
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.restore-", dir=directory.parent))
+    try:
+        for rel in files:
+            target = staging.joinpath(*PurePosixPath(rel).parts)
+            try:
+                store.get_file(prefix + rel, target)
+            except NotFound:
+                return False
+            if sizes is not None and target.stat().st_size != sizes[rel]:
+                return False
+        for rel in files:
+            final = directory.joinpath(*PurePosixPath(rel).parts)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging.joinpath(*PurePosixPath(rel).parts), final)
+        return True
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _folders(store: ArtifactStore, prefix: str) -> dict[str, list[str]]:
+    """Every checkpoint folder under ``prefix`` with its keys."""
+    found: dict[str, list[str]] = {}
+    for key in store.list(prefix):
+        match = _FOLDER.match(key[len(prefix) :])
+        if match:
+            found.setdefault(match.group(0)[:-1], []).append(key)
+    return found
+
+
+def _listed_whole(store: ArtifactStore, prefix: str, folder: str, keys: dict[str, list[str]]) -> bool:
+    """Whether ``folder`` has a ``MANIFEST`` and the listing ``keys`` holds
+    every file it names (an unreadable MANIFEST counts as not whole)."""
+    if f"{prefix}{folder}/{MANIFEST}" not in keys.get(folder, ()):
+        return False
+    try:
+        sizes = _read_manifest(store, prefix, folder)
+    except (NotFound, PermanentError):
+        return False
+    listed = set(keys[folder])
+    return all(f"{prefix}{folder}/{FILES}{rel}" in listed for rel in sizes)
+
+
+def _complete_folders(folders: dict[str, list[str]], prefix: str) -> list[str]:
+    """Folders with a ``MANIFEST``, newest first."""
+    complete = [f for f, keys in folders.items() if _FOLDER_NAME.match(f) and f"{prefix}{f}/{MANIFEST}" in keys]
+    return sorted(complete, key=_folder_order, reverse=True)
+
+
+def _safe_paths(files: list[str], key: str) -> None:
+    for rel in files:
+        # Paths come from shared storage: never let one write outside the
+        # restore directory.
+        if not isinstance(rel, str):
+            raise PermanentError(f"checkpoint {key} names a path that is not a string: {rel!r}")
+        parts = PurePosixPath(rel).parts
+        if not parts or rel.startswith("/") or any(p in ("..", ".") for p in parts):
+            raise PermanentError(f"checkpoint {key} names an unsafe path {rel!r}")
+
+
+def _read_manifest(store: ArtifactStore, prefix: str, folder: str) -> dict[str, int]:
+    """The files and sizes a folder's ``MANIFEST`` lists; NotFound if it has none."""
+    key = f"{prefix}{folder}/{MANIFEST}"
+    raw = store.get_bytes(key)
+    try:
+        data: Any = json.loads(raw)
+        sizes = data["files"]
+        if not isinstance(sizes, dict) or not sizes:
+            raise TypeError("files is not a non-empty object")
+        if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in sizes.items()):
+            raise TypeError("wrong field types")
+    except (ValueError, KeyError, TypeError) as e:
+        raise PermanentError(f"checkpoint manifest {key} is corrupt: {e}") from e
+    _safe_paths(list(sizes), key)
+    return sizes
+
+
+def _read_pointer(store: ArtifactStore, sweep_id: str, trial_id: str) -> tuple[int, str, list[str] | None] | None:
+    """``(step, folder, None)``, or ``(step, "<step>", files)`` for a pointer
+    of the former layout; None when there is no ``LATEST``."""
     key = checkpoint_prefix(sweep_id, trial_id) + LATEST
     try:
         raw = store.get_bytes(key)
@@ -154,15 +354,18 @@ def _read_pointer(store: ArtifactStore, sweep_id: str, trial_id: str) -> tuple[i
         return None
     try:
         data: Any = json.loads(raw)
-        step, files = data["step"], data["files"]
-        if not isinstance(step, int) or not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        step = data["step"]
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise TypeError("wrong step")
+        if "folder" in data:
+            folder = data["folder"]
+            if not isinstance(folder, str) or not _FOLDER_NAME.match(folder) or _folder_order(folder)[0] != step:
+                raise ValueError(f"bad folder {folder!r}")
+            return step, folder, None
+        files = data["files"]
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
             raise TypeError("wrong field types")
     except (ValueError, KeyError, TypeError) as e:
         raise PermanentError(f"checkpoint pointer {key} is corrupt: {e}") from e
-    for rel in files:
-        # The pointer comes from shared storage: never let it write outside
-        # the restore directory.
-        parts = PurePosixPath(rel).parts
-        if not parts or rel.startswith("/") or any(p in ("..", ".") for p in parts):
-            raise PermanentError(f"checkpoint pointer {key} names an unsafe path {rel!r}")
-    return step, files
+    _safe_paths(files, key)
+    return step, f"{step:012d}", files

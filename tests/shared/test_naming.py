@@ -70,3 +70,12 @@ def test_check_template_reports_each_problem() -> None:
         "placeholder {x} names no parameter (known: index, lr, n)",
         "cannot format lr=0.1 with 'd': Unknown format code 'd' for object of type 'float'",
     ]
+
+
+def test_conversions_and_nested_specs_are_checked_by_rendering() -> None:
+    from spotsweep.shared.naming import check_template
+
+    samples = {"n": [1, 2], "w": [3]}
+    assert check_template("{n!r}-{n:{w}}", samples) == []
+    assert check_template("{n!z}", samples) == ["cannot render '{n!z}': Unknown conversion specifier z"]
+    assert "Unknown format code 'd'" in check_template("{n!s:03d}", samples)[0]

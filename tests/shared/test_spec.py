@@ -284,3 +284,15 @@ def test_seed_and_builtins_are_valid_placeholders_with_repeats() -> None:
 def test_direct_construction_is_validated_too() -> None:
     with pytest.raises(ValueError):
         SweepSpec(name="s", command=["t", "{nope}"], metric={"name": "m"})  # type: ignore[arg-type]
+
+
+def test_yaml_12_scalars_keep_their_meaning() -> None:
+    from spotsweep.shared.spec_load import yaml_load
+
+    data = yaml_load("a: [on, off, yes, true, 010, 0x10, 1:30, 1e-4]\nb: &d {x: 1}\nc: {<<: *d, y: 2}\n")
+    assert data == {"a": ["on", "off", "yes", True, 10, 16, "1:30", 0.0001], "b": {"x": 1}, "c": {"x": 1, "y": 2}}
+
+
+def test_non_finite_choices_are_refused() -> None:
+    with pytest.raises(SpecError, match=r"space.n.values\[0\]: must be a finite number \(got inf\)"):
+        load_spec("name: d\ncommand: [echo, '{n}']\nmetric: {name: v}\nspace: {n: [.inf, 1]}\n")

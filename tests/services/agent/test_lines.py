@@ -45,3 +45,8 @@ def test_tail_returns_only_complete_lines_until_final(tmp_path: Path) -> None:
     assert tail.read(final=True) == ['{"step": 3}']
     assert tail.read(final=True) == []
 
+
+
+def test_steps_beyond_bigint_are_bad_lines_not_a_broken_collector_batch() -> None:
+    assert isinstance(parse_line('{"step": 9223372036854775808, "loss": 1}'), BadLine)
+    assert parse_line('{"step": 9223372036854775807, "loss": 1}') == Points(2**63 - 1, {"loss": 1.0})
