@@ -59,3 +59,17 @@ def test_unreachable_broker_is_a_clear_error_without_the_password(tmp_path: Path
 def test_ls_filter_syntax_errors_name_the_filter(database_url: str) -> None:
     proc = cli("ls", "--filter", "colour=red", env={"SPOTSWEEP_DATABASE_URL": database_url})
     assert proc.returncode == 2 and "--filter 'colour=red'" in proc.stderr
+
+
+def test_validate_warns_about_likely_mistakes_but_accepts_the_spec(tmp_path: Path) -> None:
+    spec = tmp_path / "w.yaml"
+    spec.write_text("name: w\ncommand: [python, trian.py, --x, '{n}']\nmetric: {name: v}\nspace: {n: [1, 2]}\nrepeats: 3\n")
+    proc = cli("validate", str(spec))
+    assert proc.returncode == 0 and proc.stdout.startswith("ok: w: 6 trial(s)")
+    assert "warning: repeats: 3 but no {seed} in command" in proc.stderr
+    assert "warning: command[1]: 'trian.py' is not a file next to the spec" in proc.stderr
+
+
+def test_positive_counts_are_checked_by_the_parser() -> None:
+    proc = cli("run", "examples/noop.yaml", "--workers", "0")
+    assert proc.returncode == 2 and "--workers: must be at least 1, got 0" in proc.stderr
