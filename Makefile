@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test unit integration bench clean
+.PHONY: setup demo test lint unit integration bench clean
 
 $(BIN)/spotsweep: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,16 @@ setup: $(BIN)/spotsweep
 demo: setup
 	$(BIN)/spotsweep run examples/quickstart.yaml --workers 2 --csv results.csv
 
-test: setup
+test: setup lint
 	$(BIN)/pytest
+
+# mypy checks the installed layout (spotsweep.shared...), which the editable
+# install only provides through an import hook mypy does not follow.
+lint: setup
+	$(BIN)/ruff check .
+	rm -rf build/typecheck
+	$(BIN)/pip install --quiet --no-deps --target build/typecheck .
+	cd build/typecheck && ../../$(BIN)/mypy spotsweep --config-file ../../pyproject.toml --python-executable ../../$(BIN)/python
 
 unit: setup
 	$(BIN)/pytest -m 'not integration'

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,7 +21,7 @@ _URL_PASSWORD = re.compile(r"(\w+://[^:/@\s]*:)[^@\s]+@")
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]+)", re.I)
 
 
-def _scrub(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+def _scrub(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key, value in list(event.items()):
         if _SECRET_KEYS.search(key):
             event[key] = "***"

@@ -125,10 +125,10 @@ def serve(
             failures = 0
             broker.run()
         except RetryableError as e:
-            broker = current.get("broker")
-            if broker is not None:  # start() may have failed half-way: free its threads
+            half_started = current.get("broker")
+            if half_started is not None:  # start() may have failed half-way: free its threads
                 try:
-                    broker.stop(drain=False)
+                    half_started.stop(drain=False)
                 except Exception:  # noqa: BLE001 - the connection is already broken
                     pass
             failures += 1

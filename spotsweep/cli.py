@@ -118,9 +118,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     from spotsweep.services import commands
 
     cmd = args.cmd
-    spec = commands.load(args.spec) if cmd in ("validate", "run", "submit") else None
-    for warning in commands.warnings(spec) if spec else []:
-        print(f"warning: {warning}", file=sys.stderr)
+    if cmd in ("validate", "run", "submit"):
+        spec = commands.load(args.spec)
+        for warning in commands.warnings(spec):
+            print(f"warning: {warning}", file=sys.stderr)
     if cmd == "validate":
         print(commands.describe(spec))
         return ExitCode.OK

@@ -109,9 +109,10 @@ def _check_step(step: object) -> int:
     # bool is an int subclass, but True as a step is always a mistake.
     if isinstance(step, bool) or not isinstance(step, numbers.Integral):
         raise TypeError(f"step must be an int, got {type(step).__name__} {step!r}")
-    if not 0 <= step <= MAX_STEP:
-        raise ValueError(f"step must be between 0 and {MAX_STEP}, got {step}")
-    return int(step)
+    value = int(step)
+    if not 0 <= value <= MAX_STEP:
+        raise ValueError(f"step must be between 0 and {MAX_STEP}, got {value}")
+    return value
 
 
 def _encode_value(name: str, value: object) -> float | str:

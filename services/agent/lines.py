@@ -66,8 +66,9 @@ def parse_line(line: str) -> Parsed:
         return BadLine(line, "not a JSON object")
     if "checkpoint" in data:
         step = _int(data["checkpoint"])
-        ok = step is not None and 0 <= step <= MAX_STEP
-        return Checkpoint(step) if ok else BadLine(line, "checkpoint must be a non-negative integer step")
+        if step is None or not 0 <= step <= MAX_STEP:
+            return BadLine(line, "checkpoint must be a non-negative integer step")
+        return Checkpoint(step)
     if "step" not in data:
         return BadLine(line, "missing integer 'step'")
     step = _int(data["step"])

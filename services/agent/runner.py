@@ -21,13 +21,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spotsweep.services.agent.lines import BadLine, Checkpoint, Points, Tail, parse_line
 from spotsweep.shared import log
 from spotsweep.services.agent import uploads
 from spotsweep.shared.errors import RetryableError
 from spotsweep.shared.artifacts.port import ArtifactStore
-from spotsweep.shared.messages import CheckpointSaved, Envelope, MetricPoint, TrialFinished, TrialMessage, TrialMetrics, TrialStarted
+from spotsweep.shared.messages import (
+    CheckpointSaved, Envelope, MetricPoint, Outcome, TrialFinished, TrialMessage, TrialMetrics, TrialStarted,
+)
 
 _log = log.get("spotsweep.agent")
 ERROR_TAIL_LINES = 20
@@ -111,7 +114,11 @@ def run_trial(
     ckpt_dir.mkdir()
     metrics_path, out_path, err_path = root / "metrics.jsonl", root / "stdout.log", root / "stderr.log"
     metrics_path.touch()
-    finished = {"agent": config.agent_id, **ids}
+
+    def end(outcome: Outcome, **fields: Any) -> TrialFinished:
+        return TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
+                             outcome=outcome, **fields)
+
     try:
         resume = uploads.restore(store, msg, ckpt_dir)
         env = {**os.environ, **msg.env}
@@ -130,7 +137,7 @@ def run_trial(
             try:
                 proc = subprocess.Popen(_argv(msg.argv), cwd=run_dir, env=env, stdout=out, stderr=err, start_new_session=True)
             except OSError as e:
-                return TrialFinished(outcome="failed", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}", **finished)
+                return end("failed", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
             with _running_lock:
                 _running.add(proc.pid)
             try:
@@ -153,6 +160,7 @@ def run_trial(
         final, last_step = outcome.final, outcome.last_step
         logs_uri = uploads.logs(store, msg, out_path, err_path)
         rc = proc.returncode
+        result: Outcome
         if outcome.reason == "preempted":
             result = "preempted"
         elif outcome.reason == "cancelled":
@@ -165,7 +173,7 @@ def run_trial(
             if rc is not None and rc < 0:
                 error = f"killed by signal {-rc}\n{error}"
         _log.info("trial ended", outcome=result, exit_code=rc, **ids)
-        return TrialFinished(outcome=result, exit_code=rc, error=error, metrics=final, last_step=last_step, logs_uri=logs_uri, **finished)
+        return end(result, exit_code=rc, error=error, metrics=final, last_step=last_step, logs_uri=logs_uri)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -10,6 +10,7 @@ logs are best effort, because a completed trial must not run again for them.
 from __future__ import annotations
 
 import os
+from functools import partial
 import shutil
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def logs(store: ArtifactStore, msg: TrialMessage, out_path: Path, err_path: Path
     try:
         for stream, path in (("stdout", out_path), ("stderr", err_path)):
             key = log_key(msg.sweep_id, msg.trial_id, msg.attempt, stream)
-            uri = retrying(lambda k=key, p=path: store.put_file(k, p), S3_BACKOFF, what="upload logs")
+            uri = retrying(partial(store.put_file, key, path), S3_BACKOFF, what="upload logs")
     except SpotsweepError as e:
         _log.error("logs not uploaded", error=str(e), trial_id=msg.trial_id)
         return None

@@ -95,16 +95,16 @@ def _finished(sweep: SweepState, trial: TrialView, event: TrialFinished) -> Tria
     # Every ended attempt carries its last values; the store merges them in
     # attempt order, so final metrics are the last value of each name over
     # all attempts (a resumed attempt need not re-report what came before).
-    common = {"metrics": event.metrics or None, "agent": event.agent or None}
+    metrics, agent = event.metrics or None, event.agent or None
     if event.outcome == "completed":
-        return TrialUpdate(TrialState.COMPLETED, trial.attempt, trial.failures, trial.preemptions, finished=True, **common)
+        return TrialUpdate(TrialState.COMPLETED, trial.attempt, trial.failures, trial.preemptions, finished=True, metrics=metrics, agent=agent)
     if event.outcome == "cancelled":
-        return TrialUpdate(TrialState.CANCELLED, trial.attempt, trial.failures, trial.preemptions, error=event.error, finished=True, **common)
+        return TrialUpdate(TrialState.CANCELLED, trial.attempt, trial.failures, trial.preemptions, error=event.error, finished=True, metrics=metrics, agent=agent)
     if event.outcome == "preempted":
         # Not a failure: the trial goes back with a new attempt and resumes
         # from its last checkpoint. The retry budget is untouched.
-        return TrialUpdate(TrialState.PENDING, trial.attempt + 1, trial.failures, trial.preemptions + 1, error=event.error, **common)
+        return TrialUpdate(TrialState.PENDING, trial.attempt + 1, trial.failures, trial.preemptions + 1, error=event.error, metrics=metrics, agent=agent)
     failures = trial.failures + 1
     if failures <= sweep.max_failures and sweep.active:
-        return TrialUpdate(TrialState.PENDING, trial.attempt + 1, failures, trial.preemptions, error=event.error, **common)
-    return TrialUpdate(TrialState.FAILED, trial.attempt, failures, trial.preemptions, error=event.error, finished=True, **common)
+        return TrialUpdate(TrialState.PENDING, trial.attempt + 1, failures, trial.preemptions, error=event.error, metrics=metrics, agent=agent)
+    return TrialUpdate(TrialState.FAILED, trial.attempt, failures, trial.preemptions, error=event.error, finished=True, metrics=metrics, agent=agent)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Json, Jsonb
 
 from spotsweep.services.planner.decide import SweepState, TrialUpdate, TrialView
+from spotsweep.shared.db import Conn, Row
 from spotsweep.shared.messages import json_safe
 from spotsweep.shared.states import TrialState
 
-Row = dict[str, Any]
 
 
 def trial_id_for(sweep_id: str, index: int) -> str:
@@ -23,7 +22,7 @@ def trial_id_for(sweep_id: str, index: int) -> str:
     return f"{sweep_id}.{index}"
 
 
-def insert_sweep(conn: psycopg.Connection, sweep_id: str, spec: dict[str, Any], name: str, total: int, priority: int) -> bool:
+def insert_sweep(conn: Conn, sweep_id: str, spec: dict[str, Any], name: str, total: int, priority: int) -> bool:
     cur = conn.execute(
         "INSERT INTO sweeps (sweep_id, name, spec, state, total_trials, priority) VALUES (%s, %s, %s, 'running', %s, %s)"
         " ON CONFLICT (sweep_id) DO NOTHING",
@@ -32,7 +31,7 @@ def insert_sweep(conn: psycopg.Connection, sweep_id: str, spec: dict[str, Any], 
     return cur.rowcount == 1
 
 
-def fill_tombstone(conn: psycopg.Connection, sweep_id: str, spec: dict[str, Any], name: str, total: int) -> None:
+def fill_tombstone(conn: Conn, sweep_id: str, spec: dict[str, Any], name: str, total: int) -> None:
     """Record the spec of a sweep that was cancelled before it arrived (for reports)."""
     conn.execute(
         "UPDATE sweeps SET spec = %s, name = %s, total_trials = %s WHERE sweep_id = %s AND spec IS NULL AND state = 'cancelled'",
@@ -40,7 +39,7 @@ def fill_tombstone(conn: psycopg.Connection, sweep_id: str, spec: dict[str, Any]
     )
 
 
-def insert_rejected(conn: psycopg.Connection, sweep_id: str, name: str, error: str) -> None:
+def insert_rejected(conn: Conn, sweep_id: str, name: str, error: str) -> None:
     conn.execute(
         "INSERT INTO sweeps (sweep_id, name, state, error, finished_at) VALUES (%s, %s, 'rejected', %s, now())"
         " ON CONFLICT (sweep_id) DO NOTHING",
@@ -48,19 +47,19 @@ def insert_rejected(conn: psycopg.Connection, sweep_id: str, name: str, error: s
     )
 
 
-def lock_sweep(conn: psycopg.Connection, sweep_id: str) -> Row | None:
+def lock_sweep(conn: Conn, sweep_id: str) -> Row | None:
     """The sweep row, locked: serialises every decision about one sweep."""
     return conn.execute("SELECT * FROM sweeps WHERE sweep_id = %s FOR UPDATE", (sweep_id,)).fetchone()
 
 
-def in_flight(conn: psycopg.Connection, sweep_id: str) -> int:
+def in_flight(conn: Conn, sweep_id: str) -> int:
     row = conn.execute(
         "SELECT count(*) AS n FROM trials WHERE sweep_id = %s AND state IN ('pending', 'queued', 'running')", (sweep_id,)
     ).fetchone()
     return int(row["n"]) if row else 0
 
 
-def sweep_state(conn: psycopg.Connection, sweep: Row, max_concurrent: int, max_failures: int) -> SweepState:
+def sweep_state(conn: Conn, sweep: Row, max_concurrent: int, max_failures: int) -> SweepState:
     return SweepState(
         max_concurrent=max_concurrent,
         total_trials=int(sweep["total_trials"]),
@@ -71,14 +70,14 @@ def sweep_state(conn: psycopg.Connection, sweep: Row, max_concurrent: int, max_f
     )
 
 
-def get_trial(conn: psycopg.Connection, trial_id: str) -> tuple[Row, TrialView] | None:
+def get_trial(conn: Conn, trial_id: str) -> tuple[Row, TrialView] | None:
     row = conn.execute("SELECT * FROM trials WHERE trial_id = %s FOR UPDATE", (trial_id,)).fetchone()
     if row is None:
         return None
     return row, TrialView(TrialState(row["state"]), row["attempt"], row["failures"], row["preemptions"])
 
 
-def insert_trials(conn: psycopg.Connection, sweep_id: str, first_index: int, trials: list[tuple[str, dict[str, Any]]]) -> None:
+def insert_trials(conn: Conn, sweep_id: str, first_index: int, trials: list[tuple[str, dict[str, Any]]]) -> None:
     """``trials``: (trial_name, params) for indexes ``first_index...``; advances the cursor."""
     if not trials:
         return
@@ -91,7 +90,7 @@ def insert_trials(conn: psycopg.Connection, sweep_id: str, first_index: int, tri
     conn.execute("UPDATE sweeps SET next_index = %s WHERE sweep_id = %s", (first_index + len(trials), sweep_id))
 
 
-def apply_update(conn: psycopg.Connection, trial_id: str, u: TrialUpdate) -> None:
+def apply_update(conn: Conn, trial_id: str, u: TrialUpdate) -> None:
     conn.execute(
         "UPDATE trials SET state = %s, attempt = %s, failures = %s, preemptions = %s,"
         " metrics = metrics || COALESCE(%s, '{}'::jsonb),"
@@ -108,13 +107,13 @@ def apply_update(conn: psycopg.Connection, trial_id: str, u: TrialUpdate) -> Non
     )
 
 
-def finish_sweep(conn: psycopg.Connection, sweep_id: str, state: str = "completed") -> None:
+def finish_sweep(conn: Conn, sweep_id: str, state: str = "completed") -> None:
     conn.execute(
         "UPDATE sweeps SET state = %s, finished_at = now() WHERE sweep_id = %s AND state = 'running'", (state, sweep_id)
     )
 
 
-def cancel_sweep(conn: psycopg.Connection, sweep_id: str) -> int:
+def cancel_sweep(conn: Conn, sweep_id: str) -> int:
     """Cancel the sweep and every trial not yet ended; returns trials cancelled.
 
     A cancel can overtake its spec (it is posted at top priority): then a
@@ -136,7 +135,7 @@ def cancel_sweep(conn: psycopg.Connection, sweep_id: str) -> int:
     return cur.rowcount
 
 
-def pending_trials(conn: psycopg.Connection, sweep_id: str | None, limit: int = 100) -> list[Row]:
+def pending_trials(conn: Conn, sweep_id: str | None, limit: int = 100) -> list[Row]:
     """Trials written but not yet confirmed on the broker (the outbox), locked.
 
     SKIP LOCKED: two planners never publish the same row at the same time.
@@ -150,5 +149,5 @@ def pending_trials(conn: psycopg.Connection, sweep_id: str | None, limit: int = 
     ).fetchall()
 
 
-def mark_queued(conn: psycopg.Connection, trial_ids: list[str]) -> None:
+def mark_queued(conn: Conn, trial_ids: list[str]) -> None:
     conn.execute("UPDATE trials SET state = 'queued' WHERE trial_id = ANY(%s) AND state = 'pending'", (trial_ids,))

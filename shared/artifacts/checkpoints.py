@@ -29,56 +29,50 @@ never lets two writers share a folder or undo each other's commit:
   newest folder that ever got a ``MANIFEST`` is never deleted (deleting a
   folder takes a writer whose own committed folder is newer), so a restore
   always finds an intact checkpoint.
-
-A ``LATEST`` of the former layout (``{"step": N, "files": [...]}`` naming the
-folder ``<N:012d>/``) is still restored.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from spotsweep.shared.artifacts.checkpoint_layout import (
+    _FOLDER_NAME,
+    FILES,
+    LATEST,
+    MANIFEST,
+    _complete_folders,
+    _folder_order,
+    _folders,
+    _listed_whole,
+    _read_manifest,
+    _read_pointer,
+    checkpoint_prefix,
+    folder_prefix,
+    log_key,
+)
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
 from spotsweep.shared.errors import PermanentError, RetryableError
 
-LATEST = "LATEST"
-MANIFEST = "MANIFEST"
-FILES = "files/"
-# ``<step>-<token>`` (this layout) or ``<step>`` (the former one).
-_FOLDER = re.compile(r"^(\d{12})(?:-([0-9a-f]{1,32}))?/")
-_FOLDER_NAME = re.compile(r"^\d{12}-[0-9a-f]{1,32}$")
-
-
-def checkpoint_prefix(sweep_id: str, trial_id: str) -> str:
-    return f"sweeps/{sweep_id}/trials/{trial_id}/checkpoints/"
-
-
-def folder_prefix(sweep_id: str, trial_id: str, folder: str) -> str:
-    """The prefix of one upload's folder (``<step>-<token>/``)."""
-    return f"{checkpoint_prefix(sweep_id, trial_id)}{folder}/"
-
-
-def step_prefix(sweep_id: str, trial_id: str, step: int) -> str:
-    """The folder of ``step`` in the former, one-folder-per-step layout."""
-    return f"{checkpoint_prefix(sweep_id, trial_id)}{step:012d}/"
-
-
-def log_key(sweep_id: str, trial_id: str, attempt: int, stream: str) -> str:
-    """Where one attempt's ``stdout``/``stderr`` log goes."""
-    return f"sweeps/{sweep_id}/trials/{trial_id}/logs/attempt-{attempt}/{stream}.log"
-
-
-def _folder_order(folder: str) -> tuple[int, str]:
-    """Sort key: step, then token (a former-layout folder has the empty token)."""
-    step, _, token = folder.partition("-")
-    return int(step), token
+__all__ = [
+    "FILES",
+    "LATEST",
+    "MANIFEST",
+    "checkpoint_prefix",
+    "commit_checkpoint",
+    "folder_prefix",
+    "latest_checkpoint",
+    "log_key",
+    "prune_checkpoints",
+    "restore_checkpoint",
+    "upload_checkpoint",
+    "upload_checkpoint_files",
+]
 
 
 # -- writing ------------------------------------------------------------------
@@ -168,8 +162,8 @@ def prune_checkpoints(
     for folder in older:
         if folder == latest:
             continue
-        if not _FOLDER_NAME.match(folder) or not intact(folder):
-            damaged.append(folder)  # incomplete, damaged, or of the former layout
+        if not intact(folder):
+            damaged.append(folder)  # incomplete or damaged
         elif len(kept) < keep:
             kept.append(folder)
         else:
@@ -199,14 +193,8 @@ def latest_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str) -> int
     prefix = checkpoint_prefix(sweep_id, trial_id)
     pointer = _read_pointer(store, sweep_id, trial_id)
     keys = _folders(store, prefix)
-    if pointer is not None:
-        step, folder, legacy_files = pointer
-        if legacy_files is not None:
-            listed = set(keys.get(folder, ()))
-            if all(f"{prefix}{folder}/{rel}" in listed for rel in legacy_files):
-                return step
-        elif _listed_whole(store, prefix, folder, keys):
-            return step
+    if pointer is not None and _listed_whole(store, prefix, pointer[1], keys):
+        return pointer[0]
     for folder in _complete_folders(keys, prefix):
         if _listed_whole(store, prefix, folder, keys):
             return _folder_order(folder)[0]
@@ -229,12 +217,7 @@ def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, direc
     seen: tuple[Any, ...] | None = None
     for _ in range(3):
         pointer = _read_pointer(store, sweep_id, trial_id)
-        if pointer is not None and pointer[2] is not None:
-            # The former layout: the pointer lists the files of <step>/.
-            step, _, legacy_files = pointer
-            if _restore_files(store, step_prefix(sweep_id, trial_id, step), legacy_files, None, directory):
-                return step
-        elif pointer is not None and _restore_folder(store, prefix, pointer[1], directory):
+        if pointer is not None and _restore_folder(store, prefix, pointer[1], directory):
             return pointer[0]
         complete = _complete_folders(_folders(store, prefix), prefix)
         for folder in complete:
@@ -258,114 +241,28 @@ def _restore_folder(store: ArtifactStore, prefix: str, folder: str, directory: P
         sizes = _read_manifest(store, prefix, folder)
     except NotFound:
         return False
-    return _restore_files(store, f"{prefix}{folder}/{FILES}", list(sizes), sizes, directory)
+    return _restore_files(store, f"{prefix}{folder}/{FILES}", sizes, directory)
 
 
-def _restore_files(
-    store: ArtifactStore, prefix: str, files: list[str], sizes: dict[str, int] | None, directory: Path
-) -> bool:
-    """Download ``files`` into a staging folder beside ``directory`` and move
-    them into it only once every one arrived whole; False (and ``directory``
-    untouched) if one is missing or has the wrong size."""
+def _restore_files(store: ArtifactStore, prefix: str, sizes: dict[str, int], directory: Path) -> bool:
+    """Download the files ``sizes`` names into a staging folder beside
+    ``directory`` and move them into it only once every one arrived whole;
+    False (and ``directory`` untouched) if one is missing or has the wrong size."""
     directory.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.restore-", dir=directory.parent))
     try:
-        for rel in files:
+        for rel, size in sizes.items():
             target = staging.joinpath(*PurePosixPath(rel).parts)
             try:
                 store.get_file(prefix + rel, target)
             except NotFound:
                 return False
-            if sizes is not None and target.stat().st_size != sizes[rel]:
+            if target.stat().st_size != size:
                 return False
-        for rel in files:
+        for rel in sizes:
             final = directory.joinpath(*PurePosixPath(rel).parts)
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging.joinpath(*PurePosixPath(rel).parts), final)
         return True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _folders(store: ArtifactStore, prefix: str) -> dict[str, list[str]]:
-    """Every checkpoint folder under ``prefix`` with its keys."""
-    found: dict[str, list[str]] = {}
-    for key in store.list(prefix):
-        match = _FOLDER.match(key[len(prefix) :])
-        if match:
-            found.setdefault(match.group(0)[:-1], []).append(key)
-    return found
-
-
-def _listed_whole(store: ArtifactStore, prefix: str, folder: str, keys: dict[str, list[str]]) -> bool:
-    """Whether ``folder`` has a ``MANIFEST`` and the listing ``keys`` holds
-    every file it names (an unreadable MANIFEST counts as not whole)."""
-    if f"{prefix}{folder}/{MANIFEST}" not in keys.get(folder, ()):
-        return False
-    try:
-        sizes = _read_manifest(store, prefix, folder)
-    except (NotFound, PermanentError):
-        return False
-    listed = set(keys[folder])
-    return all(f"{prefix}{folder}/{FILES}{rel}" in listed for rel in sizes)
-
-
-def _complete_folders(folders: dict[str, list[str]], prefix: str) -> list[str]:
-    """Folders with a ``MANIFEST``, newest first."""
-    complete = [f for f, keys in folders.items() if _FOLDER_NAME.match(f) and f"{prefix}{f}/{MANIFEST}" in keys]
-    return sorted(complete, key=_folder_order, reverse=True)
-
-
-def _safe_paths(files: list[str], key: str) -> None:
-    for rel in files:
-        # Paths come from shared storage: never let one write outside the
-        # restore directory.
-        if not isinstance(rel, str):
-            raise PermanentError(f"checkpoint {key} names a path that is not a string: {rel!r}")
-        parts = PurePosixPath(rel).parts
-        if not parts or rel.startswith("/") or any(p in ("..", ".") for p in parts):
-            raise PermanentError(f"checkpoint {key} names an unsafe path {rel!r}")
-
-
-def _read_manifest(store: ArtifactStore, prefix: str, folder: str) -> dict[str, int]:
-    """The files and sizes a folder's ``MANIFEST`` lists; NotFound if it has none."""
-    key = f"{prefix}{folder}/{MANIFEST}"
-    raw = store.get_bytes(key)
-    try:
-        data: Any = json.loads(raw)
-        sizes = data["files"]
-        if not isinstance(sizes, dict) or not sizes:
-            raise TypeError("files is not a non-empty object")
-        if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in sizes.items()):
-            raise TypeError("wrong field types")
-    except (ValueError, KeyError, TypeError) as e:
-        raise PermanentError(f"checkpoint manifest {key} is corrupt: {e}") from e
-    _safe_paths(list(sizes), key)
-    return sizes
-
-
-def _read_pointer(store: ArtifactStore, sweep_id: str, trial_id: str) -> tuple[int, str, list[str] | None] | None:
-    """``(step, folder, None)``, or ``(step, "<step>", files)`` for a pointer
-    of the former layout; None when there is no ``LATEST``."""
-    key = checkpoint_prefix(sweep_id, trial_id) + LATEST
-    try:
-        raw = store.get_bytes(key)
-    except NotFound:
-        return None
-    try:
-        data: Any = json.loads(raw)
-        step = data["step"]
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise TypeError("wrong step")
-        if "folder" in data:
-            folder = data["folder"]
-            if not isinstance(folder, str) or not _FOLDER_NAME.match(folder) or _folder_order(folder)[0] != step:
-                raise ValueError(f"bad folder {folder!r}")
-            return step, folder, None
-        files = data["files"]
-        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-            raise TypeError("wrong field types")
-    except (ValueError, KeyError, TypeError) as e:
-        raise PermanentError(f"checkpoint pointer {key} is corrupt: {e}") from e
-    _safe_paths(files, key)
-    return step, f"{step:012d}", files

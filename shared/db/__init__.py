@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 from importlib import resources
 
 import psycopg
@@ -21,6 +22,8 @@ from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.settings import redact_url
 
 SCHEMA_VERSION = 1
+Row = dict[str, Any]
+Conn = psycopg.Connection[Row]  # every connection here returns rows as dicts
 _MIGRATION_LOCK = 0x5907_5EE9  # pg_advisory_lock key: one migrator at a time
 
 
@@ -37,18 +40,18 @@ class Database:
         self._timeout = connect_timeout
         self._local = threading.local()
 
-    def _conn(self) -> psycopg.Connection:
-        conn: psycopg.Connection | None = getattr(self._local, "conn", None)
+    def _conn(self) -> Conn:
+        conn: Conn | None = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
             try:
-                conn = psycopg.connect(self.url, row_factory=dict_row, connect_timeout=self._timeout)
+                conn = psycopg.connect(self.url, row_factory=dict_row, connect_timeout=self._timeout)  # type: ignore[arg-type]
             except psycopg.OperationalError as e:
                 raise RetryableError(f"cannot connect to PostgreSQL at {redact_url(self.url)}: {e}") from e
             self._local.conn = conn
         return conn
 
     @contextmanager
-    def transaction(self) -> Iterator[psycopg.Connection]:
+    def transaction(self) -> Iterator[Conn]:
         """A transaction on this thread's connection; errors translated."""
         conn = self._conn()
         try:
@@ -77,7 +80,7 @@ class Database:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute("CREATE TABLE IF NOT EXISTS spotsweep_schema (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
             row = conn.execute("SELECT max(version) AS v FROM spotsweep_schema").fetchone()
-            current = (row or {}).get("v") or 0
+            current = row["v"] if row and row["v"] else 0
             if current > SCHEMA_VERSION:
                 raise PermanentError(f"database schema v{current} is newer than this spotsweep (v{SCHEMA_VERSION})")
             if current < SCHEMA_VERSION:
