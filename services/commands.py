@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from spotsweep.services.planner.handlers import new_sweep_id
+from spotsweep.services.planner.handlers import cancellation, new_sweep_id, submission
 from spotsweep.services.reporter import report as reporter
 from spotsweep.shared import messages, topology
 from spotsweep.shared.broker.port import Outgoing
@@ -84,29 +84,26 @@ def database(settings: Settings) -> Database:
     return db
 
 
-def submit(spec: SweepSpec, settings: Settings) -> str:
-    """Declare the sweeps queue (so a spec posted before the planner starts
-    waits durably) and post the spec with a confirm. Returns the sweep id."""
-    sweep_id = new_sweep_id(spec.name)
+def _post(message: Outgoing, settings: Settings) -> None:
+    """Declare the sweeps queue (so a message posted before the planner starts
+    waits durably) and post ``message`` with a confirm."""
     broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat, CLI_BACKOFF)
     try:
         broker.declare([topology.dead_letter_queue(), topology.sweeps_queue()])
-        body = json.dumps(spec.model_dump(mode="json", by_alias=True)).encode()
-        broker.publish(Outgoing("", topology.SWEEPS_QUEUE, body, headers={"sweep_id": sweep_id}, message_id=sweep_id,
-                                priority=max(0, min(topology.MAX_PRIORITY, spec.priority))))
+        broker.publish(message)
     finally:
         broker.stop(drain=False)
+
+
+def submit(spec: SweepSpec, settings: Settings) -> str:
+    """Post the spec to the planner; returns the new sweep's id."""
+    sweep_id = new_sweep_id(spec.name)
+    _post(submission(spec, sweep_id), settings)
     return sweep_id
 
 
 def cancel(sweep_id: str, settings: Settings) -> None:
-    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat, CLI_BACKOFF)
-    try:
-        broker.declare([topology.dead_letter_queue(), topology.sweeps_queue()])
-        broker.publish(Outgoing("", topology.SWEEPS_QUEUE, b"{}", headers={"kind": "cancel", "sweep_id": sweep_id},
-                                priority=topology.MAX_PRIORITY))
-    finally:
-        broker.stop(drain=False)
+    _post(cancellation(sweep_id), settings)
 
 
 def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float = 0.5) -> int:

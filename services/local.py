@@ -9,7 +9,6 @@ plain SQL work afterwards.
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -23,12 +22,11 @@ from spotsweep.services.agent.handlers import Slots
 from spotsweep.services.collector import main as collector
 from spotsweep.services.planner import main as planner
 from spotsweep.services.planner import store as planner_store
-from spotsweep.services.planner.handlers import new_sweep_id
+from spotsweep.services.planner.handlers import new_sweep_id, submission
 from spotsweep.services.reporter import report as reporter
-from spotsweep.shared import log, topology
+from spotsweep.shared import log
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.broker.memory import MemoryBroker
-from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.db.embedded import embedded_url
 from spotsweep.shared.errors import PermanentError
@@ -60,8 +58,7 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
     io.start()
 
     sweep_id = new_sweep_id(spec.name)
-    broker.publish(Outgoing("", topology.SWEEPS_QUEUE, json.dumps(spec.model_dump(mode="json", by_alias=True)).encode(),
-                            headers={"sweep_id": sweep_id}, message_id=sweep_id))
+    broker.publish(submission(spec, sweep_id))
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`/`timeout` stop trials like Ctrl-C does
     followed = False
     try:

@@ -69,10 +69,9 @@ def guarded(handler: Handler, name: str, backoff: Backoff = Backoff()) -> Handle
             except RetryableError as e:
                 _log.error("requeued after retries", reason=str(e))
                 delivery.nack(requeue=True)
-            except Exception as e:  # a bug: never let it kill the consumer
+            except Exception:  # a bug: never let it kill the consumer
                 _log.exception("handler crashed", redelivered=delivery.redelivered)
                 delivery.nack(requeue=not delivery.redelivered)
-                del e
             finally:
                 elapsed = time.perf_counter() - started
                 if elapsed > 5:

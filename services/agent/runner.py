@@ -10,6 +10,7 @@ involved, so heartbeats flow during multi-hour trials.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -250,6 +251,4 @@ def _supervise(
 
 
 def _json(obj: object) -> str:
-    import json
-
     return json.dumps(obj, separators=(",", ":"))

@@ -8,7 +8,8 @@ Exactly-once effects on at-least-once delivery:
   publishes them with publisher confirms and marks them ``queued``. A crash
   between the two leaves them ``pending``, and the next planner publishes
   them at start. The one window for a duplicate trial message is a crash
-  after the broker confirmed but before ``queued`` committed; the duplicate
+  after the broker confirmed a batch (at most 100) but before ``queued``
+  committed; the duplicate
   runs the same attempt and its events are absorbed (terminal states are
   immutable, points are unique per trial, attempt, step and name).
 * Every lifecycle event is decided under a row lock on its sweep, fenced by
@@ -68,6 +69,19 @@ def new_sweep_id(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
+def submission(spec: SweepSpec, sweep_id: str) -> Outgoing:
+    """The message ``handle_sweep_message`` accepts: the spec as a JSON body."""
+    body = json.dumps(spec.to_json_dict()).encode()
+    return Outgoing("", topology.SWEEPS_QUEUE, body, headers={"sweep_id": sweep_id}, message_id=sweep_id,
+                    priority=spec.priority)
+
+
+def cancellation(sweep_id: str) -> Outgoing:
+    """Cancel a sweep; top priority, so it overtakes queued submissions."""
+    return Outgoing("", topology.SWEEPS_QUEUE, b"{}", headers={"kind": "cancel", "sweep_id": sweep_id},
+                    priority=topology.MAX_PRIORITY)
+
+
 def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
     """A spec to start, or a command (header ``kind: cancel``) about a sweep."""
     headers = delivery.headers
@@ -94,7 +108,7 @@ def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
         delivery.ack()
         return
     sweep_id = sweep_id or new_sweep_id(spec.name)
-    raw = spec.model_dump(mode="json", by_alias=True)
+    raw = spec.to_json_dict()
     with log.bound(sweep_id=sweep_id), deps.db.transaction() as conn:
         total = total_trials(spec)
         if store.insert_sweep(conn, sweep_id, raw, spec.name, total, spec.priority):
@@ -193,7 +207,7 @@ def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
                         encode(msg),
                         headers={"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt},
                         message_id=f"{msg.trial_id}#{msg.attempt}",
-                        priority=max(0, min(topology.MAX_PRIORITY, spec.priority)),
+                        priority=spec.priority,  # the spec bounds it to the queues' 0..9
                     )
                 )
             deps.broker.publish_many(out)
