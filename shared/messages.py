@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from spotsweep.shared.errors import DecodeError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: limits on trial messages, run ids, failure kinds, trial.stop and trial.lost
 
 
 def _now() -> datetime:
@@ -56,14 +56,25 @@ class TrialMessage(Envelope):
     metric: str
     gpus: int = 0
     resource_class: str = "gpu"
+    # Limits the agent enforces (from the spec's retries and timeout blocks).
+    max_lost: int = 10  # deliveries of this attempt lost with their agent before it is dead-lettered
+    stall_timeout: float | None = None  # seconds without a line from the trial before it is killed
+    total_timeout: float | None = None  # seconds of running time over all attempts before it is killed
+    elapsed: float = 0.0  # running time of the earlier attempts, seconds
 
 
 class TrialStarted(Envelope):
+    """An attempt's process started. ``run_id`` names this one run of it: a
+    redelivered attempt starts again under a new run id."""
+
     kind: Literal["trial.started"] = "trial.started"
     trial_id: str
     attempt: int
     agent: str
+    run_id: str = ""
     resume_step: int | None = None
+    redelivered: bool = False  # the broker redelivered the attempt: its previous holder vanished
+    losses: int = 0  # how many times that has happened to this attempt
 
 
 class MetricPoint(BaseModel):
@@ -91,6 +102,11 @@ class CheckpointSaved(Envelope):
 
 
 Outcome = Literal["completed", "failed", "cancelled", "preempted"]
+# Why an attempt failed, for the planner's retry policy: ``exit`` a non-zero
+# exit, ``oom`` a CUDA out-of-memory exit, ``stalled`` no line for
+# timeout.stall, ``timeout`` past timeout.total, ``lost`` the attempt kept
+# killing its agents (dead-lettered), ``agent`` the agent itself broke.
+Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent"]
 
 
 class TrialFinished(Envelope):
@@ -105,7 +121,24 @@ class TrialFinished(Envelope):
     metrics: dict[str, float] = Field(default_factory=dict)
     last_step: int | None = None
     agent: str = ""
+    run_id: str = ""
     logs_uri: str | None = None
+    failure: Failure | None = None  # set when outcome is failed
+    duration: float | None = None  # seconds this attempt's process ran
+
+
+class TrialLost(Envelope):
+    """An agent lost a running attempt's delivery (its channel or connection
+    closed under it) and stopped the process; the broker hands the attempt out
+    again. Published once the agent is connected again, so the planner can
+    show why (e.g. RabbitMQ's consumer_timeout)."""
+
+    kind: Literal["trial.lost"] = "trial.lost"
+    trial_id: str
+    attempt: int
+    agent: str
+    run_id: str = ""
+    reason: str
 
 
 class CancelSweep(Envelope):
@@ -114,9 +147,24 @@ class CancelSweep(Envelope):
     kind: Literal["sweep.cancel"] = "sweep.cancel"
 
 
-Event = Annotated[Union[TrialStarted, TrialMetrics, CheckpointSaved, TrialFinished], Field(discriminator="kind")]
+StopReason = Literal["duplicate", "ended"]
+
+
+class StopTrial(Envelope):
+    """Broadcast by the planner: stop run ``run_id`` of an attempt, without a
+    report. ``duplicate``: another run of the same attempt is the one that
+    counts; ``ended``: the trial already ended (a redelivery of a finished run)."""
+
+    kind: Literal["trial.stop"] = "trial.stop"
+    trial_id: str
+    attempt: int
+    run_id: str
+    reason: StopReason
+
+
+Event = Annotated[Union[TrialStarted, TrialMetrics, CheckpointSaved, TrialFinished, TrialLost], Field(discriminator="kind")]
 Message = Annotated[
-    Union[TrialMessage, TrialStarted, TrialMetrics, CheckpointSaved, TrialFinished, CancelSweep],
+    Union[TrialMessage, TrialStarted, TrialMetrics, CheckpointSaved, TrialFinished, TrialLost, CancelSweep, StopTrial],
     Field(discriminator="kind"),
 ]
 _MESSAGE = TypeAdapter(Message)

@@ -91,6 +91,7 @@ def serve(
     on_drain: Callable[[], None] | None = None,
     on_kill: Callable[[], None] | None = None,
     backoff: Backoff = RECONNECT_BACKOFF,
+    watch: Callable[[Callable[[], None]], None] | None = None,
 ) -> int:
     """Run a service until a signal stops it, reconnecting when the broker goes away.
 
@@ -100,6 +101,11 @@ def serve(
     unacked messages go back to their queues on the broker's side, and we
     connect again with backoff and jitter. Nothing here is lost because
     nothing is acked before its effects are committed.
+
+    ``watch(drain)`` is called once at start with the drain the first signal
+    triggers, for watchers that start it otherwise (preemption notices). Such
+    a drain is not a signal: the platform's SIGTERM after it still drains,
+    and only a second signal stops at once.
     """
     current: dict[str, Broker] = {}
     stopping = threading.Event()
@@ -114,6 +120,8 @@ def serve(
             broker.stop(drain=True)
 
     install_signals(drain, on_kill)
+    if watch is not None:
+        watch(drain)
     failures = 0
     while not stopping.is_set():
         cleanup: Cleanup | None = None
@@ -131,6 +139,9 @@ def serve(
                     half_started.stop(drain=False)
                 except Exception:  # noqa: BLE001 - the connection is already broken
                     pass
+            if cleanup is not None:  # at once, not after the pause: e.g. trials whose delivery died
+                cleanup()
+                cleanup = None
             failures += 1
             pause = backoff.delay(min(failures, 10), rng)
             _log.warning("broker connection lost; reconnecting", error=str(e), pause_s=round(pause, 1))

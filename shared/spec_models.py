@@ -145,7 +145,42 @@ STRATEGY_TYPES = ("grid", "random")
 
 
 class Retries(_Model):
+    """What the planner and agents do when attempts end badly (docs/faults.md)."""
+
     max_failures: int = Field(default=3, ge=0)  # 3 means up to 4 attempts
+    # Deliveries of one attempt lost together with their agent (kill -9, a node
+    # gone without notice, a trial that takes its agent down) before the attempt
+    # is dead-lettered and the trial failed. Graceful preemptions never count.
+    max_lost: int = Field(default=10, ge=0)
+    # halve_batch: a CUDA out-of-memory exit is retried with batch_param halved
+    # and accum_param doubled (same effective batch), not counted as a failure.
+    on_oom: Literal["fail", "halve_batch"] = "fail"
+    batch_param: str = Field(default="batch_size", min_length=1)
+    accum_param: str = Field(default="grad_accum", min_length=1)
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def _duration(value: object) -> object:
+    """``90``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``, ``"1h30m"`` -> seconds."""
+    if isinstance(value, str):
+        m = _DURATION.fullmatch(value.strip())
+        if not value.strip() or m is None:
+            raise ValueError(f"must be seconds or a duration like 90s, 30m, 2h, 1h30m (got {value!r})")
+        d, h, mi, se = (float(g) if g else 0.0 for g in m.groups())
+        return d * 86400 + h * 3600 + mi * 60 + se
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0, allow_inf_nan=False)]
+
+
+class Timeout(_Model):
+    """Per-trial time limits, enforced by the agent; a trial past one is killed and counts as a failure."""
+
+    stall: Duration | None = None  # no metric, checkpoint or heartbeat line for this long
+    total: Duration | None = None  # running time over all attempts (a trial past it is not retried)
 
 
 class Resources(_Model):
@@ -172,6 +207,7 @@ class SweepSpec(_Model):
     trial_name: str = "{name}_{index:04d}"
     repeats: int = Field(default=1, ge=1)
     retries: Retries = Field(default_factory=Retries)
+    timeout: Timeout = Field(default_factory=Timeout)
     resources: Resources = Field(default_factory=Resources)
     env: dict[str, str] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=0, le=9)
@@ -203,6 +239,7 @@ class SweepSpec(_Model):
                 problems.append((("space", "seed"), f"cannot be a parameter when repeats > 1 (got repeats={self.repeats}); each repeat sets seed"))
             if self.strategy.type == "grid" and isinstance(param, (Uniform, LogUniform)):
                 problems.append((("space", key), GRID_CONTINUOUS.format(kind=param.type)))
+        problems += self._oom_problems()
         samples = self._samples()
         command_samples = {k: v for k, v in samples.items() if k != "name"}
         for i, arg in enumerate(self.command):
@@ -214,6 +251,24 @@ class SweepSpec(_Model):
             raise _Problems(problems)
         return self
 
+    def _oom_problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        r = self.retries
+        if r.on_oom != "halve_batch":
+            return []
+        out: list[tuple[tuple[str | int, ...], str]] = []
+        for field, name, required in (("batch_param", r.batch_param, True), ("accum_param", r.accum_param, False)):
+            param = self.space.get(name)
+            if param is None:
+                if required:
+                    out.append((("retries", field), f"on_oom: halve_batch needs space.{name}, the batch size to halve "
+                                                    f"(got no parameter {name!r}; set retries.{field} to name it)"))
+                continue
+            ints = isinstance(param, IntRange) or (
+                isinstance(param, Choice) and all(isinstance(v, int) and not isinstance(v, bool) for v in param.values))
+            if not ints:
+                out.append((("space", name), f"must take whole numbers for on_oom: halve_batch (got {param.type})"))
+        return out
+
     def _samples(self) -> dict[str, list[Any]]:
         """Values each template field can take: every choice, range bounds, built-ins."""
         samples: dict[str, list[Any]] = {"index": [0], "name": [self.name], "trial_name": [self.name]}
@@ -221,6 +276,8 @@ class SweepSpec(_Model):
             samples[key] = list(param.values) if isinstance(param, Choice) else [param.low, param.high]
         if self.repeats > 1:
             samples["seed"] = [0]
+        if self.retries.on_oom == "halve_batch":
+            samples.setdefault(self.retries.accum_param, [1])  # filled in with 1 when not in space
         return samples
 
     def to_json_dict(self) -> dict[str, Any]:

@@ -75,6 +75,12 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--gpus-per-slot", type=_positive, default=1, help="GPUs each trial gets (default 1)")
     a.add_argument("--grace", type=float, default=90.0, help="seconds a preempted trial gets to checkpoint")
     a.add_argument("--workdir", type=Path)
+    a.add_argument("--preemption-notice", choices=("signal", "aws", "azure", "gcp"), default="signal",
+                   help="drain on the cloud's preemption notice (instance metadata) ahead of SIGTERM; default: on SIGTERM only")
+    a.add_argument("--metadata-url", help="instance metadata endpoint for --preemption-notice (default: the cloud's)")
+    a.add_argument("--notice-interval", type=float, default=5.0, help="seconds between metadata polls (default 5)")
+    a.add_argument("--max-node-failures", type=int, default=5,
+                   help="stop taking trials after this many different trials failed here in a row (a broken node; 0: never)")
     return p
 
 
@@ -161,7 +167,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if cmd == "agent":
         from spotsweep.services.agent.main import main as agent_main
 
-        return agent_main(settings, args.slots, args.resource_class, args.grace, args.workdir, args.gpus_per_slot)
+        return agent_main(settings, args.slots, args.resource_class, args.grace, args.workdir, args.gpus_per_slot,
+                          args.preemption_notice, args.metadata_url, args.max_node_failures, args.notice_interval)
     raise AssertionError(cmd)  # argparse refuses unknown commands
 
 

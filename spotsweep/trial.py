@@ -39,6 +39,7 @@ __all__ = [
     "attempt",
     "checkpoint_dir",
     "checkpoint_saved",
+    "heartbeat",
     "is_managed",
     "params",
     "report",
@@ -174,6 +175,18 @@ def checkpoint_saved(step: int) -> None:
     rename): the agent uploads the directory as soon as it reads this line.
     """
     _emit(_format({"checkpoint": _check_step(step)}))
+
+
+def heartbeat() -> None:
+    """Say "still alive" without a metric: one line ``{"heartbeat": <unix time>}``.
+
+    Only needed by a trial that can go longer than the sweep's
+    ``timeout.stall`` between reports (a long evaluation, data preparation);
+    any metric or checkpoint line counts as a heartbeat too.
+    """
+    import time
+
+    _emit(_format({"heartbeat": round(time.time(), 3)}))
 
 
 _TRIAL = _Trial.from_env(os.environ)

@@ -116,6 +116,7 @@ class RecordingDelivery:
         self.message_id = message_id
         self.redelivered = redelivered
         self.routing_key = ""
+        self.priority = 0
         self.settled: str | None = None
 
     def ack(self) -> None:

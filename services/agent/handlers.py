@@ -5,6 +5,14 @@ broker, so a node that dies at any point before leaves the trial unacked and
 RabbitMQ hands it to another agent, which resumes from the last uploaded
 checkpoint. On a hard stop (second SIGTERM) the handler neither publishes nor
 acks: the closing connection puts the trial back.
+
+A delivery that comes back ``redelivered`` was lost with its previous holder
+(kill -9, a node gone, a broker restart, RabbitMQ's consumer_timeout). Each
+such loss is counted in the artifact store; past the spec's
+``retries.max_lost`` the attempt is reported failed and dead-lettered, so a
+trial that takes its agents down cannot circle forever. The agent never hands
+a trial back with a requeue (which would look like a loss): a draining agent
+republishes it with a confirm, then acks.
 """
 
 from __future__ import annotations
@@ -15,14 +23,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from spotsweep.services.agent.runner import RunControl, RunnerConfig, run_trial
+from spotsweep.services.agent import uploads
+from spotsweep.services.agent.health import Health
+from spotsweep.services.agent.runner import DeliveryLost, RunControl, RunnerConfig, run_trial
 from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts.port import ArtifactStore
-from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
+from spotsweep.shared.broker.port import Broker, Consumer, Delivery, Outgoing
 from spotsweep.shared.errors import DecodeError, RetryableError
-from spotsweep.shared.messages import CancelSweep, Envelope, TrialFinished, TrialMessage, decode, encode
+from spotsweep.shared.messages import (
+    CancelSweep, Envelope, StopTrial, TrialFinished, TrialLost, TrialMessage, decode, encode,
+)
 
 _log = log.get("spotsweep.agent")
+MAX_STOPS = 10_000
 
 
 class Slots:
@@ -46,15 +59,31 @@ class Slots:
 
 
 @dataclass
+class AgentState:
+    """What outlives one broker connection: signals, node health, notes to send."""
+
+    control: RunControl = field(default_factory=RunControl)
+    health: Health = field(default_factory=Health)
+    notices: list[TrialLost] = field(default_factory=list)  # lost runs to report once connected again
+    cancelled: set[str] = field(default_factory=set)  # sweep ids
+    stops: dict[str, str] = field(default_factory=dict)  # run id -> the planner's reason to stop it
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
 class AgentDeps:
     broker: Broker
     store: ArtifactStore
     config: RunnerConfig
     slots: Slots
-    control: RunControl = field(default_factory=RunControl)
+    state: AgentState = field(default_factory=AgentState)
     lost: threading.Event = field(default_factory=threading.Event)  # set when this connection is gone
-    cancelled: set[str] = field(default_factory=set)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    lost_reason: str = "the connection to RabbitMQ was lost"
+    trials_consumer: Consumer | None = None
+
+    @property
+    def control(self) -> RunControl:
+        return self.state.control
 
     def publish_event(self, event: Envelope) -> None:
         kind = getattr(event, "kind", "event")
@@ -69,8 +98,19 @@ class AgentDeps:
         )
 
     def is_cancelled(self, sweep_id: str) -> bool:
-        with self._lock:
-            return sweep_id in self.cancelled
+        with self.state.lock:
+            return sweep_id in self.state.cancelled
+
+    def stop_reason(self, run_id: str) -> str | None:
+        with self.state.lock:
+            return self.state.stops.get(run_id)
+
+
+def _hand_back(delivery: Delivery, msg: TrialMessage, deps: AgentDeps) -> None:
+    """Put a trial we will not run back on its queue without it counting as a loss."""
+    deps.broker.publish(Outgoing(topology.TRIALS_EXCHANGE, msg.resource_class, delivery.body, headers=dict(delivery.headers),
+                                 message_id=delivery.message_id, priority=delivery.priority))
+    delivery.ack()
 
 
 def handle_trial(delivery: Delivery, deps: AgentDeps) -> None:
@@ -78,45 +118,102 @@ def handle_trial(delivery: Delivery, deps: AgentDeps) -> None:
     if not isinstance(msg, TrialMessage):
         raise DecodeError(f"expected a trial message on the trials queue, got {getattr(msg, 'kind', '?')}")
     with log.bound(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt):
-        if deps.control.preempt.is_set():
-            # Draining (the node is going away): do not start what would be
-            # preempted at once; another agent takes it.
-            delivery.nack(requeue=True)
+        if deps.control.preempt.is_set() or deps.state.health.tripped:
+            # Draining (the node is going away) or a broken node: do not start
+            # it here; another agent takes it.
+            _hand_back(delivery, msg, deps)
             return
-        if deps.is_cancelled(msg.sweep_id):
-            final = _failed(msg, deps, "sweep cancelled", outcome="cancelled")
-        else:
-            with deps.slots.take() as (_, gpu):
-                control = RunControl(
-                    preempt=deps.control.preempt, kill=deps.control.kill, lost=deps.lost, grace=deps.control.grace,
-                    cancelled=lambda: deps.is_cancelled(msg.sweep_id),
-                )
-                try:
-                    final = run_trial(msg, deps.store, deps.publish_event, deps.config, control, gpu)
-                except RetryableError:
-                    raise  # the broker or S3 is away: no report, the trial is redelivered
-                except Exception as e:
-                    # The agent itself broke on this trial (a full disk, a bad
-                    # checkpoint pointer): report a failed attempt so the
-                    # planner retries or fails it, instead of losing it.
-                    _log.exception("agent error while running the trial")
-                    final = _failed(msg, deps, f"agent {deps.config.agent_id} error: {type(e).__name__}: {e}")
+        losses = uploads.record_loss(deps.store, msg) if delivery.redelivered else 0
+        if losses > msg.max_lost:
+            _dead_letter(delivery, msg, deps, losses)
+            return
+        final = _run(delivery, msg, deps, losses)
+        if final is None:  # the planner stopped this run: another one counts
+            delivery.ack()
+            return
         if deps.control.kill.is_set():
             _log.warning("hard stop: trial left unacked for redelivery")
             return
         deps.publish_event(final)
         delivery.ack()
+        if deps.state.health.record(final):
+            _trip(deps)
 
 
-def _failed(msg: TrialMessage, deps: AgentDeps, error: str, outcome: str = "failed") -> TrialFinished:
+def _run(delivery: Delivery, msg: TrialMessage, deps: AgentDeps, losses: int) -> TrialFinished | None:
+    if deps.is_cancelled(msg.sweep_id):
+        return _failed(msg, deps, "sweep cancelled", outcome="cancelled")
+    with deps.slots.take() as (_, gpu):
+        control = RunControl(
+            preempt=deps.control.preempt, kill=deps.control.kill, lost=deps.lost, grace=deps.control.grace,
+            cancelled=lambda: deps.is_cancelled(msg.sweep_id), stopped=deps.stop_reason,
+        )
+        try:
+            return run_trial(msg, deps.store, deps.publish_event, deps.config, control, gpu,
+                             redelivered=delivery.redelivered, losses=losses)
+        except DeliveryLost as e:
+            notice = TrialLost(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
+                               agent=deps.config.agent_id, run_id=e.run_id, reason=deps.lost_reason)
+            with deps.state.lock:
+                deps.state.notices.append(notice)
+            raise
+        except RetryableError:
+            raise  # the broker or S3 is away: no report, the trial is redelivered
+        except Exception as e:
+            # The agent itself broke on this trial (a full disk, a bad
+            # checkpoint pointer): report a failed attempt so the planner
+            # retries or fails it, instead of losing it.
+            _log.exception("agent error while running the trial")
+            return _failed(msg, deps, f"agent {deps.config.agent_id} error: {type(e).__name__}: {e}", failure="agent")
+
+
+def _dead_letter(delivery: Delivery, msg: TrialMessage, deps: AgentDeps, losses: int) -> None:
+    error = (f"lost with its agent {losses} times (retries.max_lost={msg.max_lost}): the trial may be taking its "
+             "agents down (host OOM, a driver crash), or nodes vanish without notice; dead-lettered to "
+             f"{topology.DEAD_LETTER_QUEUE}")
+    _log.error("trial dead-lettered", losses=losses, max_lost=msg.max_lost)
+    deps.publish_event(_failed(msg, deps, error, failure="lost"))
+    delivery.nack(requeue=False)
+
+
+def _trip(deps: AgentDeps) -> None:
+    """The node looks broken: stop taking trials (running ones go on) and say so."""
+    _log.error("agent stops taking trials: every recent trial failed on this node (a broken GPU or driver?); "
+               "fix the node and restart the agent", agent=deps.config.agent_id, detail=deps.state.health.summary())
+    if deps.trials_consumer is not None:
+        try:
+            deps.trials_consumer.cancel()
+        except RetryableError:
+            pass  # the connection is gone; start() will not consume again either
+
+
+def _failed(msg: TrialMessage, deps: AgentDeps, error: str, outcome: str = "failed", failure: str | None = None) -> TrialFinished:
     return TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, outcome=outcome,  # type: ignore[arg-type]
-                         error=error, agent=deps.config.agent_id)
+                         error=error, agent=deps.config.agent_id, failure=failure)  # type: ignore[arg-type]
 
 
 def handle_control(delivery: Delivery, deps: AgentDeps) -> None:
     msg = decode(delivery.body)
     if isinstance(msg, CancelSweep):
-        with deps._lock:
-            deps.cancelled.add(msg.sweep_id)
+        with deps.state.lock:
+            deps.state.cancelled.add(msg.sweep_id)
         _log.info("sweep cancelled: its trials on this agent stop", sweep_id=msg.sweep_id)
+    elif isinstance(msg, StopTrial):
+        with deps.state.lock:
+            deps.state.stops[msg.run_id] = msg.reason
+            while len(deps.state.stops) > MAX_STOPS:  # run ids are never reused: forget the oldest
+                del deps.state.stops[next(iter(deps.state.stops))]
     delivery.ack()
+
+
+def send_notices(deps: AgentDeps) -> None:
+    """Report runs lost with an earlier connection (once this one is up)."""
+    with deps.state.lock:
+        notices, deps.state.notices = deps.state.notices, []
+    for i, notice in enumerate(notices):
+        try:
+            deps.publish_event(notice)
+        except RetryableError:
+            with deps.state.lock:
+                deps.state.notices[:0] = notices[i:]
+            raise

@@ -25,12 +25,17 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class Heartbeat:
+    """``{"heartbeat": ...}``: the trial is alive (for timeout.stall) but has nothing to report."""
+
+
+@dataclass(frozen=True)
 class BadLine:
     line: str
     reason: str
 
 
-Parsed = Points | Checkpoint | BadLine
+Parsed = Points | Checkpoint | Heartbeat | BadLine
 MAX_STEP = 2**63 - 1  # points.step is a PostgreSQL bigint
 
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf, "nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -64,6 +69,8 @@ def parse_line(line: str) -> Parsed:
         return BadLine(line, f"not JSON: {e.msg}")
     if not isinstance(data, dict):
         return BadLine(line, "not a JSON object")
+    if "heartbeat" in data and len(data) == 1:
+        return Heartbeat()
     if "checkpoint" in data:
         step = _int(data["checkpoint"])
         if step is None or not 0 <= step <= MAX_STEP:

@@ -11,11 +11,15 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import uuid
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from spotsweep.services.agent.handlers import AgentDeps, Slots, handle_control, handle_trial
+from spotsweep.services.agent import notice
+from spotsweep.services.agent.handlers import AgentDeps, AgentState, Slots, handle_control, handle_trial, send_notices
+from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.runner import RunControl, RunnerConfig, kill_all
 from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts import open_store
@@ -41,20 +45,25 @@ def detect_gpus() -> list[str]:
 
 def start(
     broker: Broker, store: ArtifactStore, slots: Slots, resource_class: str = "gpu", workdir: Path | None = None,
-    agent_id: str | None = None, control: RunControl | None = None,
+    agent_id: str | None = None, state: AgentState | None = None,
 ) -> AgentDeps:
-    """Declare, subscribe to cancellations, and consume trials with one worker per slot.
+    """Declare, subscribe to control messages, and consume trials with one worker per slot.
 
-    Called again on every reconnection with the same ``slots`` and ``control``
-    (so GPUs held by trials of a dead connection are not handed out twice).
+    Called again on every reconnection with the same ``slots`` and ``state``
+    (so GPUs held by trials of a dead connection are not handed out twice,
+    and a node found broken stays out).
     """
     agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
     broker.declare([topology.dead_letter_queue(), topology.trial_queue_spec(resource_class)])
     config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent")
-    deps = AgentDeps(broker=broker, store=store, config=config, slots=slots, control=control or RunControl())
+    deps = AgentDeps(broker=broker, store=store, config=config, slots=slots, state=state or AgentState())
     control_queue = broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
     broker.consume(control_queue, guarded(partial(handle_control, deps=deps), "control"), prefetch=10)
-    broker.consume(
+    send_notices(deps)
+    if deps.state.health.tripped:
+        _log.error("not taking trials: this node failed every recent trial", detail=deps.state.health.summary())
+        return deps
+    deps.trials_consumer = broker.consume(
         # No in-place retry: a trial handler that raised has lost its delivery
         # (the broker went away) and the trial is redelivered to some agent.
         topology.trials_queue(resource_class), guarded(partial(handle_trial, deps=deps), "trial", Backoff(attempts=1)),
@@ -64,6 +73,35 @@ def start(
     return deps
 
 
+CONSUMER_TIMEOUT_HINT = (
+    "RabbitMQ's consumer_timeout closed the delivery of a trial that ran longer than it allows ({reason}); "
+    "the trial goes back to the queue and resumes from its last checkpoint, but would be cut off again: raise "
+    "consumer_timeout above your longest trial (deploy/rabbitmq.conf, docs/faults.md)"
+)
+
+
+def describe_loss(close_reason: str | None) -> str:
+    """Why a connection's running trials were lost, in words a user can act on."""
+    if close_reason and "delivery acknowledgement" in close_reason and "timed out" in close_reason:
+        return CONSUMER_TIMEOUT_HINT.format(reason=close_reason)
+    if close_reason:
+        return f"RabbitMQ closed the agent's channel: {close_reason}"
+    return "the agent's connection to RabbitMQ was lost"
+
+
+def notice_watcher(kind: str, url: str | None, control: RunControl, interval: float = 5.0) -> Callable[[Callable[[], None]], None] | None:
+    """``serve``'s ``watch`` hook for ``--preemption-notice``; None for ``signal``."""
+    if kind == "signal":
+        return None
+    poller = notice.MetadataPoller(kind, url or notice.DEFAULT_URLS[kind])
+
+    def begin(drain: Callable[[], None]) -> None:
+        stop = threading.Event()
+        notice.watch(poller, lambda reason: drain(), stop, interval)
+
+    return begin
+
+
 def gpu_groups(gpus: list[str], per_slot: int) -> list[str]:
     """``CUDA_VISIBLE_DEVICES`` value of each slot: 8 GPUs, 2 per slot -> "0,1", "2,3", ..."""
     per_slot = max(1, per_slot)
@@ -71,18 +109,27 @@ def gpu_groups(gpus: list[str], per_slot: int) -> list[str]:
 
 
 def main(settings: Settings, slots: int | None, resource_class: str, grace: float, workdir: Path | None,
-         gpus_per_slot: int = 1) -> int:
+         gpus_per_slot: int = 1, preemption_notice: str = "signal", metadata_url: str | None = None,
+         max_node_failures: int = 5, notice_interval: float = 5.0) -> int:
     gpus = gpu_groups(detect_gpus(), gpus_per_slot)
     pool = Slots(slots or max(1, len(gpus)), gpus)
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
     control = RunControl(grace=grace)
+    state = AgentState(control=control, health=Health(limit=max_node_failures))
     agent_id = f"{socket.gethostname()}-{os.getpid()}"
 
     def start_on(broker: Broker) -> Cleanup:
-        deps = start(broker, store, pool, resource_class, workdir, agent_id, control)
-        # When this connection ends, its deliveries are void: trials still
-        # running on it are stopped (RabbitMQ hands them out again).
-        return deps.lost.set
+        deps = start(broker, store, pool, resource_class, workdir, agent_id, state)
+
+        def lost() -> None:
+            # When this connection ends, its deliveries are void: trials still
+            # running on it are stopped (RabbitMQ hands them out again).
+            deps.lost_reason = describe_loss(broker.close_reason)
+            if broker.close_reason:
+                _log.error("running trials lost with the channel", reason=deps.lost_reason)
+            deps.lost.set()
+
+        return lost
 
     def drain() -> None:
         # Preemption: running trials get SIGTERM and up to --grace seconds to
@@ -95,6 +142,7 @@ def main(settings: Settings, slots: int | None, resource_class: str, grace: floa
         kill_all()
 
     try:
-        return serve(broker_factory(settings), start_on, drain, kill)
+        return serve(broker_factory(settings), start_on, drain, kill,
+                     watch=notice_watcher(preemption_notice, metadata_url, control, notice_interval))
     finally:
         kill_all()  # whatever way we leave, no trial runs on unsupervised

@@ -1,11 +1,14 @@
 """Run one attempt of one trial as a child process, under the process contract.
 
 The runner restores the latest checkpoint, starts the command (never through
-a shell) in a fresh working directory and its own process group, tails the
-metrics file, publishes metric batches and checkpoint events, uploads
-checkpoints and logs, and returns the attempt's final event. It blocks its
-worker thread for the trial's whole life; the broker's I/O thread is never
-involved, so heartbeats flow during multi-hour trials.
+a shell) in a fresh working directory and its own process group, hands it to
+:func:`~.supervise.supervise`, uploads the logs, and returns the attempt's
+final event, or None when the planner stopped this run (nothing to report).
+It blocks its worker thread for the trial's whole life; the broker's I/O
+thread is never involved, so heartbeats flow during multi-hour trials.
+
+Each start is one *run* with its own ``run_id``: a redelivered attempt runs
+again under a new id, which is how the planner tells runs apart.
 """
 
 from __future__ import annotations
@@ -19,50 +22,54 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spotsweep.services.agent.lines import BadLine, Checkpoint, Points, Tail, parse_line
-from spotsweep.shared import log
 from spotsweep.services.agent import uploads
-from spotsweep.shared.errors import RetryableError
+from spotsweep.services.agent.lines import Tail
+from spotsweep.services.agent.supervise import Outcome, RunControl, RunnerConfig, signal_group, supervise
+from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
-from spotsweep.shared.messages import (
-    CheckpointSaved, Envelope, MetricPoint, Outcome, TrialFinished, TrialMessage, TrialMetrics, TrialStarted,
-)
+from spotsweep.shared.errors import RetryableError
+from spotsweep.shared.messages import Envelope, Failure, Outcome as Result, TrialFinished, TrialMessage, TrialStarted
+
+__all__ = ["DeliveryLost", "RunControl", "RunnerConfig", "kill_all", "run_trial"]
 
 _log = log.get("spotsweep.agent")
 ERROR_TAIL_LINES = 20
+# What a CUDA out-of-memory exit leaves on stderr (torch's error text and the
+# allocator failures that come with it), for retries.on_oom.
+OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "HIP out of memory")
 
 
-@dataclass
-class RunControl:
-    """Signals from the agent to a running trial, set from other threads."""
+class DeliveryLost(RetryableError):
+    """The delivery died with its channel or connection; the process was killed and the broker hands the attempt out again."""
 
-    preempt: threading.Event = field(default_factory=threading.Event)  # SIGTERM the trial, wait for grace
-    kill: threading.Event = field(default_factory=threading.Event)  # SIGKILL now
-    lost: threading.Event = field(default_factory=threading.Event)  # the delivery's connection died: SIGKILL, no report
-    cancelled: Callable[[], bool] = lambda: False
-    grace: float = 90.0
+    def __init__(self, run_id: str) -> None:
+        super().__init__("the broker connection was lost: the trial was stopped and will be redelivered")
+        self.run_id = run_id
 
 
-@dataclass(frozen=True)
-class RunnerConfig:
-    agent_id: str
-    workdir: Path
-    batch_points: int = 2000  # publish a metrics batch at this many points...
-    batch_seconds: float = 0.25  # ...or when the oldest unsent point is this old
-    poll_seconds: float = 0.05
+_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 
 
-def _argv(argv: list[str]) -> list[str]:
+def _argv(argv: list[str], env: dict[str, str]) -> list[str]:
+    """The argv to exec; raises FileNotFoundError when the program does not exist."""
     # "python" in a spec means the agent's own interpreter, so a sweep runs in
     # the environment spotsweep is installed in, with or without an activated venv.
-    if argv and argv[0] in ("python", "python3"):
-        return [sys.executable, *argv[1:]]
-    return list(argv)
+    argv = [sys.executable, *argv[1:]] if argv and argv[0] in ("python", "python3") else list(argv)
+    program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
+    if program is None or not os.access(program, os.X_OK):
+        raise FileNotFoundError(2, "No such file or directory (or not executable)", argv[0])
+    if _SETPRIV is None:
+        return argv
+    # Die with the agent: if the agent is killed outright (the OOM killer,
+    # kill -9) its trials must not run on unsupervised while the broker hands
+    # them to another node. util-linux's setpriv sets PR_SET_PDEATHSIG, then execs;
+    # a preexec_fn doing the same is unsafe in a threaded process.
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
 
 
 def _tail_text(path: Path, lines: int = ERROR_TAIL_LINES, limit: int = 4000) -> str:
@@ -91,11 +98,20 @@ def kill_all() -> None:
             pass
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int | None, gpu: str | None) -> dict[str, str]:
+    env = {**os.environ, **msg.env}
+    env.update(
+        SPOTSWEEP_PARAMS=json.dumps(msg.params, separators=(",", ":")), SPOTSWEEP_SWEEP_ID=msg.sweep_id,
+        SPOTSWEEP_TRIAL_ID=msg.trial_id, SPOTSWEEP_TRIAL_NAME=msg.trial_name, SPOTSWEEP_ATTEMPT=str(msg.attempt),
+        SPOTSWEEP_METRICS=str(metrics), SPOTSWEEP_CHECKPOINT_DIR=str(ckpt_dir),
+        PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+    )
+    env.pop("SPOTSWEEP_RESUME_STEP", None)
+    if resume is not None:
+        env["SPOTSWEEP_RESUME_STEP"] = str(resume)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env
 
 
 def run_trial(
@@ -105,9 +121,13 @@ def run_trial(
     config: RunnerConfig,
     control: RunControl,
     gpu: str | None = None,
-) -> TrialFinished:
+    *,
+    redelivered: bool = False,
+    losses: int = 0,
+) -> TrialFinished | None:
     """Run the attempt to its end and return (not publish) its final event."""
-    ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt}
+    run_id = uuid.uuid4().hex[:12]
+    ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
     config.workdir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"{msg.trial_id}-a{msg.attempt}-", dir=config.workdir))
     run_dir, ckpt_dir = root / "run", root / "checkpoint"
@@ -116,139 +136,67 @@ def run_trial(
     metrics_path, out_path, err_path = root / "metrics.jsonl", root / "stdout.log", root / "stderr.log"
     metrics_path.touch()
 
-    def end(outcome: Outcome, **fields: Any) -> TrialFinished:
+    def end(outcome: Result, **fields: Any) -> TrialFinished:
         return TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
-                             outcome=outcome, **fields)
+                             run_id=run_id, outcome=outcome, **fields)
 
     try:
         resume = uploads.restore(store, msg, ckpt_dir)
-        env = {**os.environ, **msg.env}
-        env.update(
-            SPOTSWEEP_PARAMS=_json(msg.params), SPOTSWEEP_SWEEP_ID=msg.sweep_id, SPOTSWEEP_TRIAL_ID=msg.trial_id,
-            SPOTSWEEP_TRIAL_NAME=msg.trial_name, SPOTSWEEP_ATTEMPT=str(msg.attempt),
-            SPOTSWEEP_METRICS=str(metrics_path), SPOTSWEEP_CHECKPOINT_DIR=str(ckpt_dir),
-            PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
-        )
-        env.pop("SPOTSWEEP_RESUME_STEP", None)
-        if resume is not None:
-            env["SPOTSWEEP_RESUME_STEP"] = str(resume)
-        if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpu
+        env = _environment(msg, metrics_path, ckpt_dir, resume, gpu)
         with out_path.open("wb") as out, err_path.open("wb") as err:
             try:
-                proc = subprocess.Popen(_argv(msg.argv), cwd=run_dir, env=env, stdout=out, stderr=err, start_new_session=True)
+                proc = subprocess.Popen(_argv(msg.argv, env), cwd=run_dir, env=env, stdout=out, stderr=err,
+                                        start_new_session=True)
             except OSError as e:
-                return end("failed", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
+                return end("failed", failure="exit", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
+            started = time.monotonic()
             with _running_lock:
                 _running.add(proc.pid)
             try:
-                publish(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
-                                     agent=config.agent_id, resume_step=resume))
-                _log.info("trial started", pid=proc.pid, resume_step=resume, **ids)
-                outcome = _supervise(proc, msg, store, publish, config, control, Tail(metrics_path), ckpt_dir)
+                publish(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
+                                     run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses))
+                _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids)
+                outcome = supervise(proc, msg, store, publish, config, control, Tail(metrics_path), ckpt_dir, run_id)
             except BaseException:
                 # The broker went away (or the agent broke) mid-trial: this
                 # delivery is void and RabbitMQ hands the trial to another
                 # agent, so the process must not run on unsupervised.
-                _signal_group(proc, signal.SIGKILL)
+                signal_group(proc, signal.SIGKILL)
                 raise
             finally:
                 proc.wait()
                 with _running_lock:
                     _running.discard(proc.pid)
+        duration = time.monotonic() - started
         if outcome.reason == "lost":
-            raise RetryableError("the broker connection was lost: the trial was stopped and will be redelivered")
-        final, last_step = outcome.final, outcome.last_step
+            raise DeliveryLost(run_id)
+        if outcome.reason == "stopped":
+            _log.info("run stopped by the planner", reason=outcome.stop_reason, **ids)
+            return None
         logs_uri = uploads.logs(store, msg, out_path, err_path)
-        rc = proc.returncode
-        result: Outcome
-        if outcome.reason == "preempted":
-            result = "preempted"
-        elif outcome.reason == "cancelled":
-            result = "cancelled"
-        else:
-            result = "completed" if rc == 0 else "failed"
-        error = None
-        if result == "failed":
-            error = _tail_text(err_path) or f"exit code {rc}"
-            if rc is not None and rc < 0:
-                error = f"killed by signal {-rc}\n{error}"
-        _log.info("trial ended", outcome=result, exit_code=rc, **ids)
-        return end(result, exit_code=rc, error=error, metrics=final, last_step=last_step, logs_uri=logs_uri)
+        result, failure, error = _classify(outcome, proc.returncode, err_path, msg)
+        _log.info("trial ended", outcome=result, exit_code=proc.returncode, failure=failure, **ids)
+        return end(result, exit_code=proc.returncode, error=error, failure=failure, metrics=outcome.final,
+                   last_step=outcome.last_step, logs_uri=logs_uri, duration=round(duration, 3))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@dataclass
-class _Outcome:
-    reason: str = "exited"
-    final: dict[str, float] = field(default_factory=dict)
-    last_step: int | None = None
-
-
-def _supervise(
-    proc: subprocess.Popen[bytes], msg: TrialMessage, store: ArtifactStore, publish: Callable[[Envelope], None],
-    config: RunnerConfig, control: RunControl, tail: Tail, ckpt_dir: Path,
-) -> _Outcome:
-    outcome = _Outcome()
-    batch: list[MetricPoint] = []
-    oldest = 0.0
-    term_sent_at: float | None = None
-
-    def flush() -> None:
-        nonlocal batch
-        if batch:
-            publish(TrialMetrics(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, points=batch))
-            batch = []
-
-    def consume(lines: list[str]) -> None:
-        nonlocal oldest
-        for line in lines:
-            parsed = parse_line(line)
-            if isinstance(parsed, Points):
-                if not batch:
-                    oldest = time.monotonic()
-                batch.extend(MetricPoint(step=parsed.step, name=k, value=v) for k, v in parsed.values.items())
-                outcome.final.update(parsed.values)
-                outcome.last_step = parsed.step
-            elif isinstance(parsed, Checkpoint):
-                flush()  # points up to the checkpoint land before it
-                uri = uploads.checkpoint(store, msg, parsed.step, ckpt_dir)
-                if uri is not None:
-                    publish(CheckpointSaved(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
-                                            step=parsed.step, uri=uri))
-            elif isinstance(parsed, BadLine):
-                _log.warning("bad metrics line skipped", reason=parsed.reason, line=parsed.line[:200], trial_id=msg.trial_id)
-            if len(batch) >= config.batch_points:
-                flush()
-
-    while True:
-        exited = proc.poll() is not None
-        consume(tail.read(final=exited))
-        if batch and time.monotonic() - oldest >= config.batch_seconds:
-            flush()
-        if exited:
-            break
-        if control.kill.is_set():
-            _signal_group(proc, signal.SIGKILL)
-        elif control.lost.is_set() and outcome.reason != "lost":
-            outcome.reason = "lost"
-            _signal_group(proc, signal.SIGKILL)
-        elif control.cancelled() and outcome.reason != "cancelled":
-            outcome.reason = "cancelled"
-            _signal_group(proc, signal.SIGKILL)
-        elif control.preempt.is_set():
-            if term_sent_at is None:
-                outcome.reason = "preempted"
-                term_sent_at = time.monotonic()
-                _signal_group(proc, signal.SIGTERM)
-            elif time.monotonic() - term_sent_at > control.grace:
-                _signal_group(proc, signal.SIGKILL)
-        time.sleep(config.poll_seconds)
-    proc.wait()
-    flush()
-    return outcome
-
-
-def _json(obj: object) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+def _classify(outcome: Outcome, rc: int | None, err_path: Path, msg: TrialMessage) -> tuple[Result, Failure | None, str | None]:
+    """(outcome, failure kind, error) of an attempt whose process has exited."""
+    if outcome.reason in ("preempted", "cancelled"):
+        return outcome.reason, None, None  # type: ignore[return-value]
+    tail = _tail_text(err_path)
+    if outcome.reason == "stalled":
+        why = f"stalled: no metric, checkpoint or heartbeat line for {msg.stall_timeout:g} s (timeout.stall); killed"
+        return "failed", "stalled", f"{why}\n{tail}".rstrip()
+    if outcome.reason == "timeout":
+        why = f"timed out: ran {msg.total_timeout:g} s in all (timeout.total); killed"
+        return "failed", "timeout", f"{why}\n{tail}".rstrip()
+    if rc == 0:
+        return "completed", None, None
+    error = tail or f"exit code {rc}"
+    if rc is not None and rc < 0:
+        error = f"killed by signal {-rc}\n{error}"
+    failure: Failure = "oom" if any(m in tail for m in OOM_MARKERS) else "exit"
+    return "failed", failure, error

@@ -10,11 +10,13 @@ logs are best effort, because a completed trial must not run again for them.
 from __future__ import annotations
 
 import os
-from functools import partial
 import shutil
+import uuid
+from functools import partial
 from pathlib import Path
 
 from spotsweep.shared import log
+from spotsweep.shared.artifacts.checkpoint_layout import loss_prefix
 from spotsweep.shared.artifacts.checkpoints import log_key, restore_checkpoint, upload_checkpoint
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.errors import SpotsweepError
@@ -76,3 +78,22 @@ def logs(store: ArtifactStore, msg: TrialMessage, out_path: Path, err_path: Path
         _log.error("logs not uploaded", error=str(e), trial_id=msg.trial_id)
         return None
     return str(uri).rsplit("/", 1)[0] if uri else None
+
+
+def record_loss(store: ArtifactStore, msg: TrialMessage) -> int:
+    """Count one more delivery of this attempt lost with its agent; returns the count so far.
+
+    Why here and not in the broker: a classic queue (needed for priorities)
+    keeps no delivery count, and a quorum queue's counts every return,
+    graceful preemptions included. Every agent reaches the artifact store,
+    and one uniquely named marker per loss makes the count race-free. When
+    the store is unreachable this loss goes uncounted (1 is returned): the
+    trial runs rather than waits.
+    """
+    prefix = loss_prefix(msg.sweep_id, msg.trial_id, msg.attempt)
+    try:
+        retrying(lambda: store.put_bytes(prefix + uuid.uuid4().hex, b""), S3_BACKOFF, what="record a lost delivery")
+        return len(retrying(lambda: store.list(prefix), S3_BACKOFF, what="count lost deliveries"))  # type: ignore[arg-type]
+    except SpotsweepError as e:
+        _log.error("lost delivery not counted", error=str(e), trial_id=msg.trial_id)
+        return 1

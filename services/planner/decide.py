@@ -2,16 +2,32 @@
 
 No I/O, no clock: the handlers read the state from PostgreSQL, call these,
 and apply the result in the same transaction. Tests feed plain values.
-Fencing lives here: an event whose attempt is not the trial's current
-attempt, or about a trial already in a terminal state, changes nothing.
+
+Fencing lives here. An event whose attempt is not the trial's current
+attempt, or about a trial already in a terminal state, changes nothing. Within
+an attempt, runs are told apart by ``run_id``: the broker may hand one attempt
+out twice (redelivery after its agent vanished, or a duplicate publish), and
+only one run counts. A second run that starts while the first is alive is
+stopped; a redelivered one replaces a run whose agent is gone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from spotsweep.shared.messages import TrialFinished, TrialStarted
+from spotsweep.shared.messages import StopReason, TrialFinished, TrialLost, TrialStarted
 from spotsweep.shared.states import IN_FLIGHT, TrialState, check_transition
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The spec's ``retries`` block, as the decisions need it."""
+
+    max_failures: int = 3
+    on_oom: str = "fail"  # fail | halve_batch
+    batch_param: str = "batch_size"
+    accum_param: str = "grad_accum"
 
 
 @dataclass(frozen=True)
@@ -22,6 +38,11 @@ class SweepState:
     in_flight: int  # trials pending, queued or running
     max_failures: int
     active: bool = True  # False once cancelled or completed
+    policy: RetryPolicy | None = None  # None: max_failures alone
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self.policy or RetryPolicy(max_failures=self.max_failures)
 
 
 @dataclass(frozen=True)
@@ -30,6 +51,8 @@ class TrialView:
     attempt: int
     failures: int = 0
     preemptions: int = 0
+    run_id: str | None = None  # the run of this attempt that counts
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -43,6 +66,19 @@ class TrialUpdate:
     started: bool = False  # set started_at (first start only)
     finished: bool = False  # set finished_at
     agent: str | None = None
+    run_id: str | None = None  # replaces the current run id when set
+    losses: int | None = None  # replaces the loss count when set (reset to 0 for a new attempt)
+    params: dict[str, Any] | None = None  # new params for the next attempt (OOM halving)
+    add_seconds: float = 0.0  # running time to add to the trial's total
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Stop one run of an attempt (see :class:`~spotsweep.shared.messages.StopTrial`)."""
+
+    attempt: int
+    run_id: str
+    reason: StopReason
 
 
 @dataclass(frozen=True)
@@ -50,8 +86,8 @@ class Decision:
     update: TrialUpdate | None = None
     launch: int = 0  # new configs to launch now
     sweep_done: bool = False
+    stop: Stop | None = None
     reason: str = ""
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 def fill(sweep: SweepState, in_flight: int | None = None) -> tuple[int, bool]:
@@ -65,46 +101,94 @@ def fill(sweep: SweepState, in_flight: int | None = None) -> tuple[int, bool]:
     return launch, done
 
 
-def decide(sweep: SweepState, trial: TrialView, event: TrialStarted | TrialFinished) -> Decision:
+def decide(sweep: SweepState, trial: TrialView, event: TrialStarted | TrialFinished | TrialLost) -> Decision:
     """What the planner does about one lifecycle event of one trial."""
     if trial.state.is_terminal:
+        if isinstance(event, TrialStarted) and event.attempt == trial.attempt and event.run_id:
+            # A run of an ended trial (its finished run's ack was lost with
+            # the agent): it would only redo finished work.
+            return Decision(stop=Stop(event.attempt, event.run_id, "ended"), reason=f"trial already {trial.state.value}")
         return Decision(reason=f"trial already {trial.state.value}")
     if event.attempt != trial.attempt:
         return Decision(reason=f"stale attempt {event.attempt} (current {trial.attempt})")
 
-    update: TrialUpdate | None
     if isinstance(event, TrialStarted):
-        if trial.state == TrialState.RUNNING:
-            return Decision(reason="already running")
-        update = TrialUpdate(
-            check_transition(trial.state, TrialState.RUNNING), trial.attempt, trial.failures,
-            trial.preemptions, started=True, agent=event.agent,
-        )
-    else:
-        update = _finished(sweep, trial, event)
-        check_transition(trial.state, update.state)
+        return _started(sweep, trial, event)
+    if isinstance(event, TrialLost):
+        return _lost(trial, event)
+    update = _finished(sweep, trial, event)
+    check_transition(trial.state, update.state)
+    return _with_fill(sweep, trial, update)
 
-    was_busy = trial.state in IN_FLIGHT
-    now_busy = update.state in IN_FLIGHT
-    in_flight = sweep.in_flight - int(was_busy) + int(now_busy)
+
+def _with_fill(sweep: SweepState, trial: TrialView, update: TrialUpdate) -> Decision:
+    in_flight = sweep.in_flight - int(trial.state in IN_FLIGHT) + int(update.state in IN_FLIGHT)
     launch, done = fill(sweep, in_flight)
     return Decision(update=update, launch=launch, sweep_done=done)
+
+
+def _started(sweep: SweepState, trial: TrialView, event: TrialStarted) -> Decision:
+    if trial.state == TrialState.RUNNING:
+        if event.run_id == (trial.run_id or ""):
+            return Decision(reason="already running")  # the same start event, delivered again
+        if not event.redelivered:
+            # A second copy of a live attempt (a publish repeated after a
+            # planner crash): the run we know keeps going, this one stops.
+            return Decision(stop=Stop(event.attempt, event.run_id, "duplicate"), reason="duplicate run")
+        # Redelivered: the broker took the attempt from a vanished agent.
+    update = TrialUpdate(
+        check_transition(trial.state, TrialState.RUNNING), trial.attempt, trial.failures, trial.preemptions,
+        started=True, agent=event.agent, run_id=event.run_id, losses=event.losses,
+    )
+    return _with_fill(sweep, trial, update)
+
+
+def _lost(trial: TrialView, event: TrialLost) -> Decision:
+    note = f"attempt {event.attempt} lost on {event.agent}: {event.reason}"
+    current = trial.state == TrialState.RUNNING and event.run_id == (trial.run_id or "")
+    # The broker already put the attempt back: it is queued until another
+    # agent starts it (a later run may have started already: then only note it).
+    state = TrialState.QUEUED if current else trial.state
+    return Decision(update=TrialUpdate(state, trial.attempt, trial.failures, trial.preemptions, error=note))
+
+
+def _halved(trial: TrialView, policy: RetryPolicy) -> dict[str, Any] | None:
+    """The params for an OOM retry with the same effective batch, or None if the batch cannot halve."""
+    batch = trial.params.get(policy.batch_param)
+    accum = trial.params.get(policy.accum_param, 1)
+    if not (isinstance(batch, int) and isinstance(accum, int)) or batch < 2 or batch % 2:
+        return None
+    return {**trial.params, policy.batch_param: batch // 2, policy.accum_param: accum * 2}
 
 
 def _finished(sweep: SweepState, trial: TrialView, event: TrialFinished) -> TrialUpdate:
     # Every ended attempt carries its last values; the store merges them in
     # attempt order, so final metrics are the last value of each name over
     # all attempts (a resumed attempt need not re-report what came before).
-    metrics, agent = event.metrics or None, event.agent or None
+    base: dict[str, Any] = dict(metrics=event.metrics or None, agent=event.agent or None, add_seconds=event.duration or 0.0)
+    again = dict(base, losses=0)  # a new attempt: its loss count starts over
+    done = dict(base, finished=True)
+    n, f, p = trial.attempt, trial.failures, trial.preemptions
     if event.outcome == "completed":
-        return TrialUpdate(TrialState.COMPLETED, trial.attempt, trial.failures, trial.preemptions, finished=True, metrics=metrics, agent=agent)
+        return TrialUpdate(TrialState.COMPLETED, n, f, p, **done)
     if event.outcome == "cancelled":
-        return TrialUpdate(TrialState.CANCELLED, trial.attempt, trial.failures, trial.preemptions, error=event.error, finished=True, metrics=metrics, agent=agent)
+        return TrialUpdate(TrialState.CANCELLED, n, f, p, error=event.error, **done)
     if event.outcome == "preempted":
         # Not a failure: the trial goes back with a new attempt and resumes
         # from its last checkpoint. The retry budget is untouched.
-        return TrialUpdate(TrialState.PENDING, trial.attempt + 1, trial.failures, trial.preemptions + 1, error=event.error, metrics=metrics, agent=agent)
-    failures = trial.failures + 1
-    if failures <= sweep.max_failures and sweep.active:
-        return TrialUpdate(TrialState.PENDING, trial.attempt + 1, failures, trial.preemptions, error=event.error, metrics=metrics, agent=agent)
-    return TrialUpdate(TrialState.FAILED, trial.attempt, failures, trial.preemptions, error=event.error, finished=True, metrics=metrics, agent=agent)
+        return TrialUpdate(TrialState.PENDING, n + 1, f, p + 1, error=event.error, **again)
+    policy = sweep.retry
+    if event.failure == "oom" and policy.on_oom == "halve_batch" and sweep.active:
+        halved = _halved(trial, policy)
+        if halved is not None:
+            # Bounded by log2(batch), so it does not spend the failure budget.
+            note = (f"CUDA out of memory with {policy.batch_param}={trial.params[policy.batch_param]}; retrying with "
+                    f"{policy.batch_param}={halved[policy.batch_param]}, {policy.accum_param}={halved[policy.accum_param]}")
+            return TrialUpdate(TrialState.PENDING, n + 1, f, p, error=note, params=halved, **again)
+    failures = f + 1
+    # A trial past timeout.total would be killed again at once; one that keeps
+    # killing its agents was dead-lettered: neither is retried.
+    retryable = event.failure not in ("timeout", "lost")
+    if retryable and failures <= policy.max_failures and sweep.active:
+        return TrialUpdate(TrialState.PENDING, n + 1, failures, p, error=event.error, **again)
+    return TrialUpdate(TrialState.FAILED, n, failures, p, error=event.error, **done)

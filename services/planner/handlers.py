@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotsweep.services.planner import store
-from spotsweep.services.planner.decide import SweepState, decide, fill
+from spotsweep.services.planner.decide import Decision, RetryPolicy, SweepState, decide, fill
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import DecodeError, SpecError
-from spotsweep.shared.messages import CancelSweep, TrialFinished, TrialMessage, TrialStarted, decode, encode
+from spotsweep.shared.messages import (
+    CancelSweep, StopTrial, TrialFinished, TrialLost, TrialMessage, TrialStarted, decode, encode,
+)
 from spotsweep.shared.naming import render_argv, trial_name
 from spotsweep.shared.space import params_at, total_trials
 from spotsweep.shared.spec import SweepSpec, parse_spec
@@ -63,6 +65,11 @@ class PlannerDeps:
             while len(self._specs) > SPEC_CACHE:
                 del self._specs[next(iter(self._specs))]
             return spec
+
+
+def retry_policy(spec: SweepSpec) -> RetryPolicy:
+    r = spec.retries
+    return RetryPolicy(max_failures=r.max_failures, on_oom=r.on_oom, batch_param=r.batch_param, accum_param=r.accum_param)
 
 
 def new_sweep_id(name: str) -> str:
@@ -115,7 +122,7 @@ def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
             _log.info("sweep accepted", name=spec.name, trials=total)
             sweep = store.lock_sweep(conn, sweep_id)
             assert sweep is not None
-            state = store.sweep_state(conn, sweep, spec.max_concurrent, spec.retries.max_failures)
+            state = store.sweep_state(conn, sweep, spec.max_concurrent, retry_policy(spec))
             _launch(conn, sweep_id, spec, state.next_index, fill(state)[0])
         else:
             store.fill_tombstone(conn, sweep_id, raw, spec.name, total)
@@ -126,7 +133,7 @@ def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
 def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
     """A lifecycle event: record it on the trial, retry or finish, launch more."""
     event = decode(delivery.body)
-    if not isinstance(event, (TrialStarted, TrialFinished)):
+    if not isinstance(event, (TrialStarted, TrialFinished, TrialLost)):
         delivery.ack()
         return
     with log.bound(sweep_id=event.sweep_id, trial_id=event.trial_id, attempt=event.attempt), deps.db.transaction() as conn:
@@ -137,7 +144,7 @@ def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
             delivery.ack()
             return
         spec = deps.spec(event.sweep_id, sweep["spec"])
-        state: SweepState = store.sweep_state(conn, sweep, spec.max_concurrent, spec.retries.max_failures)
+        state: SweepState = store.sweep_state(conn, sweep, spec.max_concurrent, retry_policy(spec))
         decision = decide(state, found[1], event)
         # An agent started a trial of a cancelled sweep: it missed the
         # broadcast (it started or reconnected after it), so say it again.
@@ -154,6 +161,7 @@ def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
             _log.info("sweep completed")
     if recancel:
         _broadcast_cancel(deps, event.sweep_id)
+    _send_stop(deps, event, decision)
     # Always drain this sweep's outbox (one indexed query): if a previous
     # delivery of this event committed its decision but failed to publish,
     # its redelivery decides nothing new and must still publish.
@@ -161,10 +169,22 @@ def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
     delivery.ack()
 
 
+def _send_stop(deps: PlannerDeps, event: TrialStarted | TrialFinished | TrialLost, decision: Decision) -> None:
+    """Tell the agents to stop a run that must not go on (after the commit)."""
+    if decision.stop is None:
+        return
+    stop = StopTrial(sweep_id=event.sweep_id, trial_id=event.trial_id, attempt=decision.stop.attempt,
+                     run_id=decision.stop.run_id, reason=decision.stop.reason)
+    _log.info("stopping a run", run_id=stop.run_id, reason=stop.reason)
+    deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(stop)))
+
+
 def _launch(conn: Any, sweep_id: str, spec: SweepSpec, first: int, n: int) -> None:
     trials = []
     for index in range(first, first + n):
         params = params_at(spec, index)
+        if spec.retries.on_oom == "halve_batch":
+            params.setdefault(spec.retries.accum_param, 1)  # the accumulation an OOM retry doubles
         trials.append((trial_name(spec, index, params), params))
     store.insert_trials(conn, sweep_id, first, trials)
 
@@ -184,6 +204,10 @@ def trial_message(row: dict[str, Any], spec: SweepSpec) -> TrialMessage:
         metric=spec.metric.name,
         gpus=spec.resources.gpus,
         resource_class=spec.resources.resource_class,
+        max_lost=spec.retries.max_lost,
+        stall_timeout=spec.timeout.stall,
+        total_timeout=spec.timeout.total,
+        elapsed=float(row.get("run_seconds") or 0.0),
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from psycopg.types.json import Json, Jsonb
 
-from spotsweep.services.planner.decide import SweepState, TrialUpdate, TrialView
+from spotsweep.services.planner.decide import RetryPolicy, SweepState, TrialUpdate, TrialView
 from spotsweep.shared.db import Conn, Row
 from spotsweep.shared.messages import json_safe
 from spotsweep.shared.states import TrialState
@@ -59,14 +59,15 @@ def in_flight(conn: Conn, sweep_id: str) -> int:
     return int(row["n"]) if row else 0
 
 
-def sweep_state(conn: Conn, sweep: Row, max_concurrent: int, max_failures: int) -> SweepState:
+def sweep_state(conn: Conn, sweep: Row, max_concurrent: int, policy: RetryPolicy) -> SweepState:
     return SweepState(
         max_concurrent=max_concurrent,
         total_trials=int(sweep["total_trials"]),
         next_index=int(sweep["next_index"]),
         in_flight=in_flight(conn, sweep["sweep_id"]),
-        max_failures=max_failures,
+        max_failures=policy.max_failures,
         active=sweep["state"] == "running",
+        policy=policy,
     )
 
 
@@ -74,7 +75,9 @@ def get_trial(conn: Conn, trial_id: str) -> tuple[Row, TrialView] | None:
     row = conn.execute("SELECT * FROM trials WHERE trial_id = %s FOR UPDATE", (trial_id,)).fetchone()
     if row is None:
         return None
-    return row, TrialView(TrialState(row["state"]), row["attempt"], row["failures"], row["preemptions"])
+    view = TrialView(TrialState(row["state"]), row["attempt"], row["failures"], row["preemptions"], row["run_id"],
+                     dict(row["params"]))
+    return row, view
 
 
 def insert_trials(conn: Conn, sweep_id: str, first_index: int, trials: list[tuple[str, dict[str, Any]]]) -> None:
@@ -97,12 +100,15 @@ def apply_update(conn: Conn, trial_id: str, u: TrialUpdate) -> None:
         # a completed trial keeps no error from an earlier, failed attempt
         " error = CASE WHEN %s = 'completed' THEN NULL ELSE COALESCE(%s, error) END, agent = COALESCE(%s, agent),"
         " started_at = CASE WHEN %s THEN COALESCE(started_at, now()) ELSE started_at END,"
-        " finished_at = CASE WHEN %s THEN now() ELSE finished_at END"
+        " finished_at = CASE WHEN %s THEN now() ELSE finished_at END,"
+        " run_id = COALESCE(%s, run_id), losses = COALESCE(%s, losses), params = COALESCE(%s, params),"
+        " run_seconds = run_seconds + %s"
         " WHERE trial_id = %s",
         (
             u.state.value, u.attempt, u.failures, u.preemptions,
             Jsonb(json_safe(u.metrics)) if u.metrics is not None else None, u.state.value, u.error, u.agent,
-            u.started, u.finished, trial_id,
+            u.started, u.finished, u.run_id, u.losses, Jsonb(u.params) if u.params is not None else None,
+            u.add_seconds, trial_id,
         ),
     )
 

@@ -34,6 +34,11 @@ def log_key(sweep_id: str, trial_id: str, attempt: int, stream: str) -> str:
     return f"sweeps/{sweep_id}/trials/{trial_id}/logs/attempt-{attempt}/{stream}.log"
 
 
+def loss_prefix(sweep_id: str, trial_id: str, attempt: int) -> str:
+    """One empty marker per delivery of an attempt lost with its agent (see ``uploads.record_loss``)."""
+    return f"sweeps/{sweep_id}/trials/{trial_id}/losses/attempt-{attempt}/"
+
+
 def _folder_order(folder: str) -> tuple[int, str]:
     """Sort key: step, then token."""
     step, _, token = folder.partition("-")

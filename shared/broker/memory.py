@@ -42,6 +42,7 @@ class MemoryDelivery(Delivery):
         self.routing_key = msg.routing_key
         self.redelivered = msg.redelivered
         self.message_id = msg.message_id
+        self.priority = msg.priority
 
     def ack(self) -> None:
         self._consumer.settle(self, "ack")

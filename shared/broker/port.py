@@ -53,6 +53,7 @@ class Delivery(ABC):
     routing_key: str
     redelivered: bool
     message_id: str | None
+    priority: int = 0
 
     @abstractmethod
     def ack(self) -> None: ...
@@ -100,6 +101,10 @@ class Consumer(ABC):
 
 
 class Broker(ABC):
+    # Why the last :meth:`run` ended, when the broker said (a channel closed by
+    # RabbitMQ with its reply code and text); None for a plain connection loss.
+    close_reason: str | None = None
+
     @abstractmethod
     def declare(self, queues: Iterable[QueueSpec]) -> None:
         """Declare the topology's exchanges and these queues. Idempotent, safe concurrently."""

@@ -296,11 +296,14 @@ class RabbitBroker(Broker):
                         return
             if not self._conn.is_open:  # lost while a marshalled call used it (that caller saw the error)
                 raise pe.ConnectionWrongStateError("the connection closed")
-            if any(c.lost() for c in self._consumers):
+            lost = [c for c in self._consumers if c.lost()]
+            if lost:
                 # The broker closed or cancelled a consumer (consumer_timeout,
                 # queue deleted): its deliveries are void. Start over on a new
                 # connection rather than go quiet, or run a trial twice.
-                raise pe.ChannelWrongStateError("the broker closed or cancelled a consumer")
+                self.close_reason = lost[0].close_reason()
+                _log.error("broker_closed_consumer", queue=lost[0].queue, reason=self.close_reason)
+                raise pe.ChannelWrongStateError(f"the broker closed or cancelled a consumer: {self.close_reason}")
             self._conn.process_data_events(time_limit=IO_TICK_S)
 
     def _teardown(self) -> None:

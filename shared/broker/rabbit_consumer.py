@@ -58,6 +58,7 @@ class RabbitDelivery(Delivery):
         self.routing_key = method.routing_key
         self.redelivered = bool(method.redelivered)
         self.message_id = props.message_id
+        self.priority = props.priority or 0
         self.tag: int = method.delivery_tag
         self.channel = channel
         self._consumer = consumer
@@ -111,6 +112,15 @@ class RabbitConsumer(Consumer):
         if self.cancelled:
             return False
         return self.broker_cancelled or (self._channel is not None and self._channel.is_closed)
+
+    def close_reason(self) -> str | None:
+        """What the broker said when it closed this consumer's channel, if it did."""
+        if self.broker_cancelled:
+            return "the broker cancelled the consumer (queue deleted or moved)"
+        reason = getattr(self._channel, "_closing_reason", None)  # pika keeps the ChannelClosedByBroker here
+        if isinstance(reason, pe.ChannelClosedByBroker):
+            return f"{reason.reply_code} {reason.reply_text}"
+        return None
 
     def on_message(
         self, ch: BlockingChannel, method: pika.spec.Basic.Deliver, props: pika.BasicProperties, body: bytes

@@ -1,4 +1,4 @@
--- spotsweep results database, version 1.
+-- spotsweep results database, version 2 (idempotent: run whole on a new or a version-1 database).
 -- Public read API: the views trial_results and metric_points (docs/results.md).
 -- The tables behind them may change between versions; the views will not.
 
@@ -33,6 +33,10 @@ CREATE TABLE IF NOT EXISTS trials (
     finished_at timestamptz,
     UNIQUE (sweep_id, idx)
 );
+-- version 2: fault handling
+ALTER TABLE trials ADD COLUMN IF NOT EXISTS losses int NOT NULL DEFAULT 0;      -- deliveries of the current attempt lost with their agent
+ALTER TABLE trials ADD COLUMN IF NOT EXISTS run_seconds double precision NOT NULL DEFAULT 0;  -- running time over all attempts
+ALTER TABLE trials ADD COLUMN IF NOT EXISTS run_id text;                        -- the run of the current attempt that counts
 CREATE INDEX IF NOT EXISTS trials_inflight ON trials (sweep_id) WHERE state IN ('pending', 'queued', 'running');
 CREATE INDEX IF NOT EXISTS trials_pending ON trials (state) WHERE state = 'pending';
 
@@ -62,7 +66,7 @@ CREATE INDEX IF NOT EXISTS trial_events_trial ON trial_events (trial_id);
 CREATE OR REPLACE VIEW trial_results AS
 SELECT t.sweep_id, s.name AS sweep_name, t.trial_id, t.trial_name, t.state,
        t.params, t.metrics, t.attempt AS attempts, t.preemptions, t.error,
-       t.started_at, t.finished_at
+       t.started_at, t.finished_at, t.failures, t.losses, t.run_seconds, t.agent
 FROM trials t JOIN sweeps s USING (sweep_id);
 
 CREATE OR REPLACE VIEW metric_points AS

@@ -27,29 +27,16 @@ def message(script: str, attempt: int = 1, **params: Any) -> TrialMessage:
     )
 
 
-class Recorder(list):
-    def __call__(self, event: Any) -> None:
-        self.append(event)
-
+class Events(list):  # type: ignore[type-arg]
     def of(self, kind: type) -> list[Any]:
         return [e for e in self if isinstance(e, kind)]
 
 
-@pytest.fixture()
-def store(tmp_path: Path) -> LocalArtifactStore:
-    return LocalArtifactStore(tmp_path / "artifacts")
-
-
-@pytest.fixture()
-def config(tmp_path: Path) -> RunnerConfig:
-    return RunnerConfig(agent_id="test-agent", workdir=tmp_path / "work", batch_points=50, batch_seconds=0.05)
-
-
 def run(store: LocalArtifactStore, config: RunnerConfig, msg: TrialMessage, control: RunControl | None = None,
-        gpu: str | None = None) -> tuple[Any, Recorder]:
-    events = Recorder()
-    final = run_trial(msg, store, events, config, control or RunControl(), gpu)
-    return final, events
+        gpu: str | None = None) -> tuple[Any, Events]:
+    events: list[Any] = []
+    final = run_trial(msg, store, events.append, config, control or RunControl(), gpu)
+    return final, Events(events)
 
 
 def test_contract_environment_and_final_metrics(store: LocalArtifactStore, config: RunnerConfig) -> None:

@@ -1,7 +1,7 @@
 """The planner's pure decisions, fed plain events: no broker, no database."""
 
-from spotsweep.services.planner.decide import SweepState, TrialView, decide, fill
-from spotsweep.shared.messages import TrialFinished, TrialStarted
+from spotsweep.services.planner.decide import RetryPolicy, SweepState, TrialView, decide, fill
+from spotsweep.shared.messages import TrialFinished, TrialLost, TrialStarted
 from spotsweep.shared.states import TrialState
 
 S = dict(sweep_id="s", trial_id="s.0")
@@ -67,3 +67,60 @@ def test_stale_attempts_and_terminal_trials_change_nothing() -> None:
 
 def test_duplicate_start_is_a_no_op() -> None:
     assert decide(sweep(), TrialView(TrialState.RUNNING, 1), TrialStarted(attempt=1, agent="b", **S)).update is None
+
+
+def started(run_id: str, redelivered: bool = False, attempt: int = 1, losses: int = 0) -> TrialStarted:
+    return TrialStarted(attempt=attempt, agent="b", run_id=run_id, redelivered=redelivered, losses=losses, **S)
+
+
+def test_a_second_live_run_of_an_attempt_is_stopped_and_the_first_kept() -> None:
+    running = TrialView(TrialState.RUNNING, 1, run_id="r1")
+    assert decide(sweep(), running, started("r1")).stop is None  # the same start event again
+    d = decide(sweep(), running, started("r2"))
+    assert d.update is None and d.stop is not None and (d.stop.run_id, d.stop.reason) == ("r2", "duplicate")
+
+
+def test_a_redelivered_run_replaces_the_vanished_one_and_records_the_losses() -> None:
+    d = decide(sweep(), TrialView(TrialState.RUNNING, 1, run_id="r1"), started("r2", redelivered=True, losses=2))
+    assert d.stop is None and d.update is not None
+    assert (d.update.state, d.update.run_id, d.update.losses) == (TrialState.RUNNING, "r2", 2)
+
+
+def test_a_run_of_an_ended_trial_is_stopped() -> None:
+    d = decide(sweep(), TrialView(TrialState.COMPLETED, 1, run_id="r1"), started("r9", redelivered=True))
+    assert d.update is None and d.stop is not None and d.stop.reason == "ended"
+
+
+def test_an_oom_is_retried_with_half_the_batch_and_twice_the_accumulation_not_as_a_failure() -> None:
+    policy = RetryPolicy(max_failures=0, on_oom="halve_batch")
+    view = TrialView(TrialState.RUNNING, 1, params={"lr": 0.1, "batch_size": 128, "grad_accum": 1})
+    d = decide(sweep(policy=policy), view, finished("failed", failure="oom", error="CUDA out of memory"))
+    assert d.update is not None and d.update.state == TrialState.PENDING and d.update.failures == 0
+    assert d.update.params == {"lr": 0.1, "batch_size": 64, "grad_accum": 2}
+    assert "batch_size=64, grad_accum=2" in (d.update.error or "")
+    odd = TrialView(TrialState.RUNNING, 1, params={"batch_size": 3, "grad_accum": 1})
+    d = decide(sweep(policy=policy), odd, finished("failed", failure="oom"))
+    assert d.update is not None and d.update.state == TrialState.FAILED  # cannot halve exactly: a plain failure
+    d = decide(sweep(), view, finished("failed", failure="oom"))
+    assert d.update is not None and d.update.params is None  # on_oom: fail (the default) changes no params
+
+
+def test_trials_past_their_total_time_or_killing_their_agents_are_not_retried() -> None:
+    for failure in ("timeout", "lost"):
+        d = decide(sweep(max_failures=5), TrialView(TrialState.RUNNING, 1), finished("failed", failure=failure))
+        assert d.update is not None and d.update.state == TrialState.FAILED
+    d = decide(sweep(max_failures=5), TrialView(TrialState.RUNNING, 1), finished("failed", failure="stalled"))
+    assert d.update is not None and d.update.state == TrialState.PENDING  # a hang may be transient
+
+
+def test_running_time_is_added_up_and_a_new_attempt_starts_with_no_losses() -> None:
+    d = decide(sweep(), TrialView(TrialState.RUNNING, 1), finished("preempted", duration=12.5))
+    assert d.update is not None and d.update.add_seconds == 12.5 and d.update.losses == 0
+
+
+def test_a_lost_run_puts_the_trial_back_to_queued_with_the_reason() -> None:
+    lost = TrialLost(attempt=1, agent="a", run_id="r1", reason="RabbitMQ's consumer_timeout ...", **S)
+    d = decide(sweep(), TrialView(TrialState.RUNNING, 1, run_id="r1"), lost)
+    assert d.update is not None and d.update.state == TrialState.QUEUED and "consumer_timeout" in (d.update.error or "")
+    d = decide(sweep(), TrialView(TrialState.RUNNING, 1, run_id="r2"), lost)  # a later run already started
+    assert d.update is not None and d.update.state == TrialState.RUNNING

@@ -11,7 +11,6 @@ import pytest
 from spotsweep.services.planner.handlers import PlannerDeps, handle_event, handle_sweep_message, publish_pending
 from spotsweep.shared import topology
 from spotsweep.shared.broker.memory import MemoryBroker
-from spotsweep.shared.db import Database
 from spotsweep.shared.errors import DecodeError, RetryableError
 from spotsweep.shared.messages import TrialFinished, TrialMessage, TrialStarted, decode, encode
 from spotsweep.shared.middleware import Backoff, guarded
@@ -27,59 +26,15 @@ SPEC: dict[str, Any] = {
 }
 
 
-class Harness:
-    def __init__(self, database_url: str) -> None:
-        self.db = Database(database_url)
-        self.db.migrate()
-        self.broker = MemoryBroker()
-        self.broker.declare(topology.service_queues(("cpu",)))
-        self.deps = PlannerDeps(db=self.db, broker=self.broker)
-        self.trials: queue.Queue[TrialMessage] = queue.Queue()
-
-        def take(d: Any) -> None:
-            self.trials.put(decode(d.body))  # type: ignore[arg-type]
-            d.ack()
-
-        self.broker.consume(topology.trials_queue("cpu"), take, prefetch=100)
-
-    def published(self, n: int | None = None, timeout: float = 2.0) -> list[TrialMessage]:
-        out = []
-        try:
-            while n is None or len(out) < n:
-                out.append(self.trials.get(timeout=timeout if n is not None else 0.2))
-        except queue.Empty:
-            pass
-        return out
-
-    def sweep(self, sweep_id: str) -> dict[str, Any]:
-        with self.db.transaction() as conn:
-            return conn.execute("SELECT * FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
-
-    def states(self, sweep_id: str) -> dict[str, str]:
-        with self.db.transaction() as conn:
-            rows = conn.execute("SELECT trial_id, state FROM trials WHERE sweep_id = %s", (sweep_id,)).fetchall()
-        return {r["trial_id"]: r["state"] for r in rows}
+def submit(h: Any, delivery: Any, spec: dict[str, Any] | None = None, sweep_id: str = "sw1") -> Any:
+    return h.submit(spec or SPEC, sweep_id)
 
 
-@pytest.fixture()
-def h(database_url: str) -> Harness:
-    return Harness(database_url)
+def finish(h: Any, delivery: Any, msg: TrialMessage, outcome: str = "completed", **kw: Any) -> Any:
+    return h.finish(msg, outcome, **kw)
 
 
-def submit(h: Harness, delivery: Any, spec: dict[str, Any] = SPEC, sweep_id: str = "sw1") -> Any:
-    d = delivery(json.dumps(spec).encode(), {"sweep_id": sweep_id})
-    handle_sweep_message(d, h.deps)
-    return d
-
-
-def finish(h: Harness, delivery: Any, msg: TrialMessage, outcome: str = "completed", **kw: Any) -> Any:
-    ev = TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, outcome=outcome, **kw)  # type: ignore[arg-type]
-    d = delivery(encode(ev))
-    handle_event(d, h.deps)
-    return d
-
-
-def test_submission_launches_max_concurrent_trials_with_rendered_commands(h: Harness, delivery: Any) -> None:
+def test_submission_launches_max_concurrent_trials_with_rendered_commands(h: Any, delivery: Any) -> None:
     d = submit(h, delivery)
     assert d.settled == "ack"
     sweep = h.sweep("sw1")
@@ -94,7 +49,7 @@ def test_submission_launches_max_concurrent_trials_with_rendered_commands(h: Har
     assert h.published() == []  # no more than max_concurrent in flight
 
 
-def test_redelivered_submission_changes_nothing(h: Harness, delivery: Any) -> None:
+def test_redelivered_submission_changes_nothing(h: Any, delivery: Any) -> None:
     submit(h, delivery)
     submit(h, delivery)
     assert len(h.published(2)) == 2
@@ -102,7 +57,7 @@ def test_redelivered_submission_changes_nothing(h: Harness, delivery: Any) -> No
     assert h.sweep("sw1")["next_index"] == 2
 
 
-def test_each_ending_trial_launches_the_next_until_the_sweep_completes(h: Harness, delivery: Any) -> None:
+def test_each_ending_trial_launches_the_next_until_the_sweep_completes(h: Any, delivery: Any) -> None:
     submit(h, delivery)
     inflight = h.published(2)
     done = 0
@@ -120,7 +75,7 @@ def test_each_ending_trial_launches_the_next_until_the_sweep_completes(h: Harnes
     assert rows[5]["metrics"] == {"val_loss": 1.0 / 6}
 
 
-def test_crash_is_retried_as_a_new_attempt_then_marked_failed(h: Harness, delivery: Any) -> None:
+def test_crash_is_retried_as_a_new_attempt_then_marked_failed(h: Any, delivery: Any) -> None:
     submit(h, delivery, {**SPEC, "max_concurrent": 1})
     first = h.published(1)[0]
     finish(h, delivery, first, "failed", exit_code=1, error="Traceback...\nValueError: boom")
@@ -135,7 +90,7 @@ def test_crash_is_retried_as_a_new_attempt_then_marked_failed(h: Harness, delive
     assert h.published(1)[0].index == 1  # the sweep goes on
 
 
-def test_invalid_spec_is_recorded_as_rejected_with_the_field(h: Harness, delivery: Any) -> None:
+def test_invalid_spec_is_recorded_as_rejected_with_the_field(h: Any, delivery: Any) -> None:
     bad = {**SPEC, "space": {"lr": {"type": "uniform", "low": 1.0, "high": 0.5}}}
     d = submit(h, delivery, bad, "bad1")
     assert d.settled == "ack"
@@ -144,7 +99,7 @@ def test_invalid_spec_is_recorded_as_rejected_with_the_field(h: Harness, deliver
     assert "space.lr.low" in sweep["error"]
 
 
-def test_undecodable_messages_are_dead_lettered_and_the_planner_goes_on(h: Harness, delivery: Any) -> None:
+def test_undecodable_messages_are_dead_lettered_and_the_planner_goes_on(h: Any, delivery: Any) -> None:
     handler = guarded(lambda d: handle_sweep_message(d, h.deps), "sweep")
     d = delivery(b"\xff not json", {"sweep_id": "junk"})
     handler(d)
@@ -167,7 +122,7 @@ class FlakyBroker(MemoryBroker):
         raise RetryableError("broker gone")
 
 
-def test_trials_written_but_not_published_are_published_by_the_next_planner(h: Harness, delivery: Any, database_url: str) -> None:
+def test_trials_written_but_not_published_are_published_by_the_next_planner(h: Any, delivery: Any, database_url: str) -> None:
     crashed = PlannerDeps(db=h.db, broker=FlakyBroker())
     d = delivery(json.dumps(SPEC).encode(), {"sweep_id": "sw2"})
     with pytest.raises(RetryableError):
@@ -181,7 +136,7 @@ def test_trials_written_but_not_published_are_published_by_the_next_planner(h: H
     assert h.published() == []
 
 
-def test_cancel_ends_the_sweep_and_its_trials(h: Harness, delivery: Any) -> None:
+def test_cancel_ends_the_sweep_and_its_trials(h: Any, delivery: Any) -> None:
     submit(h, delivery)
     h.published(2)
     d = delivery(b"{}", {"kind": "cancel", "sweep_id": "sw1"})
@@ -203,7 +158,7 @@ def test_retry_policy_requeues_when_the_database_stays_down(delivery: Any) -> No
     assert (len(calls), d.settled) == (3, "requeue")
 
 
-def test_final_metrics_are_the_last_value_of_each_name_over_attempts(h: Harness, delivery: Any) -> None:
+def test_final_metrics_are_the_last_value_of_each_name_over_attempts(h: Any, delivery: Any) -> None:
     submit(h, delivery, {**SPEC, "max_concurrent": 1})
     first = h.published(1)[0]
     finish(h, delivery, first, "preempted", metrics={"val_loss": 0.9, "params_m": 1.5})
@@ -216,7 +171,7 @@ def test_final_metrics_are_the_last_value_of_each_name_over_attempts(h: Harness,
     assert (row["attempts"], row["preemptions"]) == (2, 1)
 
 
-def test_a_diverged_final_metric_is_stored_not_dead_lettered(h: Harness, delivery: Any) -> None:
+def test_a_diverged_final_metric_is_stored_not_dead_lettered(h: Any, delivery: Any) -> None:
     import math
 
     submit(h, delivery, {**SPEC, "max_concurrent": 1})
@@ -229,7 +184,7 @@ def test_a_diverged_final_metric_is_stored_not_dead_lettered(h: Harness, deliver
     assert h.published(1)[0].index == 1  # and the sweep goes on
 
 
-def test_a_cancel_that_overtakes_its_spec_still_cancels_the_sweep(h: Harness, delivery: Any) -> None:
+def test_a_cancel_that_overtakes_its_spec_still_cancels_the_sweep(h: Any, delivery: Any) -> None:
     handle_sweep_message(delivery(b"{}", {"kind": "cancel", "sweep_id": "early"}), h.deps)
     d = submit(h, delivery, SPEC, "early")
     assert d.settled == "ack"
@@ -238,7 +193,7 @@ def test_a_cancel_that_overtakes_its_spec_still_cancels_the_sweep(h: Harness, de
     assert (sweep["state"], sweep["name"]) == ("cancelled", "grid")
 
 
-def test_an_agent_that_missed_the_cancel_is_told_again(h: Harness, delivery: Any) -> None:
+def test_an_agent_that_missed_the_cancel_is_told_again(h: Any, delivery: Any) -> None:
     told: queue.Queue[bytes] = queue.Queue()
     q = h.broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
     h.broker.consume(q, lambda d: (told.put(d.body), d.ack()), prefetch=10)
@@ -252,7 +207,7 @@ def test_an_agent_that_missed_the_cancel_is_told_again(h: Harness, delivery: Any
     assert h.states("sw1")[msg.trial_id] == "cancelled"
 
 
-def test_a_failed_publish_is_retried_by_the_events_redelivery(h: Harness, delivery: Any) -> None:
+def test_a_failed_publish_is_retried_by_the_events_redelivery(h: Any, delivery: Any) -> None:
     submit(h, delivery, {**SPEC, "max_concurrent": 1})
     first = h.published(1)[0]
     ev = TrialFinished(sweep_id="sw1", trial_id=first.trial_id, attempt=1, outcome="failed", error="x")

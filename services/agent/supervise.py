@@ -1,0 +1,154 @@
+"""Watching one running trial process: its lines, the agent's signals, its time limits.
+
+:func:`supervise` polls the process until it exits. On the way it turns the
+metrics file into batched metric events, uploads each announced checkpoint
+before publishing it, and stops the process when it must:
+
+* hard stop (second SIGTERM to the agent) or a lost delivery: SIGKILL now;
+* the planner stopped this run (a duplicate, or a trial that already ended),
+  or its sweep was cancelled: SIGKILL now;
+* no line for ``timeout.stall`` seconds, or past ``timeout.total``: SIGKILL;
+* preemption (the node is going away): SIGTERM, then SIGKILL after the grace.
+
+It returns why the process ended; :mod:`.runner` turns that into the
+attempt's final event.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spotsweep.services.agent import uploads
+from spotsweep.services.agent.lines import BadLine, Checkpoint, Points, Tail, parse_line
+from spotsweep.shared import log
+from spotsweep.shared.artifacts.port import ArtifactStore
+from spotsweep.shared.messages import CheckpointSaved, Envelope, MetricPoint, TrialMessage, TrialMetrics
+
+_log = log.get("spotsweep.agent")
+
+
+@dataclass
+class RunControl:
+    """Signals from the agent to a running trial, set from other threads."""
+
+    preempt: threading.Event = field(default_factory=threading.Event)  # SIGTERM the trial, wait for grace
+    kill: threading.Event = field(default_factory=threading.Event)  # SIGKILL now
+    lost: threading.Event = field(default_factory=threading.Event)  # the delivery's connection died: SIGKILL, no report
+    cancelled: Callable[[], bool] = lambda: False
+    stopped: Callable[[str], str | None] = lambda run_id: None  # the planner's stop reason for a run, if any
+    grace: float = 90.0
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    agent_id: str
+    workdir: Path
+    batch_points: int = 2000  # publish a metrics batch at this many points...
+    batch_seconds: float = 0.25  # ...or when the oldest unsent point is this old
+    poll_seconds: float = 0.05
+
+
+@dataclass
+class Outcome:
+    # exited | preempted | cancelled | stopped | stalled | timeout | lost
+    reason: str = "exited"
+    final: dict[str, float] = field(default_factory=dict)
+    last_step: int | None = None
+    stop_reason: str | None = None
+
+
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def supervise(
+    proc: subprocess.Popen[bytes], msg: TrialMessage, store: ArtifactStore, publish: Callable[[Envelope], None],
+    config: RunnerConfig, control: RunControl, tail: Tail, ckpt_dir: Path, run_id: str,
+) -> Outcome:
+    outcome = Outcome()
+    batch: list[MetricPoint] = []
+    oldest = 0.0
+    started = last_line = time.monotonic()
+    term_sent_at: float | None = None
+    # Running time left to this trial over all its attempts (timeout.total).
+    budget = None if msg.total_timeout is None else msg.total_timeout - msg.elapsed
+
+    def flush() -> None:
+        nonlocal batch
+        if batch:
+            publish(TrialMetrics(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, points=batch))
+            batch = []
+
+    def consume(lines: list[str]) -> None:
+        nonlocal oldest
+        for line in lines:
+            parsed = parse_line(line)
+            if isinstance(parsed, Points):
+                if not batch:
+                    oldest = time.monotonic()
+                batch.extend(MetricPoint(step=parsed.step, name=k, value=v) for k, v in parsed.values.items())
+                outcome.final.update(parsed.values)
+                outcome.last_step = parsed.step
+            elif isinstance(parsed, Checkpoint):
+                flush()  # points up to the checkpoint land before it
+                uri = uploads.checkpoint(store, msg, parsed.step, ckpt_dir)
+                if uri is not None:
+                    publish(CheckpointSaved(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
+                                            step=parsed.step, uri=uri))
+            elif isinstance(parsed, BadLine):
+                _log.warning("bad metrics line skipped", reason=parsed.reason, line=parsed.line[:200], trial_id=msg.trial_id)
+            if len(batch) >= config.batch_points:
+                flush()
+
+    def end(reason: str) -> None:
+        outcome.reason = reason
+        signal_group(proc, signal.SIGKILL)
+
+    while True:
+        exited = proc.poll() is not None
+        lines = tail.read(final=exited)
+        consume(lines)
+        now = time.monotonic()
+        if lines:
+            last_line = now  # any line is a sign of life, and an upload may have taken a while
+        if batch and now - oldest >= config.batch_seconds:
+            flush()
+        if exited:
+            break
+        if control.kill.is_set():
+            signal_group(proc, signal.SIGKILL)
+        elif control.lost.is_set():
+            if outcome.reason != "lost":
+                end("lost")
+        elif outcome.reason in ("exited", "preempted"):
+            stop = control.stopped(run_id)
+            if stop is not None:
+                outcome.stop_reason = stop
+                end("stopped")
+            elif control.cancelled():
+                end("cancelled")
+            elif outcome.reason == "exited" and msg.stall_timeout is not None and now - last_line > msg.stall_timeout:
+                end("stalled")
+            elif outcome.reason == "exited" and budget is not None and now - started > budget:
+                end("timeout")
+            elif control.preempt.is_set():
+                if term_sent_at is None:
+                    outcome.reason = "preempted"
+                    term_sent_at = now
+                    signal_group(proc, signal.SIGTERM)
+                elif now - term_sent_at > control.grace:
+                    signal_group(proc, signal.SIGKILL)
+        time.sleep(config.poll_seconds)
+    proc.wait()
+    flush()
+    return outcome

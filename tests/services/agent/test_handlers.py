@@ -1,0 +1,110 @@
+"""The agent's trial handler called directly (in-memory broker, local artifact
+store, real trial processes): lost deliveries counted and bounded, draining
+agents hand trials back without a loss, a broken node stops taking trials,
+and the planner's stop messages reach running trials."""
+
+from __future__ import annotations
+
+import queue
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spotsweep.services.agent.handlers import AgentDeps, AgentState, Slots, handle_control, handle_trial
+from spotsweep.services.agent.health import Health
+from spotsweep.services.agent.runner import RunnerConfig
+from spotsweep.shared import topology
+from spotsweep.shared.artifacts.checkpoint_layout import loss_prefix
+from spotsweep.shared.artifacts.local import LocalArtifactStore
+from spotsweep.shared.broker.memory import MemoryBroker
+from spotsweep.shared.messages import StopTrial, TrialFinished, TrialMessage, TrialStarted, decode, encode
+
+
+class Agent:
+    def __init__(self, tmp: Path, health: Health | None = None) -> None:
+        self.broker = MemoryBroker()
+        self.broker.declare(topology.service_queues(("cpu",)))
+        self.events: queue.Queue[Any] = queue.Queue()
+        self.broker.consume(topology.COLLECTOR_QUEUE, lambda d: (self.events.put(decode(d.body)), d.ack()), prefetch=100)
+        self.store = LocalArtifactStore(tmp / "artifacts")
+        self.deps = AgentDeps(broker=self.broker, store=self.store, slots=Slots(1, None),
+                              config=RunnerConfig(agent_id="a1", workdir=tmp / "work"),
+                              state=AgentState(health=health or Health()))
+
+    def seen(self, kind: type, n: int = 1, timeout: float = 3.0) -> list[Any]:
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n and time.monotonic() < deadline:
+            try:
+                e = self.events.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if isinstance(e, kind):
+                out.append(e)
+        return out
+
+
+def trial(index: int = 0, script: str = "print(1)", max_lost: int = 2) -> TrialMessage:
+    return TrialMessage(sweep_id="sw", trial_id=f"sw.{index}", attempt=1, trial_name=f"t{index}", index=index, params={},
+                        argv=["python", "-c", script], metric="loss", max_lost=max_lost, resource_class="cpu")
+
+
+@pytest.fixture()
+def agent(tmp_path: Path) -> Agent:
+    return Agent(tmp_path)
+
+
+def test_each_lost_delivery_is_counted_and_past_max_lost_the_trial_is_dead_lettered(agent: Agent, delivery: Any) -> None:
+    msg = trial(max_lost=2)
+    for losses in (1, 2):
+        d = delivery(encode(msg), redelivered=True)
+        handle_trial(d, agent.deps)
+        assert d.settled == "ack"
+        started = agent.seen(TrialStarted)
+        assert started and started[0].redelivered and started[0].losses == losses
+    assert len(agent.store.list(loss_prefix("sw", "sw.0", 1))) == 2
+    d = delivery(encode(msg), redelivered=True)
+    handle_trial(d, agent.deps)
+    assert d.settled == "dead-letter"
+    failed = [e for e in agent.seen(TrialFinished, n=3) if e.outcome == "failed"]
+    assert len(failed) == 1 and failed[0].failure == "lost" and "max_lost=2" in failed[0].error
+    assert agent.seen(TrialStarted, timeout=0.3) == []  # the third delivery never ran
+
+
+def test_a_fresh_delivery_counts_no_loss(agent: Agent, delivery: Any) -> None:
+    handle_trial(delivery(encode(trial())), agent.deps)
+    assert agent.store.list(loss_prefix("sw", "sw.0", 1)) == []
+    assert agent.seen(TrialStarted)[0].losses == 0
+
+
+def test_a_draining_agent_hands_the_trial_back_without_it_looking_lost(agent: Agent, delivery: Any) -> None:
+    back: queue.Queue[Any] = queue.Queue()
+    agent.broker.consume(topology.trials_queue("cpu"), lambda d: (back.put(d), d.ack()), prefetch=10)
+    agent.deps.control.preempt.set()
+    d = delivery(encode(trial()), headers={"sweep_id": "sw"}, message_id="sw.0#1")
+    handle_trial(d, agent.deps)
+    assert d.settled == "ack"
+    again = back.get(timeout=2)
+    assert decode(again.body) == decode(d.body) and not again.redelivered and again.message_id == "sw.0#1"
+    assert agent.seen(TrialStarted, timeout=0.3) == []
+
+
+def test_a_node_that_fails_every_trial_stops_taking_them(tmp_path: Path, delivery: Any) -> None:
+    agent = Agent(tmp_path, Health(limit=2))
+    agent.deps.trials_consumer = agent.broker.consume(topology.trials_queue("cpu"), lambda d: None)
+    for i in range(2):
+        handle_trial(delivery(encode(trial(i, "raise SystemExit('no CUDA-capable device is detected')"))), agent.deps)
+    assert agent.deps.state.health.tripped and agent.deps.trials_consumer.cancelled  # type: ignore[attr-defined]
+    d = delivery(encode(trial(5)))
+    back: queue.Queue[Any] = queue.Queue()
+    agent.broker.consume(topology.trials_queue("cpu"), lambda x: (back.put(x), x.ack()), prefetch=10)
+    handle_trial(d, agent.deps)  # one already buffered goes back, not run here
+    assert d.settled == "ack" and decode(back.get(timeout=2).body).trial_id == "sw.5"
+
+
+def test_stop_messages_reach_the_runs_they_name(agent: Agent, delivery: Any) -> None:
+    stop = StopTrial(sweep_id="sw", trial_id="sw.0", attempt=1, run_id="r1", reason="duplicate")
+    handle_control(delivery(encode(stop)), agent.deps)
+    assert agent.deps.stop_reason("r1") == "duplicate" and agent.deps.stop_reason("r2") is None

@@ -1,0 +1,121 @@
+"""The runner's limits and stops: hung trials, time budgets, CUDA OOM exits, and
+runs the planner stops. Real child processes, a local artifact store."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from spotsweep.services.agent.runner import RunControl
+from spotsweep.shared.messages import TrialFinished, TrialStarted
+
+HANGS_AFTER_TWO = """
+import time
+from spotsweep import trial
+trial.report(1, loss=1.0)
+trial.report(2, loss=0.5)
+time.sleep(60)
+"""
+
+
+def test_a_trial_silent_for_longer_than_the_stall_timeout_is_killed_as_failed(kit: Any) -> None:
+    started = time.monotonic()
+    final, _ = kit.run(kit.message(HANGS_AFTER_TWO, stall_timeout=1.0))
+    assert time.monotonic() - started < 10
+    assert final.outcome == "failed" and final.failure == "stalled"
+    assert "timeout.stall" in final.error and final.metrics == {"loss": 0.5}
+
+
+def test_heartbeats_keep_a_quiet_trial_alive(kit: Any) -> None:
+    script = """
+import time
+from spotsweep import trial
+for _ in range(8):
+    time.sleep(0.25)
+    trial.heartbeat()
+trial.report(1, loss=0.1)
+"""
+    final, _ = kit.run(kit.message(script, stall_timeout=0.8))  # 2 s in all, never 0.8 s without a line
+    assert final.outcome == "completed" and final.metrics == {"loss": 0.1}
+
+
+def test_the_total_timeout_counts_the_running_time_of_earlier_attempts(kit: Any) -> None:
+    started = time.monotonic()
+    final, _ = kit.run(kit.message("import time; time.sleep(60)", total_timeout=100.0, elapsed=99.0))
+    assert time.monotonic() - started < 10  # 1 s was left of the 100
+    assert final.outcome == "failed" and final.failure == "timeout" and "timeout.total" in final.error
+    assert final.duration is not None and final.duration >= 0.9
+
+
+def test_a_cuda_out_of_memory_exit_is_classified_for_the_retry_policy(kit: Any) -> None:
+    script = ("import sys\nprint('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', file=sys.stderr)\n"
+              "sys.exit(1)")
+    final, _ = kit.run(kit.message(script))
+    assert final.outcome == "failed" and final.failure == "oom"
+    final, _ = kit.run(kit.message("raise SystemExit('plain bug')"))
+    assert final.failure == "exit"
+
+
+def test_a_run_the_planner_stops_is_killed_and_not_reported(kit: Any) -> None:
+    stops: dict[str, str] = {}
+    control = RunControl(stopped=stops.get)
+    events: list[Any] = []
+
+    def publish(event: Any) -> None:
+        events.append(event)
+        if isinstance(event, TrialStarted):
+            threading.Timer(0.3, lambda: stops.__setitem__(event.run_id, "duplicate")).start()
+
+    from spotsweep.services.agent.runner import run_trial
+
+    started = time.monotonic()
+    final = run_trial(kit.message("import time; time.sleep(60)"), kit.store, publish, kit.config, control)
+    assert final is None and time.monotonic() - started < 10
+    assert not any(isinstance(e, TrialFinished) for e in events)
+
+
+def test_every_run_has_its_own_id_and_says_if_it_was_redelivered(kit: Any) -> None:
+    first, events1 = kit.run(kit.message("print(1)"))
+    second, events2 = kit.run(kit.message("print(1)"), redelivered=True, losses=2)
+    s1, s2 = events1.of(TrialStarted)[0], events2.of(TrialStarted)[0]
+    assert s1.run_id and s1.run_id != s2.run_id and first.run_id == s1.run_id and second.run_id == s2.run_id
+    assert (s1.redelivered, s1.losses, s2.redelivered, s2.losses) == (False, 0, True, 2)
+
+
+def test_trials_die_with_their_agent_even_when_it_is_killed_outright(tmp_path: Any) -> None:
+    """An agent killed with SIGKILL cannot stop its trials; they must not run on, unsupervised."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    pidfile = tmp_path / "trial.pid"
+    agent = f"""
+import os, pathlib, tempfile
+from spotsweep.services.agent.runner import RunControl, RunnerConfig, run_trial
+from spotsweep.shared.artifacts.local import LocalArtifactStore
+from spotsweep.shared.messages import TrialMessage
+script = "import os, pathlib, time; pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid())); time.sleep(60)"
+msg = TrialMessage(sweep_id="s", trial_id="s.0", attempt=1, trial_name="t", index=0, params={{}},
+                   argv=["python", "-c", script], metric="loss")
+run_trial(msg, LocalArtifactStore(pathlib.Path({str(tmp_path)!r}) / "a"), lambda e: None,
+          RunnerConfig(agent_id="x", workdir=pathlib.Path({str(tmp_path)!r}) / "w"), RunControl())
+"""
+    proc = subprocess.Popen([sys.executable, "-c", agent])
+    deadline = time.monotonic() + 20
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    trial_pid = int(pidfile.read_text())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(trial_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(trial_pid, signal.SIGKILL)
+        raise AssertionError("the trial outlived its agent")
