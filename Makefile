@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint unit integration bench clean
+.PHONY: setup demo test lint unit integration chaos bench clean
 
 $(BIN)/spotsweep: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ unit: setup
 
 integration: setup
 	$(BIN)/pytest -m integration
+
+# A real sweep while agents are preempted and killed and the planner, the
+# collector, RabbitMQ and PostgreSQL are killed and restarted (CI runs the short form).
+chaos: setup
+	$(BIN)/python tests/chaos/chaos.py --long
 
 bench: setup
 	$(BIN)/python bench/ingest.py --points 200000 --json bench/results/ingest.json

@@ -16,8 +16,14 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+# tests/support holds helpers shared by test modules and the chaos runner
+# (private servers, services as processes); test modules import them by name.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
+from cluster import Cluster  # noqa: E402
 
 RABBIT_HOST = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
 PG_ADMIN_URL = os.environ.get("SPOTSWEEP_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -104,6 +110,17 @@ def s3_env(s3_endpoint: str) -> dict[str, str]:
         "SPOTSWEEP_S3_BUCKET": f"spotsweep-{uuid.uuid4().hex[:8]}",
         "SPOTSWEEP_S3_REGION": "us-east-1",
     }
+
+
+@pytest.fixture()
+def cluster(rabbit_url: str, database_url: str, s3_env: dict[str, str], tmp_path: Path) -> Iterator[Cluster]:
+    """Services as separate processes over the shared RabbitMQ (a fresh vhost),
+    a fresh PostgreSQL database and moto's S3; everything killed afterwards."""
+    env = {**os.environ, "SPOTSWEEP_AMQP_URL": rabbit_url, "SPOTSWEEP_DATABASE_URL": database_url,
+           "SPOTSWEEP_HOME": str(tmp_path / "home"), **s3_env}
+    c = Cluster(env, tmp_path)
+    yield c
+    c.kill_all()
 
 
 class RecordingDelivery:

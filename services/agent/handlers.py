@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -64,7 +64,9 @@ class AgentState:
 
     control: RunControl = field(default_factory=RunControl)
     health: Health = field(default_factory=Health)
-    notices: list[TrialLost] = field(default_factory=list)  # lost runs to report once connected again
+    # Lost runs to report once connected again: the event, and the reason its
+    # connection ended (known for certain only once that connection's cleanup ran).
+    notices: list[tuple[TrialLost, Callable[[], str]]] = field(default_factory=list)
     cancelled: set[str] = field(default_factory=set)  # sweep ids
     stops: dict[str, str] = field(default_factory=dict)  # run id -> the planner's reason to stop it
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -80,6 +82,24 @@ class AgentDeps:
     lost: threading.Event = field(default_factory=threading.Event)  # set when this connection is gone
     lost_reason: str = "the connection to RabbitMQ was lost"
     trials_consumer: Consumer | None = None
+    _busy: int = 0  # trial handlers running on this connection
+    _idle: threading.Condition = field(default_factory=threading.Condition)
+
+    @contextmanager
+    def busy(self) -> Iterator[None]:
+        with self._idle:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no trial handler of this connection runs (True) or ``timeout`` passes."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout)
 
     @property
     def control(self) -> RunControl:
@@ -114,6 +134,11 @@ def _hand_back(delivery: Delivery, msg: TrialMessage, deps: AgentDeps) -> None:
 
 
 def handle_trial(delivery: Delivery, deps: AgentDeps) -> None:
+    with deps.busy():
+        _handle_trial(delivery, deps)
+
+
+def _handle_trial(delivery: Delivery, deps: AgentDeps) -> None:
     msg = decode(delivery.body)
     if not isinstance(msg, TrialMessage):
         raise DecodeError(f"expected a trial message on the trials queue, got {getattr(msg, 'kind', '?')}")
@@ -153,9 +178,9 @@ def _run(delivery: Delivery, msg: TrialMessage, deps: AgentDeps, losses: int) ->
                              redelivered=delivery.redelivered, losses=losses)
         except DeliveryLost as e:
             notice = TrialLost(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
-                               agent=deps.config.agent_id, run_id=e.run_id, reason=deps.lost_reason)
+                               agent=deps.config.agent_id, run_id=e.run_id, reason="")
             with deps.state.lock:
-                deps.state.notices.append(notice)
+                deps.state.notices.append((notice, lambda: deps.lost_reason))
             raise
         except RetryableError:
             raise  # the broker or S3 is away: no report, the trial is redelivered
@@ -210,9 +235,9 @@ def send_notices(deps: AgentDeps) -> None:
     """Report runs lost with an earlier connection (once this one is up)."""
     with deps.state.lock:
         notices, deps.state.notices = deps.state.notices, []
-    for i, notice in enumerate(notices):
+    for i, (notice, reason) in enumerate(notices):
         try:
-            deps.publish_event(notice)
+            deps.publish_event(notice.model_copy(update={"reason": reason()}))
         except RetryableError:
             with deps.state.lock:
                 deps.state.notices[:0] = notices[i:]

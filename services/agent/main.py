@@ -128,6 +128,9 @@ def main(settings: Settings, slots: int | None, resource_class: str, grace: floa
             if broker.close_reason:
                 _log.error("running trials lost with the channel", reason=deps.lost_reason)
             deps.lost.set()
+            # Let the stopped trials' handlers note what was lost, so the next
+            # connection reports it (their processes die within a poll).
+            deps.wait_idle(timeout=15)
 
         return lost
 

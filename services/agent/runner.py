@@ -141,7 +141,8 @@ def run_trial(
                              run_id=run_id, outcome=outcome, **fields)
 
     try:
-        resume = uploads.restore(store, msg, ckpt_dir)
+        restored: dict[str, float] = {}
+        resume = uploads.restore(store, msg, ckpt_dir, restored)
         env = _environment(msg, metrics_path, ckpt_dir, resume, gpu)
         with out_path.open("wb") as out, err_path.open("wb") as err:
             try:
@@ -156,12 +157,16 @@ def run_trial(
                 publish(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                                      run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses))
                 _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids)
-                outcome = supervise(proc, msg, store, publish, config, control, Tail(metrics_path), ckpt_dir, run_id)
-            except BaseException:
-                # The broker went away (or the agent broke) mid-trial: this
+                outcome = supervise(proc, msg, store, publish, config, control, Tail(metrics_path), ckpt_dir, run_id,
+                                    restored)
+            except RetryableError as e:
+                # A publish failed: the broker went away mid-trial. This
                 # delivery is void and RabbitMQ hands the trial to another
                 # agent, so the process must not run on unsupervised.
                 signal_group(proc, signal.SIGKILL)
+                raise DeliveryLost(run_id) from e
+            except BaseException:
+                signal_group(proc, signal.SIGKILL)  # the agent broke mid-trial: same
                 raise
             finally:
                 proc.wait()

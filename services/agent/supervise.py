@@ -21,12 +21,13 @@ import signal
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spotsweep.services.agent import uploads
-from spotsweep.services.agent.lines import BadLine, Checkpoint, Points, Tail, parse_line
+from spotsweep.services.agent.lines import BadLine, Checkpoint, Parsed, Points, Tail, parse_line
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.messages import CheckpointSaved, Envelope, MetricPoint, TrialMessage, TrialMetrics
@@ -74,8 +75,11 @@ def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
 def supervise(
     proc: subprocess.Popen[bytes], msg: TrialMessage, store: ArtifactStore, publish: Callable[[Envelope], None],
     config: RunnerConfig, control: RunControl, tail: Tail, ckpt_dir: Path, run_id: str,
+    restored: dict[str, float] | None = None,
 ) -> Outcome:
-    outcome = Outcome()
+    # Final metrics start from what the checkpoint kept: a resumed run need
+    # not re-report what was reported before it, even by a run that was lost.
+    outcome = Outcome(final=dict(restored or {}))
     batch: list[MetricPoint] = []
     oldest = 0.0
     started = last_line = time.monotonic()
@@ -89,26 +93,55 @@ def supervise(
             publish(TrialMetrics(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, points=batch))
             batch = []
 
-    def consume(lines: list[str]) -> None:
+    pending: deque[str] = deque()
+
+    def take(parsed: Parsed) -> None:
         nonlocal oldest
-        for line in lines:
-            parsed = parse_line(line)
-            if isinstance(parsed, Points):
-                if not batch:
-                    oldest = time.monotonic()
-                batch.extend(MetricPoint(step=parsed.step, name=k, value=v) for k, v in parsed.values.items())
-                outcome.final.update(parsed.values)
-                outcome.last_step = parsed.step
-            elif isinstance(parsed, Checkpoint):
-                flush()  # points up to the checkpoint land before it
-                uri = uploads.checkpoint(store, msg, parsed.step, ckpt_dir)
-                if uri is not None:
-                    publish(CheckpointSaved(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
-                                            step=parsed.step, uri=uri))
-            elif isinstance(parsed, BadLine):
-                _log.warning("bad metrics line skipped", reason=parsed.reason, line=parsed.line[:200], trial_id=msg.trial_id)
+        if isinstance(parsed, Points):
+            if not batch:
+                oldest = time.monotonic()
+            batch.extend(MetricPoint(step=parsed.step, name=k, value=v) for k, v in parsed.values.items())
+            outcome.final.update(parsed.values)
+            outcome.last_step = parsed.step
             if len(batch) >= config.batch_points:
                 flush()
+        elif isinstance(parsed, BadLine):
+            _log.warning("bad metrics line skipped", reason=parsed.reason, line=parsed.line[:200], trial_id=msg.trial_id)
+
+    def checkpoint(step: int) -> None:
+        # The script may rewrite the directory as soon as it is complete
+        # again, so a snapshot can hold a newer state than the line that
+        # triggered it (when uploads lag behind training). Whatever it holds,
+        # every point reported before it was written is in the file by the
+        # time of the snapshot: read and publish them all before committing
+        # it, so a resume from it never skips a point. Lines read meanwhile
+        # that announce a newer checkpoint get a snapshot of their own.
+        label: int | None = step
+        while label is not None:
+            staged = uploads.stage(ckpt_dir)
+            pending.extend(tail.read())
+            newer = None
+            while pending:
+                parsed = parse_line(pending.popleft())
+                if isinstance(parsed, Checkpoint):
+                    newer = parsed.step
+                else:
+                    take(parsed)
+            flush()
+            uri = uploads.checkpoint(store, msg, label, staged, dict(outcome.final))
+            if uri is not None:
+                publish(CheckpointSaved(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, step=label,
+                                        uri=uri))
+            label = newer
+
+    def consume(lines: list[str]) -> None:
+        pending.extend(lines)
+        while pending:
+            parsed = parse_line(pending.popleft())
+            if isinstance(parsed, Checkpoint):
+                checkpoint(parsed.step)
+            else:
+                take(parsed)
 
     def end(reason: str) -> None:
         outcome.reason = reason

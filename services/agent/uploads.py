@@ -27,13 +27,14 @@ _log = log.get("spotsweep.agent")
 S3_BACKOFF = Backoff(base=0.5, cap=8.0, attempts=5)
 
 
-def restore(store: ArtifactStore, msg: TrialMessage, directory: Path) -> int | None:
+def restore(store: ArtifactStore, msg: TrialMessage, directory: Path, metrics: dict[str, float]) -> int | None:
     """The latest checkpoint's step, restored into ``directory``; None on a fresh start.
+    ``metrics`` gets the metric values reported up to that checkpoint.
 
     Raises :class:`RetryableError` when S3 stays unreachable: the trial goes
     back to the queue rather than restart from step 0.
     """
-    return retrying(lambda: restore_checkpoint(store, msg.sweep_id, msg.trial_id, directory), S3_BACKOFF,
+    return retrying(lambda: restore_checkpoint(store, msg.sweep_id, msg.trial_id, directory, metrics), S3_BACKOFF,
                     what="restore checkpoint")  # type: ignore[return-value]
 
 
@@ -54,11 +55,17 @@ def snapshot(directory: Path, into: Path) -> Path:
     return into
 
 
-def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, directory: Path) -> str | None:
-    """Upload the checkpoint; its URI, or None when it could not be uploaded."""
-    staged = snapshot(directory, directory.with_name(directory.name + ".uploading"))
+def stage(directory: Path) -> Path:
+    """A hard-link snapshot of the checkpoint directory, to upload (see :func:`snapshot`)."""
+    return snapshot(directory, directory.with_name(directory.name + ".uploading"))
+
+
+def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
+               metrics: dict[str, float] | None = None) -> str | None:
+    """Upload a staged checkpoint (with the metrics reported so far) and remove the
+    stage; its URI, or None when it could not be uploaded."""
     try:
-        return retrying(lambda: upload_checkpoint(store, msg.sweep_id, msg.trial_id, step, staged), S3_BACKOFF,
+        return retrying(lambda: upload_checkpoint(store, msg.sweep_id, msg.trial_id, step, staged, metrics=metrics), S3_BACKOFF,
                         what="upload checkpoint")  # type: ignore[return-value]
     except SpotsweepError as e:
         _log.error("checkpoint not uploaded; the trial goes on", step=step, error=str(e), trial_id=msg.trial_id)

@@ -87,6 +87,13 @@ def _safe_paths(files: list[str], key: str) -> None:
 
 def _read_manifest(store: ArtifactStore, prefix: str, folder: str) -> dict[str, int]:
     """The files and sizes a folder's ``MANIFEST`` lists; NotFound if it has none."""
+    return read_manifest(store, prefix, folder)[0]
+
+
+def read_manifest(store: ArtifactStore, prefix: str, folder: str) -> tuple[dict[str, int], dict[str, float]]:
+    """A folder's ``MANIFEST``: its files with their sizes, and the metrics the
+    trial had reported when it took the checkpoint (empty for older uploads).
+    NotFound if the folder has no manifest."""
     key = f"{prefix}{folder}/{MANIFEST}"
     raw = store.get_bytes(key)
     try:
@@ -96,10 +103,14 @@ def _read_manifest(store: ArtifactStore, prefix: str, folder: str) -> dict[str, 
             raise TypeError("files is not a non-empty object")
         if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in sizes.items()):
             raise TypeError("wrong field types")
+        metrics = data.get("metrics") or {}
+        if not isinstance(metrics, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in metrics.items()):
+            raise TypeError("metrics is not an object of numbers")
     except (ValueError, KeyError, TypeError) as e:
         raise PermanentError(f"checkpoint manifest {key} is corrupt: {e}") from e
     _safe_paths(list(sizes), key)
-    return sizes
+    return sizes, {k: float(v) for k, v in metrics.items()}
 
 
 def _read_pointer(store: ArtifactStore, sweep_id: str, trial_id: str) -> tuple[int, str] | None:

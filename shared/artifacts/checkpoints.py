@@ -50,7 +50,7 @@ from spotsweep.shared.artifacts.checkpoint_layout import (
     _folder_order,
     _folders,
     _listed_whole,
-    _read_manifest,
+    read_manifest,
     _read_pointer,
     checkpoint_prefix,
     folder_prefix,
@@ -79,22 +79,27 @@ __all__ = [
 
 
 def upload_checkpoint(
-    store: ArtifactStore, sweep_id: str, trial_id: str, step: int, directory: Path, keep: int = 2
+    store: ArtifactStore, sweep_id: str, trial_id: str, step: int, directory: Path, keep: int = 2,
+    metrics: dict[str, float] | None = None,
 ) -> str:
     """Upload ``directory`` as checkpoint ``step``, commit it, prune old ones.
 
     Returns the URI of the upload's folder. ``keep`` counts complete
-    checkpoints kept at or below this one, this one included.
+    checkpoints kept at or below this one, this one included. ``metrics``
+    (the last value of each metric reported up to this step) are kept in the
+    manifest, so that a run resumed from here knows them even when the run
+    that reported them was lost before it could tell anyone.
     """
     if keep < 1:
         raise PermanentError(f"keep must be at least 1, got {keep}")
-    folder = upload_checkpoint_files(store, sweep_id, trial_id, step, directory)
+    folder = upload_checkpoint_files(store, sweep_id, trial_id, step, directory, metrics)
     commit_checkpoint(store, sweep_id, trial_id, folder)
     prune_checkpoints(store, sweep_id, trial_id, keep, committed=folder)
     return store.uri(folder_prefix(sweep_id, trial_id, folder))
 
 
-def upload_checkpoint_files(store: ArtifactStore, sweep_id: str, trial_id: str, step: int, directory: Path) -> str:
+def upload_checkpoint_files(store: ArtifactStore, sweep_id: str, trial_id: str, step: int, directory: Path,
+                            metrics: dict[str, float] | None = None) -> str:
     """Upload every file under ``directory`` into a new folder, then its
     ``MANIFEST``, without committing (``LATEST`` is untouched); return the
     folder's name."""
@@ -113,7 +118,10 @@ def upload_checkpoint_files(store: ArtifactStore, sweep_id: str, trial_id: str, 
     for rel in files:
         sizes[rel] = (directory / rel).stat().st_size
         store.put_file(prefix + FILES + rel, directory / rel)
-    manifest = json.dumps({"step": step, "files": sizes}, sort_keys=True).encode()
+    doc: dict[str, Any] = {"step": step, "files": sizes}
+    if metrics:
+        doc["metrics"] = metrics
+    manifest = json.dumps(doc, sort_keys=True).encode()
     store.put_bytes(prefix + MANIFEST, manifest)  # last: the folder is complete
     return folder
 
@@ -201,10 +209,12 @@ def latest_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str) -> int
     return None
 
 
-def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, directory: Path) -> int | None:
+def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, directory: Path,
+                       metrics: dict[str, float] | None = None) -> int | None:
     """Download the latest checkpoint into ``directory``; return its step, or
     None when there is none. Files already in ``directory`` that the checkpoint
-    does not name are left alone.
+    does not name are left alone. ``metrics``, when given, is filled with the
+    metrics the manifest kept.
 
     The folder ``LATEST`` names comes first; when it is missing, incomplete or
     damaged, the newest complete folder that is whole. Raises
@@ -217,13 +227,13 @@ def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, direc
     seen: tuple[Any, ...] | None = None
     for _ in range(3):
         pointer = _read_pointer(store, sweep_id, trial_id)
-        if pointer is not None and _restore_folder(store, prefix, pointer[1], directory):
+        if pointer is not None and _restore_folder(store, prefix, pointer[1], directory, metrics):
             return pointer[0]
         complete = _complete_folders(_folders(store, prefix), prefix)
         for folder in complete:
             if pointer is not None and folder == pointer[1]:
                 continue  # just tried
-            if _restore_folder(store, prefix, folder, directory):
+            if _restore_folder(store, prefix, folder, directory, metrics):
                 return _folder_order(folder)[0]
         if not complete:
             return None
@@ -236,12 +246,17 @@ def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, direc
     raise RetryableError(f"checkpoint for trial {trial_id} kept moving while restoring it")
 
 
-def _restore_folder(store: ArtifactStore, prefix: str, folder: str, directory: Path) -> bool:
+def _restore_folder(store: ArtifactStore, prefix: str, folder: str, directory: Path,
+                    metrics: dict[str, float] | None = None) -> bool:
     try:
-        sizes = _read_manifest(store, prefix, folder)
+        sizes, kept = read_manifest(store, prefix, folder)
     except NotFound:
         return False
-    return _restore_files(store, f"{prefix}{folder}/{FILES}", sizes, directory)
+    if not _restore_files(store, f"{prefix}{folder}/{FILES}", sizes, directory):
+        return False
+    if metrics is not None:
+        metrics.update(kept)
+    return True
 
 
 def _restore_files(store: ArtifactStore, prefix: str, sizes: dict[str, int], directory: Path) -> bool:

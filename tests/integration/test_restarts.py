@@ -4,17 +4,14 @@ PostgreSQL and S3 (moto), every service a separate process."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-import yaml
+
+from cluster import Cluster, wait_for  # tests/support, on the path through tests/conftest.py
 
 pytestmark = pytest.mark.integration
 
@@ -36,65 +33,6 @@ def spec(name: str, trials: int, pause: float, concurrent: int) -> dict[str, Any
         "max_concurrent": concurrent,
         "resources": {"gpus": 0, "class": "cpu"},
     }
-
-
-class Cluster:
-    def __init__(self, env: dict[str, str], tmp: Path) -> None:
-        self.env, self.tmp = env, tmp
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, *args: str) -> None:
-        log = (self.tmp / f"{name}.log").open("ab")
-        self.procs[name] = subprocess.Popen([sys.executable, "-m", "spotsweep", *args], env=self.env, stdout=log,
-                                            stderr=log, start_new_session=True)
-
-    def kill9(self, name: str) -> None:
-        os.killpg(self.procs[name].pid, signal.SIGKILL)
-        self.procs[name].wait(10)
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "spotsweep", *args], env=self.env, capture_output=True, text=True,
-                              timeout=120)
-
-    def submit(self, body: dict[str, Any]) -> str:
-        path = self.tmp / f"{body['name']}.yaml"
-        path.write_text(yaml.safe_dump(body))
-        proc = self.cli("submit", str(path))
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout.strip().splitlines()[-1]
-
-    def stop(self) -> dict[str, int | None]:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        return {n: p.wait(60) for n, p in self.procs.items()}
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(self.tmp.glob("*.log")))
-
-
-@pytest.fixture()
-def cluster(rabbit_url: str, database_url: str, s3_env: dict[str, str], tmp_path: Path) -> Any:
-    env = {**os.environ, "SPOTSWEEP_AMQP_URL": rabbit_url, "SPOTSWEEP_DATABASE_URL": database_url,
-           "SPOTSWEEP_HOME": str(tmp_path / "home"), **s3_env}
-    c = Cluster(env, tmp_path)
-    yield c
-    for p in c.procs.values():
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-
-
-def wait_for(database_url: str, sql: str, args: tuple[Any, ...], until: Any, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        while True:
-            try:
-                value = conn.execute(sql, args).fetchone()[0]
-            except psycopg.errors.UndefinedTable:  # the services have not migrated yet
-                value = None
-            if (value is not None and until(value)) or time.monotonic() > deadline:
-                return value
-            time.sleep(0.2)
 
 
 def test_planner_and_collector_killed_mid_sweep_lose_and_duplicate_nothing(cluster: Cluster, database_url: str) -> None:

@@ -7,18 +7,12 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from metadata import AWS_NOTICE, AZURE_EVENTS, FakeMetadata  # tests/support
 
 from spotsweep.services.agent.notice import MetadataPoller, parse_aws, parse_azure, parse_gcp, watch
-
-AWS_NOTICE = json.dumps({"action": "terminate", "time": "2026-12-02T18:00:00Z"}).encode()
-AZURE_EVENTS = json.dumps({"DocumentIncarnation": 2, "Events": [
-    {"EventId": "1", "EventType": "Freeze", "EventStatus": "Scheduled", "NotBefore": ""},
-    {"EventId": "2", "EventType": "Preempt", "EventStatus": "Scheduled", "NotBefore": "Mon, 02 Dec 2026 18:00:30 GMT"},
-]}).encode()
 
 
 def test_parsers_see_a_notice_only_where_the_clouds_put_one() -> None:
@@ -28,45 +22,6 @@ def test_parsers_see_a_notice_only_where_the_clouds_put_one() -> None:
     assert parse_azure(200, json.dumps({"Events": [{"EventType": "Freeze"}]}).encode()) is None
     assert "Preempt" in (parse_azure(200, AZURE_EVENTS) or "")
     assert parse_gcp(200, b"FALSE") is None and parse_gcp(200, b"TRUE\n") is not None
-
-
-class FakeMetadata:
-    """Answers like the three clouds; ``noticed`` flips them to "going away"."""
-
-    def __init__(self) -> None:
-        self.noticed = False
-        self.requests: list[tuple[str, str, dict[str, str]]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def reply(self, status: int, body: bytes = b"") -> None:
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_PUT(self) -> None:  # noqa: N802 - http.server's naming
-                outer.requests.append(("PUT", self.path, dict(self.headers)))
-                self.reply(200, b"tok-123") if self.path == "/latest/api/token" else self.reply(404)
-
-            def do_GET(self) -> None:  # noqa: N802
-                outer.requests.append(("GET", self.path, dict(self.headers)))
-                if self.path == "/latest/meta-data/spot/instance-action":
-                    if self.headers.get("X-aws-ec2-metadata-token") != "tok-123":
-                        return self.reply(401)
-                    return self.reply(200, AWS_NOTICE) if outer.noticed else self.reply(404)
-                if self.path.startswith("/metadata/scheduledevents") and self.headers.get("Metadata") == "true":
-                    return self.reply(200, AZURE_EVENTS if outer.noticed else b'{"Events": []}')
-                if self.path == "/computeMetadata/v1/instance/preempted" and self.headers.get("Metadata-Flavor") == "Google":
-                    return self.reply(200, b"TRUE" if outer.noticed else b"FALSE")
-                self.reply(404)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 @pytest.fixture()

@@ -119,3 +119,63 @@ run_trial(msg, LocalArtifactStore(pathlib.Path({str(tmp_path)!r}) / "a"), lambda
     else:
         os.kill(trial_pid, signal.SIGKILL)
         raise AssertionError("the trial outlived its agent")
+
+
+def test_a_resumed_run_ends_with_the_metrics_its_lost_predecessor_reported_up_to_the_checkpoint(kit: Any) -> None:
+    """The run that reported them died before its final event; the checkpoint kept them."""
+    import pytest
+
+    from spotsweep.services.agent.runner import DeliveryLost
+
+    script = """
+import time
+from spotsweep import trial
+done = trial.checkpoint_dir / "done"
+if done.exists():
+    raise SystemExit(0)  # finished before the interruption: nothing more to report
+for step in (1, 2, 3):
+    trial.report(step, loss=1.0 / step, acc=step / 10)
+done.write_text("3")
+trial.checkpoint_saved(3)
+time.sleep(60)
+"""
+    control = RunControl()
+    threading.Timer(1.5, control.lost.set).start()
+    with pytest.raises(DeliveryLost):
+        kit.run(kit.message(script), control)
+    final, _ = kit.run(kit.message(script), redelivered=True, losses=1)
+    assert final.outcome == "completed" and final.metrics == {"loss": 1.0 / 3, "acc": 0.3}
+
+
+def test_a_checkpoint_newer_than_its_line_is_committed_only_after_every_point_before_it(kit: Any) -> None:
+    """The script may rewrite the checkpoint as soon as it is complete again; when the
+    agent reads the line late, its snapshot holds the newer state, and the points up
+    to that state must already be published, or a resume from it would skip them."""
+    from spotsweep.shared.artifacts.checkpoints import restore_checkpoint
+    from spotsweep.shared.messages import CheckpointSaved, TrialMetrics
+
+    script = """
+import os, time
+from spotsweep import trial
+state = trial.checkpoint_dir / "state"
+def save(step):
+    tmp = trial.checkpoint_dir / "tmp"
+    tmp.write_text(str(step))
+    os.replace(tmp, state)
+for step in range(1, 4):
+    trial.report(step, loss=step)
+save(3)
+trial.checkpoint_saved(3)
+for step in range(4, 7):  # at once: the agent reads the line above after these
+    trial.report(step, loss=step)
+save(6)
+time.sleep(0.5)
+"""
+    final, events = kit.run(kit.message(script))
+    assert final.outcome == "completed"
+    restored = kit.config.workdir / "restored"
+    assert restore_checkpoint(kit.store, "sw", "sw.0", restored) == 3
+    content = int((restored / "state").read_text())
+    saved_at = next(i for i, e in enumerate(events) if isinstance(e, CheckpointSaved))
+    published = {p.step for e in events[:saved_at] if isinstance(e, TrialMetrics) for p in e.points}
+    assert set(range(1, content + 1)) <= published
