@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -156,7 +157,19 @@ def loader_settings(device_type: str, num_workers: int | None) -> dict[str, Any]
         # Keeps eval workers alive between evaluations instead of forking new ones each time.
         "persistent_workers": workers > 0,
         "prefetch_factor": 2 if workers > 0 else None,
+        "worker_init_fn": ignore_sigterm if workers > 0 else None,
     }
+
+
+def ignore_sigterm(worker_id: int) -> None:
+    """Workers leave SIGTERM to the main process.
+
+    The agent signals the trial's whole process group. A worker killed by it
+    would make the main process raise "DataLoader worker exited unexpectedly"
+    mid-step, before it could write the checkpoint the signal asks for; the
+    workers exit with the main process anyway.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _own_generator() -> torch.Generator:

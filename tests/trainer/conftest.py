@@ -112,8 +112,9 @@ class TrialProcess:
 
     def start(self, *flags: str, attempt: int = 1) -> subprocess.Popen[str]:
         argv = [sys.executable, "-m", "spotsweep", "train", "tinylm", *TINY_FLAGS, "--data-dir", str(self.data_dir), *flags]
+        # its own process group, as the agent starts trials (and signals the whole group)
         return subprocess.Popen(argv, cwd=self.workdir, env=self.env(attempt), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     def run(self, *flags: str, attempt: int = 1) -> subprocess.CompletedProcess[str]:
         proc = self.start(*flags, attempt=attempt)

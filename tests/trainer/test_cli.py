@@ -23,12 +23,13 @@ def test_sigterm_mid_run_then_resume_ends_like_an_uninterrupted_run(tmp_path: Pa
     reference, ref_lines = run_flags(tmp_path / "reference", *flags)
 
     t = trial_process("preempted")
-    proc = t.start(*flags)
+    # DataLoader workers on this attempt (none on the next): the agent's SIGTERM reaches them too
+    proc = t.start(*flags, "--num-workers", "1")
     deadline = time.monotonic() + 120
     while not any(r.get("step", 0) >= 3 for r in t.lines()):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
         time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGTERM)  # the whole group, as the agent does
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert "SIGTERM: checkpointed step" in err.strip().splitlines()[-1]

@@ -85,7 +85,7 @@ def test_too_little_data_names_the_file(tmp_path: Path) -> None:
 
 def test_loader_settings() -> None:
     assert loader_settings("cpu", None) == {"num_workers": 0, "pin_memory": False, "persistent_workers": False,
-                                            "prefetch_factor": None}
+                                            "prefetch_factor": None, "worker_init_fn": None}
     cuda = loader_settings("cuda", None)
     assert cuda["num_workers"] == 2 and cuda["pin_memory"] and cuda["persistent_workers"]
     assert loader_settings("cpu", 3)["num_workers"] == 3
