@@ -70,6 +70,13 @@ def resolve_device(requested: str) -> torch.device:
 
 
 def for_device(device: torch.device, amp: AmpMode) -> Precision:
+    """The precision for ``amp`` on this device; on CUDA also lets fp32 matmuls use TF32, unless fp32 was asked for.
+
+    TF32 only touches the few matmuls that run outside autocast (nanoGPT turns
+    it on too); ``--amp fp32`` means IEEE fp32 everywhere.
+    """
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("highest" if amp == "fp32" else "high")
     bf16 = device.type != "cuda" or torch.cuda.is_bf16_supported()
     return choose(device.type, amp, bf16_supported=bf16)
 

@@ -43,6 +43,12 @@ class Recorder:
         return [(r["step"], r[name]) for r in self.lines if name in r]
 
 
+@pytest.fixture()
+def recorder() -> type[Recorder]:
+    """The Recorder class, for tests that call ``fit`` themselves: ``fit(..., reporter=recorder())``."""
+    return Recorder
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("data")

@@ -44,25 +44,14 @@ def _task() -> Task:
                 evaluate=lambda m, b: {"val_loss": nn.functional.mse_loss(m(b[0]), b[1])}, identity={"model": "linear"})
 
 
-class Lines:
-    def __init__(self) -> None:
-        self.lines: list[dict[str, float]] = []
-
-    def report(self, step: int, **metrics: float) -> None:
-        self.lines.append({"step": step, **metrics})
-
-    def checkpoint_saved(self, step: int) -> None:
-        self.lines.append({"checkpoint": step})
-
-
-def test_any_model_trains_and_resumes(tmp_path: Path) -> None:
+def test_any_model_trains_and_resumes(tmp_path: Path, recorder) -> None:
     cfg = TrainConfig(steps=60, lr=0.3, optimizer="adam", batch_size=8, grad_accum=2, eval_every=20, ckpt_every=30)
-    full = fit(cfg, _task, reporter=Lines(), checkpoint_dir=tmp_path / "a")
+    full = fit(cfg, _task, reporter=recorder(), checkpoint_dir=tmp_path / "a")
     assert full.metrics["val_loss"] < 0.05  # learned the linear map
 
     short = cfg.model_copy(update={"steps": 30, "lr_horizon": 60})
-    fit(short, _task, reporter=Lines(), checkpoint_dir=tmp_path / "b")
-    lines = Lines()
+    fit(short, _task, reporter=recorder(), checkpoint_dir=tmp_path / "b")
+    lines = recorder()
     rest = fit(cfg.model_copy(update={"lr_horizon": 60}), _task, reporter=lines, checkpoint_dir=tmp_path / "b")
     assert lines.lines[0] == {"step": 30, "resumed_from": 30}
     assert rest.metrics["val_loss"] == pytest.approx(full.metrics["val_loss"], abs=1e-7)
