@@ -36,7 +36,7 @@ from spotsweep.trainer.errors import SetupError
 from spotsweep.trainer.early_stopping import StopState, observe, out_of_time
 from spotsweep.trainer.precision import autocast, for_device, grad_scaler, memory_metrics, resolve_device
 from spotsweep.trainer.schedule import lr_at
-from spotsweep.trainer.task import Task, evaluate, micro_batches, to_device
+from spotsweep.trainer.task import Batch, Task, evaluate, micro_batches, to_device
 
 FORMAT = 1  # checkpoint layout version
 
@@ -149,20 +149,10 @@ def fit(cfg: TrainConfig, build: Callable[[], Task], reporter: Reporter = trial,
     for step in range(start + 1, cfg.steps + 1):
         lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.horizon, cfg.min_lr_ratio)
         optim.set_lr(opt, lr)
-        parts: dict[str, torch.Tensor] = {}
-        objective = torch.zeros((), device=device)
-        for micro in micro_batches(next(batches), cfg.grad_accum):
-            micro = to_device(micro, device)
-            with amp():
-                loss, values = task.loss(model, micro)
-            scaler.scale(loss / cfg.grad_accum).backward()
-            objective += loss.detach() / cfg.grad_accum
-            for name, value in values.items():
-                parts[name] = parts.get(name, 0.0) + value.float() / cfg.grad_accum  # type: ignore[assignment]
-        metrics = {name: float(value) for name, value in parts.items()}  # one device sync per step
-        if not math.isfinite(float(objective)):
+        objective, metrics = _accumulate(task, model, next(batches), cfg.grad_accum, device, amp, scaler)
+        if not math.isfinite(objective):
             reporter.report(step, **metrics, lr=lr)
-            raise Diverged(f"diverged: the loss is {float(objective)} at step {step} (lr {lr:.3g}); "
+            raise Diverged(f"diverged: the loss is {objective} at step {step} (lr {lr:.3g}); "
                            "try a lower --lr or gradient clipping")
         scaler.unscale_(opt)  # clip the true gradients, not the scaled ones
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
@@ -196,6 +186,27 @@ def fit(cfg: TrainConfig, build: Callable[[], Task], reporter: Reporter = trial,
         if due_log:  # throughput of training alone: evaluation and checkpoints are not counted
             window_start, window_steps = time.perf_counter(), 0
     return Result(cfg.steps, "completed", f"completed {cfg.steps} steps", metrics)
+
+
+def _accumulate(task: Task, model: torch.nn.Module, batch: Batch, grad_accum: int, device: torch.device,
+                amp: Callable[[], Any], scaler: torch.amp.GradScaler) -> tuple[float, dict[str, float]]:
+    """Forward and backward over the step's micro-batches; the objective and the reported parts, averaged.
+
+    Each micro-batch adds ``loss / grad_accum`` to the gradients: with equal
+    micro-batches that is the gradient of the whole batch's mean loss.
+    """
+    objective = torch.zeros((), device=device)
+    parts: dict[str, torch.Tensor] = {}
+    for micro in micro_batches(batch, grad_accum):
+        micro = to_device(micro, device)
+        with amp():
+            loss, values = task.loss(model, micro)
+        scaler.scale(loss / grad_accum).backward()
+        objective += loss.detach() / grad_accum
+        for name, value in values.items():
+            parts[name] = parts[name] + value.float() / grad_accum if name in parts else value.float() / grad_accum
+    # One device sync per step, here.
+    return float(objective), {name: float(value) for name, value in parts.items()}
 
 
 def _progress(step: int, steps: int, metrics: dict[str, float]) -> None:
