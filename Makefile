@@ -15,7 +15,7 @@ $(BIN)/spotsweep: pyproject.toml
 setup: $(BIN)/spotsweep
 
 demo: setup
-	$(BIN)/spotsweep run examples/quickstart.yaml --workers 2 --csv results.csv
+	$(BIN)/spotsweep run examples/deepseek-small.yaml --workers 2 --csv results.csv
 
 test: setup lint
 	$(BIN)/pytest

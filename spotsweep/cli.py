@@ -81,10 +81,17 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--notice-interval", type=float, default=5.0, help="seconds between metadata polls (default 5)")
     a.add_argument("--max-node-failures", type=int, default=5,
                    help="stop taking trials after this many different trials failed here in a row (a broken node; 0: never)")
+
+    # Only listed here: main() hands `train ...` to the trainer's own parser before this one runs.
+    sub.add_parser("train", help="train a built-in model under the trial contract (needs torch): "
+                                 "spotsweep train tinylm --help", add_help=False)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"]:
+        return _train(argv[1:])
     args = _parser().parse_args(argv)
     log.configure(args.log_level or ("WARNING" if args.cmd == "run" else "INFO"))
     try:
@@ -108,6 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # e.g. --csv into a folder that cannot be written
         print(f"error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return ExitCode.FAILED
+
+
+def _train(argv: list[str]) -> int:
+    """``spotsweep train``: the one command that needs torch, imported only here."""
+    try:
+        import numpy  # noqa: F401 - both come with the worker extra
+        import torch  # noqa: F401
+    except ImportError:
+        print("spotsweep train needs torch: pip install 'spotsweep[worker]'", file=sys.stderr)
+        return ExitCode.USAGE
+    from spotsweep.trainer.cli import main as train_main
+
+    return train_main(argv)
 
 
 def _settings() -> Settings:

@@ -1,0 +1,106 @@
+"""``spotsweep train tinylm`` as an agent runs it: SIGTERM and exact resume, exit codes, the last stderr line.
+
+Divergence through a real trial process is in test_example_sweep.py, where
+the agent records it as the trial's error.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spotsweep.trainer import cli
+
+
+def test_sigterm_mid_run_then_resume_ends_like_an_uninterrupted_run(tmp_path: Path, trial_process, run_flags) -> None:
+    flags = ("--steps", "120", "--eval-every", "40", "--ckpt-every", "1000", "--dropout", "0.1")
+    reference, ref_lines = run_flags(tmp_path / "reference", *flags)
+
+    t = trial_process("preempted")
+    # DataLoader workers on this attempt (none on the next): the agent's SIGTERM reaches them too
+    proc = t.start(*flags, "--num-workers", "1")
+    deadline = time.monotonic() + 120
+    while not any(r.get("step", 0) >= 3 for r in t.lines()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGTERM)  # the whole group, as the agent does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "SIGTERM: checkpointed step" in err.strip().splitlines()[-1]
+    saved = [r["checkpoint"] for r in t.lines() if "checkpoint" in r]
+    assert len(saved) == 1 and 3 <= saved[0] < 120, saved  # --ckpt-every 1000: this one is the SIGTERM's
+    assert max(r.get("step", 0) for r in t.lines()) == saved[0]  # stopped at the step it saved
+    assert [p.name for p in t.ckpt.iterdir()] == [f"step-{saved[0]:09d}.pt"]
+
+    resumed = t.run(*flags, attempt=2)
+    assert resumed.returncode == 0, resumed.stderr
+    assert {"step": saved[0], "resumed_from": saved[0]} in t.lines()
+    assert t.lines()[-2]["step"] == 120 and "val_loss" in t.lines()[-2] and t.lines()[-1] == {"checkpoint": 120}
+    assert t.last("val_loss") == pytest.approx(reference.metrics["val_loss"], abs=1e-6)
+    assert t.last("loss") == pytest.approx(ref_lines.values("loss")[-1][1], abs=1e-6)
+    assert resumed.stderr.strip().splitlines()[-1].startswith("completed 120 steps: val_loss")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--lr", "-1"], "error: --lr: Input should be greater than 0 (got -1.0)"),
+        (["--batch-size", "0"], "error: --batch-size: Input should be greater than or equal to 1 (got 0)"),
+        (["--patience", "-2"], "error: --patience: Input should be greater than or equal to 0 (got -2)"),
+        (["--time-budget", "0"], "error: --time-budget: Input should be greater than 0 (got 0.0)"),
+        (["--heads", "5"], "error: dim must be a multiple of heads (got dim=96, heads=5)"),
+        (["--data", "/nonexistent/corpus.txt"], "error: --data: no such file: '/nonexistent/corpus.txt'"),
+        (["--device", "tpu9"], "error: --device"),
+    ],
+)
+def test_bad_flag_values_name_the_flag_and_value(flags: list[str], message: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["tinylm", "--data-dir", str(tmp_path), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err.strip().splitlines()[-1], err
+
+
+def test_argparse_errors_and_unknown_models(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(["tinylm", "--steps", "many"])
+    assert e.value.code == 2 and "argument --steps: invalid int value: 'many'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["tinylm", "--stop-if", "val_acc<0.3"])
+    assert "argument --stop-if: expected METRIC<VALUE@STEP" in capsys.readouterr().err
+    assert cli.main(["gpt5"]) == 2 and "unknown model 'gpt5' (available: tinylm)" in capsys.readouterr().err
+
+
+def test_cuda_oom_ends_with_torchs_message_on_one_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    from spotsweep.trainer import loop
+
+    def out_of_memory(*args: object, **kwargs: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity\n"
+                                     "of 79.15 GiB of which 3.19 MiB is free.")
+
+    monkeypatch.setattr(loop, "fit", out_of_memory)  # no GPU here: the point is the CLI's translation
+    assert cli.main(["tinylm", "--data-dir", str(tmp_path)]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 3.19 MiB is free."
+
+
+def test_without_torch_train_says_how_to_install_it(tmp_path: Path) -> None:
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named torch')\n")
+    env = {**os.environ, "PYTHONPATH": str(fake.parent)}
+    proc = subprocess.run([sys.executable, "-m", "spotsweep", "train", "tinylm"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "spotsweep train needs torch: pip install 'spotsweep[worker]'"
+    # the rest of the CLI never needed it
+    assert subprocess.run([sys.executable, "-m", "spotsweep", "--version"], env=env, capture_output=True,
+                          timeout=60).returncode == 0

@@ -1,0 +1,153 @@
+"""A training run's settings, typed and checked, and which of them a resumed run may change.
+
+``TrainConfig`` is frozen and rejects unknown keys; it is saved inside every
+checkpoint. Its fields fall in two kinds:
+
+- **trajectory** settings decide the numbers the run computes: learning rate
+  and its schedule (including the horizon), effective batch, optimizer, decay,
+  clipping, seed, precision. A checkpoint refuses to resume under different
+  ones: the result would be neither run.
+- **budget and cadence** settings may change on resume: ``steps`` (train an
+  existing run further, as successive halving does), how often to evaluate,
+  checkpoint and log, early stopping, the device, thread and worker counts,
+  and how the effective batch is split into accumulation micro-batches (a
+  CUDA OOM retry halves ``batch_size`` and doubles ``grad_accum``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from spotsweep.trainer.errors import SetupError
+from spotsweep.trainer.optim import DEFAULT_WEIGHT_DECAY, OptimizerName
+from spotsweep.trainer.precision import AmpMode
+from spotsweep.trainer.rng import MAX_SEED
+from spotsweep.trainer.schedule import default_warmup
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+_THRESHOLD = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*([<>])\s*([^@\s]+)\s*@\s*(\d+)\s*")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Threshold(_Frozen):
+    """Stop when ``metric`` is on the wrong side of ``value`` at an evaluation at or after ``step``."""
+
+    metric: str = Field(min_length=1)
+    op: Literal["<", ">"]
+    value: Finite
+    step: int = Field(ge=0)
+
+    @classmethod
+    def parse(cls, text: str) -> Threshold:
+        """``"val_acc<0.3@200"``: stop if val_acc < 0.3 by step 200."""
+        m = _THRESHOLD.fullmatch(text)
+        if not m:
+            raise ValueError(f"expected METRIC<VALUE@STEP or METRIC>VALUE@STEP, e.g. val_acc<0.3@200 (got {text!r})")
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            raise ValueError(f"{m.group(3)!r} is not a number (in {text!r})") from None
+        return cls(metric=m.group(1), op=m.group(2), value=value, step=int(m.group(4)))  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.value:g}@{self.step}"
+
+
+class EarlyStopConfig(_Frozen):
+    metric: str = Field(default="val_loss", min_length=1)
+    mode: Literal["min", "max"] = "min"
+    patience: int = Field(default=0, ge=0)  # evaluations without improvement before stopping; 0 = off
+    min_delta: Finite = Field(default=0.0, ge=0)  # an improvement smaller than this does not count
+    thresholds: tuple[Threshold, ...] = ()
+    max_seconds: Finite | None = Field(default=None, gt=0)  # training wall time over all attempts
+
+
+class TrainConfig(_Frozen):
+    # trajectory
+    lr: Finite = Field(default=1e-3, gt=0)
+    lr_horizon: int | None = Field(default=None, ge=1)  # None: --steps
+    warmup: int | None = Field(default=None, ge=0)  # None: 10% of the horizon
+    min_lr_ratio: Finite = Field(default=0.1, ge=0, le=1)
+    batch_size: int = Field(default=32, ge=1)  # micro-batch; effective batch = batch_size * grad_accum
+    grad_accum: int = Field(default=1, ge=1)
+    optimizer: OptimizerName = "adamw"
+    weight_decay: Finite | None = Field(default=None, ge=0)  # None: 0.1 for adamw, 0 otherwise
+    betas: tuple[Finite, Finite] = (0.9, 0.95)
+    momentum: Finite = Field(default=0.9, ge=0, lt=1)
+    grad_clip: Finite = Field(default=1.0, ge=0)  # max gradient norm; 0 = off
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    amp: AmpMode = "auto"
+    # budget and cadence
+    steps: int = Field(default=200, ge=1)
+    eval_every: int = Field(default=10, ge=1)
+    ckpt_every: int = Field(default=100, ge=1)
+    keep_last: int = Field(default=1, ge=1)
+    log_every: int = Field(default=1, ge=1)
+    early_stop: EarlyStopConfig = Field(default_factory=EarlyStopConfig)
+    # where and how fast
+    device: str = "auto"
+    compile: bool = False
+    grad_checkpointing: bool = False
+    threads: int = Field(default=1, ge=1)
+    num_workers: int | None = Field(default=None, ge=0)  # None: 0 on CPU, 2 on CUDA
+
+    @model_validator(mode="after")
+    def _warmup_fits(self) -> TrainConfig:
+        if self.warmup is not None and self.warmup >= self.horizon:
+            raise ValueError(f"warmup must be shorter than the lr horizon {self.horizon} (got {self.warmup})")
+        return self
+
+    @property
+    def horizon(self) -> int:
+        return self.lr_horizon or self.steps
+
+    @property
+    def warmup_steps(self) -> int:
+        return default_warmup(self.horizon) if self.warmup is None else self.warmup
+
+    @property
+    def effective_batch(self) -> int:
+        return self.batch_size * self.grad_accum
+
+    @property
+    def decay(self) -> float:
+        return DEFAULT_WEIGHT_DECAY[self.optimizer] if self.weight_decay is None else self.weight_decay
+
+    def trajectory(self) -> dict[str, Any]:
+        """The settings that decide the numbers, resolved (a default horizon is written as its value)."""
+        return {
+            "lr": self.lr, "lr_horizon": self.horizon, "warmup": self.warmup_steps, "min_lr_ratio": self.min_lr_ratio,
+            "effective_batch": self.effective_batch, "optimizer": self.optimizer, "weight_decay": self.decay,
+            "betas": list(self.betas), "momentum": self.momentum if self.optimizer == "sgd" else None,
+            "grad_clip": self.grad_clip, "seed": self.seed, "amp": self.amp,
+        }
+
+
+# What the user types for each setting, so a refusal names the flag to fix.
+HINTS = {
+    "lr_horizon": "the lr horizon defaults to --steps; pass --lr-horizon explicitly to extend a run with more --steps",
+    "effective_batch": "--batch-size x --grad-accum may be split differently, but their product must stay the same",
+}
+
+
+class ResumeMismatch(SetupError):
+    """A checkpoint was written under different trajectory settings than this run's."""
+
+
+def check_resume(saved: dict[str, Any], current: dict[str, Any], where: str) -> None:
+    """Raise :class:`ResumeMismatch` naming every trajectory setting that differs."""
+    changed = sorted(k for k in saved.keys() | current.keys() if saved.get(k) != current.get(k))
+    if not changed:
+        return
+    diffs = ", ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {current.get(k)!r} now" for k in changed)
+    hints = "".join(f"; {HINTS[k]}" for k in changed if k in HINTS)
+    raise ResumeMismatch(
+        f"refusing to resume {where}: it was written with other training settings ({diffs}). Only --steps, "
+        f"evaluation/checkpoint/log cadence, early stopping, device and speed settings may change on resume{hints}"
+    )
