@@ -14,7 +14,7 @@ params, so
 * GP uses Optuna's batch acquisition over running trials (qLogEI/qLogEHVI);
 * CMA-ES draws each candidate of a generation with a seed that includes the
   trial number, and NSGA-II makes each child from its own random crossover
-  and mutation, so neither repeats a point in flight.
+  and mutation; a child equal to a trial in flight is asked again.
 
 The sampler's seed is derived from ``(strategy.seed, index)``, so a
 suggestion does not depend on how many suggestions a planner made before.
@@ -44,6 +44,7 @@ from spotsweep.shared.states import IN_FLIGHT, TrialState
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study is built per suggestion: no "study created" lines
 
+_DUPLICATE_TRIES = 5
 GP_NEEDS_TORCH = ("gp needs torch, which is not installed where the planner runs: pip install 'spotsweep[gp]' "
                   "(the CPU build is enough), or use strategy tpe")
 
@@ -57,9 +58,9 @@ class Suggestion:
     study_attrs: dict[str, Any] = field(default_factory=dict)
 
 
-def derived_seed(seed: int, index: int) -> int:
-    """A stable 32-bit seed per (spec seed, trial index)."""
-    return int.from_bytes(hashlib.sha256(f"spotsweep:{seed}:{index}".encode()).digest()[:4], "big")
+def derived_seed(seed: int, index: int, attempt: int = 0) -> int:
+    """A stable 32-bit seed per (spec seed, trial index, attempt)."""
+    return int.from_bytes(hashlib.sha256(f"spotsweep:{seed}:{index}:{attempt}".encode()).digest()[:4], "big")
 
 
 class ModelSearch:
@@ -81,8 +82,8 @@ class ModelSearch:
         metrics = spec.objectives or [spec.metric]
         self._directions = ["minimize" if m.mode == "min" else "maximize" for m in metrics]
 
-    def sampler(self, index: int) -> BaseSampler:
-        seed = derived_seed(self._seed, index)
+    def sampler(self, index: int, attempt: int = 0) -> BaseSampler:
+        seed = derived_seed(self._seed, index, attempt)
         kind = self._kind
         if kind == "tpe":
             return optuna.samplers.TPESampler(seed=seed, constant_liar=True, **_startup(self._startup))
@@ -93,10 +94,11 @@ class ModelSearch:
                                                 **_startup(self._startup))
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=self._population or 50)
 
-    def study(self, history: Sequence[TrialRecord], index: int, study_attrs: Mapping[str, Any] | None = None) -> optuna.Study:
+    def study(self, history: Sequence[TrialRecord], index: int, study_attrs: Mapping[str, Any] | None = None,
+              attempt: int = 0) -> optuna.Study:
         """The in-memory study that ``history`` describes (public for tests and tools)."""
         storage = InMemoryStorage()
-        study = optuna.create_study(storage=storage, sampler=self.sampler(index), directions=self._directions)
+        study = optuna.create_study(storage=storage, sampler=self.sampler(index, attempt), directions=self._directions)
         study_id = storage.get_study_id_from_name(study.study_name)
         for key, value in (study_attrs or {}).items():
             storage.set_study_system_attr(study_id, key, value)
@@ -106,11 +108,19 @@ class ModelSearch:
 
     def suggest(self, history: Sequence[TrialRecord], index: int,
                 study_attrs: Mapping[str, Any] | None = None) -> Suggestion:
-        """Params for trial ``index`` given every trial launched before it."""
-        study = self.study(history, index, study_attrs)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            trial = study.ask(fixed_distributions=self._distributions)
+        """Params for trial ``index`` given every trial launched before it.
+
+        A suggestion equal to a trial in flight (a genetic sampler's child can
+        repeat a parent) is asked again with the next seed, a few times.
+        """
+        in_flight = {_key(to_optuna(self._space, r.params)) for r in history if r.state in IN_FLIGHT}
+        for attempt in range(_DUPLICATE_TRIES):
+            study = self.study(history, index, study_attrs, attempt)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                trial = study.ask(fixed_distributions=self._distributions)
+            if _key(trial.params) not in in_flight:
+                break
         frozen = study.get_trials(deepcopy=False)[-1]
         storage = study._storage  # noqa: SLF001 - the study's own storage, created above
         return Suggestion(
@@ -129,6 +139,10 @@ class ModelSearch:
             intermediate_values={int(step): float(v) for step, v in record.curve.items()},
             system_attrs=dict(record.attrs),
         )
+
+
+def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(params.items()))
 
 
 def _startup(n: int | None) -> dict[str, int]:
