@@ -273,3 +273,29 @@ def _smoke_problems(spec: SweepSpec) -> Problems:
     if smoke.param is not None and smoke.budget is None:
         problems.append((("smoke", "budget"), "required when smoke.param is set"))
     return problems
+
+
+def summary(spec: SweepSpec) -> str:
+    """One line on how the spec searches, for ``spotsweep validate``."""
+    from spotsweep.shared.space import grid_size, sampler_of  # space imports the spec models
+
+    strategy = spec.strategy
+    parts = [f"strategy {strategy.type}"]
+    if isinstance(strategy, SubsetStrategy):
+        parts[0] += f" ({strategy.trials} of {grid_size(spec.space)} grid points, balanced)"
+    elif isinstance(strategy, AshaStrategy):
+        b = strategy.budget
+        parts[0] += (f" (budget {b.param or 'step'} {b.min}..{b.max}, eta {strategy.eta}, {strategy.brackets} bracket(s), "
+                     f"configs from {sampler_of(spec)})")
+    elif strategy.type == "random" and sampler_of(spec) == "sobol":
+        parts[0] += " (Sobol')"
+    if spec.early_stop is not None:
+        parts.append(f"early_stop {spec.early_stop.type}")
+    if spec.objectives:
+        parts.append(f"objectives {', '.join(f'{m.name} ({m.mode})' for m in spec.objectives)}")
+    if spec.budget is not None:
+        caps = [f"{k} {v:g}" for k, v in spec.budget.model_dump().items() if v is not None]
+        parts.append("budget " + ", ".join(caps))
+    if spec.smoke is not None:
+        parts.append(f"smoke {spec.smoke.trials} trial(s) first")
+    return ", ".join(parts)
