@@ -257,9 +257,9 @@ class SweepSpec(_Model):
         budget = budget_of(self)
         if budget is not None and budget.param is not None and budget.param not in samples:
             samples[budget.param] = [budget.min, budget.max]  # filled in by the strategy
-        param = smoke_param(self)
-        if self.smoke is not None and self.smoke.budget is not None and param is not None:
-            samples[param] = [*samples.get(param, []), self.smoke.budget]
+        smoke_key = smoke_param(self)
+        if self.smoke is not None and self.smoke.budget is not None and smoke_key is not None:
+            samples[smoke_key] = [*samples.get(smoke_key, []), self.smoke.budget]
         return samples
 
     def to_json_dict(self) -> dict[str, Any]:

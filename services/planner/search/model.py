@@ -32,6 +32,7 @@ from typing import Any
 import optuna
 from optuna.samplers import BaseSampler
 from optuna.storages import InMemoryStorage
+from optuna.study import StudyDirection
 from optuna.trial import TrialState as OptunaState
 from optuna.trial import create_trial
 
@@ -80,19 +81,23 @@ class ModelSearch:
         self._space = spec.space
         self._distributions = distributions(spec.space)
         metrics = spec.objectives or [spec.metric]
-        self._directions = ["minimize" if m.mode == "min" else "maximize" for m in metrics]
+        self._directions = [StudyDirection.MINIMIZE if m.mode == "min" else StudyDirection.MAXIMIZE for m in metrics]
 
     def sampler(self, index: int, attempt: int = 0) -> BaseSampler:
         seed = derived_seed(self._seed, index, attempt)
         kind = self._kind
         if kind == "tpe":
-            return optuna.samplers.TPESampler(seed=seed, constant_liar=True, **_startup(self._startup))
+            return optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=self._startup_or(10))
         if kind == "gp":
-            return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False, **_startup(self._startup))
+            return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False, n_startup_trials=self._startup_or(10))
         if kind == "cmaes":
             return optuna.samplers.CmaEsSampler(seed=seed, popsize=self._population, warn_independent_sampling=False,
-                                                **_startup(self._startup))
+                                                n_startup_trials=self._startup_or(1))
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=self._population or 50)
+
+    def _startup_or(self, default: int) -> int:
+        """``startup_trials``, or Optuna's default for the sampler."""
+        return default if self._startup is None else self._startup
 
     def study(self, history: Sequence[TrialRecord], index: int, study_attrs: Mapping[str, Any] | None = None,
               attempt: int = 0) -> optuna.Study:
@@ -143,10 +148,6 @@ class ModelSearch:
 
 def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(params.items()))
-
-
-def _startup(n: int | None) -> dict[str, int]:
-    return {} if n is None else {"n_startup_trials": n}
 
 
 def _state(record: TrialRecord, objectives: int) -> tuple[OptunaState, list[float] | None]:

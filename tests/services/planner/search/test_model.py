@@ -102,7 +102,7 @@ def test_parallel_suggestions_with_trials_in_flight_are_distinct_and_spread(kind
     search = ModelSearch(make(kind, objectives, population=6))
     history = run(search, 24, objectives)
     suggestions = []
-    for k in range(8):  # 8 suggestions, the k earlier ones still running
+    for _ in range(8):  # 8 suggestions, each with the earlier ones still running
         s = search.suggest(history, len(history))
         suggestions.append(s.params)
         history.append(TrialRecord(len(history), s.params, TrialState.RUNNING, attrs=s.attrs))
