@@ -391,3 +391,20 @@ def test_budget_parameter_and_smoke_budget_are_checked_in_templates() -> None:
     with pytest.raises(SpecError) as info:
         parse_spec({**SEARCH, "command": ["t", "{steps:.2s}"], "strategy": ASHA})
     assert info.value.errors[0][0] == "command[1]" and "steps=1" in info.value.errors[0][1]
+
+
+def test_summary_describes_the_search_for_validate() -> None:
+    from spotsweep.shared.spec_search import summary
+
+    grid = {f"p{k}": [1, 2, 3] for k in range(6)}
+    asha = parse_spec({**SEARCH, "strategy": ASHA, "early_stop": None, "budget": {"max_gpu_hours": 10, "wall_time": "2h"},
+                       "smoke": {"budget": 2}})
+    assert summary(asha) == ("strategy asha (budget steps 1..81, eta 3, 1 bracket(s), configs from random), "
+                             "budget max_gpu_hours 10, wall_time 7200, smoke 2 trial(s) first")
+    subset = parse_spec({**SEARCH, "command": ["t"], "space": grid, "strategy": {"type": "subset", "trials": 30}})
+    assert summary(subset) == "strategy subset (30 of 729 grid points, balanced)"
+    multi = parse_spec({**SEARCH, "command": ["t"], "metric": [{"name": "a"}, {"name": "b", "mode": "max"}],
+                        "strategy": {"type": "random", "trials": 8, "sampler": "sobol"}})
+    assert summary(multi) == "strategy random (Sobol'), objectives a (min), b (max)"
+    median = parse_spec({**SEARCH, "command": ["t"], "strategy": {"type": "tpe", "trials": 8}, "early_stop": {"type": "median"}})
+    assert summary(median) == "strategy tpe, early_stop median"

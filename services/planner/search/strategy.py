@@ -103,7 +103,11 @@ class Search:
 
     def on_run_end(self, history: Sequence[TrialRecord], trial: TrialRecord, value: float) -> StepDecision:
         """A trial's run completed with final objective ``value``: with a budget
-        parameter, PROMOTE (relaunch with ``budget``), PRUNE or COMPLETE."""
+        parameter, PROMOTE (relaunch with ``budget``), PRUNE or COMPLETE.
+
+        CONTINUE here means the rung was decided already (a redelivered
+        event): nothing to do.
+        """
         if not isinstance(self.stopper, Asha) or self.budget_param is None:
             return StepDecision(Action.COMPLETE, reason="the trial ran to its end")
         budget = int(trial.params[self.budget_param])
