@@ -41,6 +41,7 @@ chaos: setup
 
 bench: setup
 	$(BIN)/python bench/ingest.py --points 200000 --json bench/results/ingest.json
+	$(BIN)/python bench/search.py --seeds 3 --json bench/results/search.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -24,6 +24,7 @@ from spotsweep.shared.settings import Settings
 from spotsweep.shared.naming import placeholders
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, load_spec_file, spec_json_schema
+from spotsweep.shared.spec_search import summary
 
 
 def resolve_command(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
@@ -65,7 +66,7 @@ def warnings(spec: SweepSpec) -> list[str]:
 
 def describe(spec: SweepSpec) -> str:
     return (
-        f"ok: {spec.name}: {total_trials(spec)} trial(s), strategy {spec.strategy.type}, "
+        f"ok: {spec.name}: {total_trials(spec)} trial(s), {summary(spec)}, "
         f"metric {spec.metric.name} ({spec.metric.mode}), at most {spec.max_concurrent} at once"
     )
 

@@ -12,7 +12,18 @@ configuration differ only in ``seed``).
   ``itertools.product(*values)`` over the space keys in the order written
   (first key varies slowest), found by mixed-radix decoding of ``c``.
 - random: configuration ``c`` is sampled from ``random.Random`` seeded with
-  ``(strategy.seed, c)``, so it depends on nothing else.
+  ``(strategy.seed, c)``, so it depends on nothing else. With ``sampler:
+  sobol`` it is point ``c`` of a scrambled Sobol' sequence seeded with
+  ``strategy.seed`` (each coordinate in [0, 1) mapped onto its dimension).
+- subset: configuration ``c`` is row ``c`` of a balanced design of
+  ``strategy.trials`` grid points (:func:`.designs.balanced_subset`, built
+  once per spec and cached: O(trials x dims), never the grid).
+- asha: configurations from the grid, random or Sobol (``strategy.sampler``);
+  the budget parameter is not in these params: the search package
+  (``spotsweep.services.planner.search.propose``) fills it in.
+- tpe, gp, cmaes, nsga2 and asha with ``sampler: tpe`` suggest from the
+  results so far: :func:`params_at` refuses them (:class:`NeedsHistory`);
+  the planner asks ``spotsweep.services.planner.search.propose``.
 """
 
 from __future__ import annotations
@@ -22,8 +33,13 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+from spotsweep.shared.designs import balanced_subset, sobol_point
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec import GRID_CONTINUOUS, Choice, IntRange, LogUniform, Param, SweepSpec, Uniform
+
+
+class NeedsHistory(SpecError):
+    """The strategy suggests params from the results so far: ask the search package."""
 
 
 def _int_count(param: IntRange) -> int:
@@ -57,10 +73,26 @@ def grid_size(space: Mapping[str, Param]) -> int:
 def configs(spec: SweepSpec) -> int:
     """Distinct configurations the sweep runs (before repeats)."""
     strategy = spec.strategy
+    if strategy.type == "grid":
+        size = grid_size(spec.space)
+        return size if strategy.max_trials is None else min(size, strategy.max_trials)
+    if strategy.type == "asha" and sampler_of(spec) == "grid":
+        size = grid_size(spec.space)
+        return size if strategy.trials is None else min(size, strategy.trials)
+    assert strategy.trials is not None  # the spec requires it for every other strategy
+    return strategy.trials
+
+
+def sampler_of(spec: SweepSpec) -> str:
+    """How configurations are drawn: grid, random, sobol, subset or a model (tpe, gp...)."""
+    strategy = spec.strategy
     if strategy.type == "random":
-        return strategy.trials
-    size = grid_size(spec.space)
-    return size if strategy.max_trials is None else min(size, strategy.max_trials)
+        return strategy.sampler
+    if strategy.type == "asha":
+        if strategy.sampler is not None:
+            return strategy.sampler
+        return "grid" if all(isinstance(p, (Choice, IntRange)) for p in spec.space.values()) else "random"
+    return strategy.type
 
 
 def total_trials(spec: SweepSpec) -> int:
@@ -97,17 +129,54 @@ def _random_params(spec: SweepSpec, seed: int, config: int) -> dict[str, Any]:
     return {key: _sample(rng, param) for key, param in spec.space.items()}
 
 
+def _unit(param: Param, u: float) -> Any:
+    """A coordinate in [0, 1) onto a dimension: equal-width cells for levels."""
+    if isinstance(param, Choice):
+        return param.values[min(int(u * len(param.values)), len(param.values) - 1)]
+    if isinstance(param, IntRange):
+        count = _int_count(param)
+        return param.low + param.step * min(int(u * count), count - 1)
+    if isinstance(param, LogUniform):
+        value = math.exp(math.log(param.low) + u * (math.log(param.high) - math.log(param.low)))
+        return min(max(value, param.low), param.high)
+    return param.low + u * (param.high - param.low)
+
+
+def _sobol_params(spec: SweepSpec, seed: int, config: int) -> dict[str, Any]:
+    point = sobol_point(len(spec.space), seed, config)
+    return {key: _unit(param, u) for (key, param), u in zip(spec.space.items(), point)}
+
+
+def _subset_params(spec: SweepSpec, trials: int, seed: int, config: int) -> dict[str, Any]:
+    sizes = tuple(_size(key, param) for key, param in spec.space.items())
+    row = balanced_subset(sizes, trials, seed)[config]
+    return {key: _value_at(param, level) for (key, param), level in zip(spec.space.items(), row)}
+
+
+def config_params(spec: SweepSpec, config: int) -> dict[str, Any]:
+    """The params of configuration ``config`` of a static design (no seed, no budget)."""
+    strategy = spec.strategy
+    sampler = sampler_of(spec)
+    seed = getattr(strategy, "seed", 0)
+    if sampler == "grid":
+        return _grid_params(spec, config)
+    if sampler == "random":
+        return _random_params(spec, seed, config)
+    if sampler == "sobol":
+        return _sobol_params(spec, seed, config)
+    if sampler == "subset":
+        return _subset_params(spec, configs(spec), seed, config)
+    raise NeedsHistory([("strategy.type", f"{spec.strategy.type} (sampler {sampler}) suggests params from the results "
+                         "so far; the planner's search package proposes them")])
+
+
 def params_at(spec: SweepSpec, index: int) -> dict[str, Any]:
     """The params of trial ``index`` (0-based); IndexError outside the sweep."""
     total = total_trials(spec)
     if not 0 <= index < total:
         raise IndexError(f"trial index {index} out of range for a sweep of {total} trials")
     config, repeat = divmod(index, spec.repeats)
-    strategy = spec.strategy
-    if strategy.type == "random":
-        params = _random_params(spec, strategy.seed, config)
-    else:
-        params = _grid_params(spec, config)
+    params = config_params(spec, config)
     if spec.repeats > 1:
         params["seed"] = repeat
     return params

@@ -12,6 +12,10 @@ Defaults: metric mode ``min``; strategy ``grid``; max_concurrent 20; trial_name
 in trial order); repeats 1; retries.max_failures 3; resources 1 GPU of class
 ``gpu``; no extra env; priority 0; an empty space (one configuration).
 
+The search strategies (subset, tpe, gp, cmaes, nsga2, asha), ``early_stop``,
+``budget``, ``pricing`` and ``smoke`` are in :mod:`.spec_search`; a list of
+objectives (``metric: [a, b]``) is read as ``metric: a`` plus ``objectives``.
+
 ``spec.to_json_dict()`` re-parses to an equal spec. The order of ``space``
 keys is the grid order, so store the dump as ``json``/text, not ``jsonb``
 (which reorders keys).
@@ -44,8 +48,28 @@ from spotsweep.shared.spec_models import (
     Uniform,
     spec_json_schema,
 )
+from spotsweep.shared.spec_search import (
+    AshaStrategy,
+    Budget,
+    BudgetParam,
+    HyperbandStop,
+    MedianStop,
+    ModelStrategy,
+    Pricing,
+    Smoke,
+    SubsetStrategy,
+)
 
 __all__ = [
+    "AshaStrategy",
+    "Budget",
+    "BudgetParam",
+    "HyperbandStop",
+    "MedianStop",
+    "ModelStrategy",
+    "Pricing",
+    "Smoke",
+    "SubsetStrategy",
     "BUILTINS",
     "GRID_CONTINUOUS",
     "PARAM_TYPES",

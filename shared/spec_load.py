@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec_models import PARAM_TYPES, STRATEGY_TYPES, SweepSpec, _Problems
+from spotsweep.shared.spec_search import EARLY_STOP_TYPES
 
 
 def parse_spec(data: object) -> SweepSpec:
@@ -131,18 +132,21 @@ def _strip_tag(loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], str |
         return loc[:2] + loc[3:], str(loc[2])
     if len(loc) >= 2 and loc[0] == "strategy" and loc[1] in STRATEGY_TYPES:
         return loc[:1] + loc[2:], str(loc[1])
+    if len(loc) >= 2 and loc[0] == "early_stop" and loc[1] in EARLY_STOP_TYPES:
+        return loc[:1] + loc[2:], str(loc[1])
     return loc, None
 
 
 def _message(err: Any, loc: tuple[str | int, ...], tag: str | None) -> tuple[tuple[str, ...], str]:
     kind, value = err["type"], err.get("input")
-    expected = ", ".join(STRATEGY_TYPES if loc[:1] == ("strategy",) else PARAM_TYPES)
+    kinds = {"strategy": STRATEGY_TYPES, "early_stop": EARLY_STOP_TYPES}
+    expected = ", ".join(kinds.get(str(loc[0]) if loc else "", PARAM_TYPES))
     if kind == "extra_forbidden":
         return (), "unknown key"
     if kind == "missing":
         if tag is None:
             return (), "required"
-        return (), f"required for strategy {tag}" if loc[0] == "strategy" else f"required for type {tag}"
+        return (), f"required for {loc[0]} {tag}" if loc[0] in ("strategy", "early_stop") else f"required for type {tag}"
     if kind == "union_tag_invalid":
         return ("type",), f"unknown type {err['ctx']['tag']!r} (expected one of: {expected})"
     if kind == "union_tag_not_found":

@@ -16,29 +16,29 @@ import shlex
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic import field_validator, model_validator
 
 from spotsweep.shared.naming import check_template
+from spotsweep.shared.spec_base import Finite, _Model, _Problems
+from spotsweep.shared.spec_search import (
+    AshaStrategy,
+    Budget,
+    EarlyStop,
+    ModelStrategy,
+    Pricing,
+    Smoke,
+    SubsetStrategy,
+    budget_of,
+    search_problems,
+    smoke_param,
+)
 
 BUILTINS = ("index", "name", "trial_name")  # fields every template may use; no parameter may take these names
 GRID_CONTINUOUS = "{kind} range cannot be enumerated by strategy grid; use strategy random or list the values"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-class _Problems(ValueError):
-    """Errors found by a model validator, as (path relative to that model, message)."""
-
-    def __init__(self, errors: list[tuple[tuple[str | int, ...], str]]) -> None:
-        self.errors = errors
-        super().__init__("; ".join(m for _, m in errors))
-
-
-class _Model(BaseModel):
-    # strict: no "3" -> 3 or True -> 1 coercion; ints are still accepted for floats.
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
 
 
 def _scalar(value: object) -> object:
@@ -52,7 +52,6 @@ def _scalar(value: object) -> object:
 
 # bool first: smart-mode unions keep the input's exact type (True stays bool, 1 stays int).
 ChoiceValue = Annotated[Union[StrictBool, StrictInt, StrictFloat, StrictStr], BeforeValidator(_scalar)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class Metric(_Model):
@@ -133,15 +132,22 @@ class GridStrategy(_Model):
 
 
 class RandomStrategy(_Model):
-    """``trials`` independent samples; ``seed`` makes them reproducible."""
+    """``trials`` independent samples; ``seed`` makes them reproducible.
+
+    ``sampler: sobol`` draws scrambled Sobol' points instead (quasi-random:
+    they cover the ranges more evenly than independent samples).
+    """
 
     type: Literal["random"] = "random"
     trials: int = Field(ge=1)
     seed: int = 0
+    sampler: Literal["random", "sobol"] = "random"
 
 
-Strategy = Annotated[Union[GridStrategy, RandomStrategy], Field(discriminator="type")]
-STRATEGY_TYPES = ("grid", "random")
+Strategy = Annotated[
+    Union[GridStrategy, RandomStrategy, SubsetStrategy, ModelStrategy, AshaStrategy], Field(discriminator="type")
+]
+STRATEGY_TYPES = ("grid", "random", "subset", "tpe", "gp", "cmaes", "nsga2", "asha")
 
 
 class Retries(_Model):
@@ -197,10 +203,23 @@ def _split_command(value: object) -> object:
     return value
 
 
+def _objectives(data: Any) -> Any:
+    """``metric: [a, b]`` (several objectives) -> ``metric: a, objectives: [a, b]``,
+    so that every caller of ``spec.metric`` sees the first objective."""
+    if isinstance(data, Mapping) and isinstance(data.get("metric"), list):
+        metrics = data["metric"]
+        if not metrics:
+            raise _Problems([(("metric",), "must list at least one objective")])
+        if "objectives" in data:
+            raise _Problems([(("objectives",), "give the objectives once: as a metric list, or as metric and objectives")])
+        return {**data, "metric": metrics[0], "objectives": metrics}
+    return data
+
+
 class SweepSpec(_Model):
     name: str
     command: Annotated[list[str], BeforeValidator(_split_command)]
-    metric: Metric
+    metric: Metric  # the objective, or the first of several (``objectives``)
     space: dict[str, Param] = Field(default_factory=dict)
     strategy: Strategy = Field(default_factory=GridStrategy)
     max_concurrent: int = Field(default=20, ge=1)
@@ -211,6 +230,16 @@ class SweepSpec(_Model):
     resources: Resources = Field(default_factory=Resources)
     env: dict[str, str] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=0, le=9)
+    objectives: list[Metric] = Field(default_factory=list)  # empty: the one metric
+    early_stop: EarlyStop | None = None
+    budget: Budget | None = None
+    pricing: Pricing | None = None
+    smoke: Smoke | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _metric_list(cls, data: Any) -> Any:
+        return _objectives(data)
 
     @field_validator("name")
     @classmethod
@@ -247,6 +276,10 @@ class SweepSpec(_Model):
         name_samples = {k: v for k, v in samples.items() if k != "trial_name"}
         problems += [(("trial_name",), m) for m in check_template(self.trial_name, name_samples)]
         problems += [(("env", k), f"not a valid environment variable name (got {k!r})") for k in self.env if not _ENV.fullmatch(k)]
+        if self.objectives and self.objectives[0] != self.metric:
+            problems.append((("objectives",), f"the first objective must be metric (got {self.objectives[0].name!r}, "
+                             f"metric {self.metric.name!r})"))
+        problems += search_problems(self, BUILTINS)
         if problems:
             raise _Problems(problems)
         return self
@@ -278,6 +311,12 @@ class SweepSpec(_Model):
             samples["seed"] = [0]
         if self.retries.on_oom == "halve_batch":
             samples.setdefault(self.retries.accum_param, [1])  # filled in with 1 when not in space
+        budget = budget_of(self)
+        if budget is not None and budget.param is not None and budget.param not in samples:
+            samples[budget.param] = [budget.min, budget.max]  # filled in by the strategy
+        smoke_key = smoke_param(self)
+        if self.smoke is not None and self.smoke.budget is not None and smoke_key is not None:
+            samples[smoke_key] = [*samples.get(smoke_key, []), self.smoke.budget]
         return samples
 
     def to_json_dict(self) -> dict[str, Any]:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import csv
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from spotsweep.services.reporter.summary import ConfigSummary, SweepCost, by_config, cost_of
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import PermanentError
 
@@ -31,6 +32,8 @@ class Report:
     metrics: list[str]
     ranked: list[dict[str, Any]]  # trials with the metric, best first
     unranked: list[dict[str, Any]]  # trials without it, with why
+    configs: list[ConfigSummary] = field(default_factory=list)  # with repeats: mean and spread over seeds
+    cost: SweepCost | None = None  # with pricing in the spec
 
 
 def _why(row: dict[str, Any], metric: str) -> str:
@@ -59,7 +62,11 @@ def build(db: Database, sweep_id: str) -> Report:
     ranked.sort(key=lambda r: r["metrics"][metric], reverse=(mode == "max"))
     ranked_ids = {r["trial_id"] for r in ranked}
     unranked = [r for r in rows if r["trial_id"] not in ranked_ids]
-    return Report(sweep["sweep_id"], sweep["name"], sweep["state"], metric, mode, params, metrics, ranked, unranked)
+    configs = by_config(rows, metric, mode) if int(spec.get("repeats") or 1) > 1 else []
+    pricing = spec.get("pricing")
+    cost = cost_of(rows, int((spec.get("resources") or {}).get("gpus", 1)), pricing) if pricing else None
+    return Report(sweep["sweep_id"], sweep["name"], sweep["state"], metric, mode, params, metrics, ranked, unranked,
+                  configs, cost)
 
 
 def _finite(value: object) -> bool:
@@ -101,10 +108,39 @@ def print_leaderboard(report: Report, out: Console | None = None, top: int | Non
             *(_fmt((row["metrics"] or {}).get(m)) for m in report.metrics), str(row["attempts"]),
         )
     out.print(table)
+    if report.configs:
+        print_configs(report, out, top)
+    if report.cost is not None:
+        out.print(cost_line(report.cost), highlight=False)
     if report.unranked:
         out.print(f"[bold]{len(report.unranked)} trial(s) without results:[/bold]")
         for row in report.unranked:
             out.print(f"  {row['trial_name']}: {_why(row, report.metric)}", markup=False, highlight=False)
+
+
+def print_configs(report: Report, out: Console, top: int | None = None) -> None:
+    """Configs ranked by their mean over seeds, with the spread."""
+    arrow = "↓" if report.mode == "min" else "↑"
+    table = Table(title=f"per config over seeds: mean {report.metric} {arrow}, std, seeds reported")
+    table.add_column("#", justify="right")
+    names = [p for p in report.params if p != "seed"]
+    for p in names:
+        table.add_column(p, justify="right")
+    for header in ("mean", "std", "n"):
+        table.add_column(header, justify="right", style="bold" if header == "mean" else None)
+    for i, c in enumerate(report.configs[:top] if top else report.configs, 1):
+        n = f"{c.n}" if c.n == c.runs else f"{c.n} of {c.runs}"
+        table.add_row(str(i), *(_fmt(c.params.get(p)) for p in names), _fmt(c.mean), _fmt(c.std) if c.std is not None else "-", n)
+    out.print(table)
+
+
+def cost_line(cost: SweepCost) -> str:
+    line = f"cost: {cost.gpu_hours:.2f} GPU-h (trial start to end; an upper bound)"
+    if cost.cost is not None:
+        line += f", {cost.cost:.2f} at the spot price"
+    if cost.on_demand is not None and cost.cost is not None:
+        line += f", {cost.on_demand:.2f} on demand (saved {cost.on_demand - cost.cost:.2f})"
+    return line
 
 
 def write_csv(report: Report, path: Path) -> int:

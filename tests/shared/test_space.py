@@ -149,3 +149,132 @@ def test_random_repeats_share_the_sample() -> None:
     assert (a["seed"], b["seed"]) == (0, 1)
     assert {k: v for k, v in a.items() if k != "seed"} == {k: v for k, v in b.items() if k != "seed"}
     assert not math.isclose(params_at(spec, 0)["dropout"], a["dropout"])
+
+
+# --- subset: a balanced, distinct design of a grid too large to run --------------------------
+
+DEEPSEEK = {f"p{k}": [1, 2, 3] for k in range(6)}  # 3**6 = 729 configurations
+
+
+def _levels(spec: SweepSpec, rows: list[dict[str, Any]]) -> dict[str, dict[Any, int]]:
+    return {k: {v: sum(1 for r in rows if type(r[k]) is type(v) and r[k] == v) for v in _values(spec, k)} for k in spec.space}
+
+
+def _values(spec: SweepSpec, key: str) -> list[Any]:
+    param = spec.space[key]
+    if param.type == "choice":
+        return list(param.values)  # type: ignore[union-attr]
+    return list(range(param.low, param.high + 1, param.step))  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("n", [1, 5, 27, 100, 364, 365, 600, 729])
+def test_subset_is_distinct_and_balanced(n: int) -> None:
+    spec = make(DEEPSEEK, {"type": "subset", "trials": n, "seed": 3})
+    assert total_trials(spec) == n
+    rows = [params_at(spec, i) for i in range(n)]
+    assert len({tuple(r.values()) for r in rows}) == n
+    for key, counts in _levels(spec, rows).items():
+        assert min(counts.values()) >= n // 3, (key, counts)
+        assert max(counts.values()) <= -(-n // 3), (key, counts)
+
+
+def test_subset_mixes_level_counts_int_ranges_and_types() -> None:
+    space = {"lr": [1e-4, 3e-4, 1e-3], "flag": [True, False], "depth": {"type": "int", "low": 2, "high": 12, "step": 2},
+             "act": ["relu", "gelu", "silu", "tanh"], "one": [1]}
+    spec = make(space, {"type": "subset", "trials": 40, "seed": 0})
+    rows = [params_at(spec, i) for i in range(40)]
+    assert len({tuple(r.values()) for r in rows}) == 40
+    sizes = {"lr": 3, "flag": 2, "depth": 6, "act": 4, "one": 1}
+    for key, counts in _levels(spec, rows).items():
+        assert min(counts.values()) >= 40 // sizes[key], (key, counts)
+    assert all(type(r["flag"]) is bool and type(r["depth"]) is int and r["depth"] % 2 == 0 for r in rows)
+
+
+def _pair_chi2(rows: list[tuple[int, ...]], sizes: tuple[int, ...]) -> float:
+    n, total = len(rows), 0.0
+    for j, k in itertools.combinations(range(len(sizes)), 2):
+        expected = n / (sizes[j] * sizes[k])
+        for a, b in itertools.product(range(sizes[j]), range(sizes[k])):
+            total += (sum(1 for r in rows if (r[j], r[k]) == (a, b)) - expected) ** 2 / expected
+    return total
+
+
+def test_subset_pairs_are_more_even_than_shuffled_balanced_columns() -> None:
+    import random
+
+    from spotsweep.shared.designs import balanced_subset
+
+    sizes = (3,) * 6
+    ours = _pair_chi2(list(balanced_subset(sizes, 27, 0)), sizes)
+    baseline = []
+    for seed in range(20):
+        rng = random.Random(seed)
+        columns = [[i % 3 for i in range(27)] for _ in sizes]
+        for c in columns:
+            rng.shuffle(c)
+        baseline.append(_pair_chi2(list(zip(*columns)), sizes))
+    assert ours < 0.5 * (sum(baseline) / len(baseline))
+
+
+def test_subset_is_deterministic_and_seeded() -> None:
+    from spotsweep.shared.designs import balanced_subset
+
+    spec = make(DEEPSEEK, {"type": "subset", "trials": 50, "seed": 1})
+    first = [params_at(spec, i) for i in range(50)]
+    balanced_subset.cache_clear()  # a restarted planner builds the design again
+    again = make(DEEPSEEK, {"type": "subset", "trials": 50, "seed": 1})
+    assert [params_at(again, i) for i in reversed(range(50))][::-1] == first
+    other = make(DEEPSEEK, {"type": "subset", "trials": 50, "seed": 2})
+    assert [params_at(other, i) for i in range(50)] != first
+
+
+def test_subset_of_a_huge_grid_never_enumerates_it() -> None:
+    spec = make(HUGE, {"type": "subset", "trials": 200, "seed": 0})  # 10**10 configurations
+    rows = [params_at(spec, i) for i in range(200)]
+    assert len({tuple(r.values()) for r in rows}) == 200
+    for key, counts in _levels(spec, rows).items():
+        assert min(counts.values()) == 20 == max(counts.values()), key
+
+
+def test_subset_larger_than_the_grid_is_refused() -> None:
+    with pytest.raises(SpecError) as info:
+        make(DEEPSEEK, {"type": "subset", "trials": 730})
+    assert info.value.errors == [("strategy.trials", "must be at most the grid's 729 configurations (got 730); use strategy grid to run them all")]
+    with pytest.raises(SpecError) as info:
+        make({"d": {"type": "uniform", "low": 0, "high": 1}}, {"type": "subset", "trials": 3})
+    assert info.value.errors == [("space.d", "uniform range cannot be enumerated by strategy subset; list the values or use a sampler that samples")]
+
+
+# --- random with sampler: sobol ----------------------------------------------------------------
+
+
+def test_sobol_points_are_lazy_deterministic_and_cover_evenly() -> None:
+    spec = make(RANDOM_SPACE, {"type": "random", "trials": 256, "seed": 4, "sampler": "sobol"})
+    points = [params_at(spec, i) for i in range(256)]
+    assert params_at(make(RANDOM_SPACE, {"type": "random", "trials": 256, "seed": 4, "sampler": "sobol"}), 200) == points[200]
+    assert all(0.1 <= p["dropout"] < 0.3 and 1e-5 <= p["wd"] <= 1e-2 and p["layers"] in (4, 8, 12) for p in points)
+    # 256 = 2**8 Sobol' points: each of 16 equal dropout cells holds exactly 16 (random sampling would not).
+    cells = [int((p["dropout"] - 0.1) / 0.2 * 16) for p in points]
+    assert sorted(cells.count(c) for c in range(16)) == [16] * 16
+    decades = [int(math.log10(p["wd"]) + 5) for p in points]
+    assert all(80 <= decades.count(d) <= 91 for d in range(3))  # log-uniform: a third per decade
+    assert params_at(make(RANDOM_SPACE, {"type": "random", "trials": 256, "seed": 5, "sampler": "sobol"}), 0) != points[0]
+
+
+def test_model_strategies_are_not_static() -> None:
+    from spotsweep.shared.space import NeedsHistory
+
+    spec = make(RANDOM_SPACE, {"type": "tpe", "trials": 20})
+    assert total_trials(spec) == 20
+    with pytest.raises(NeedsHistory, match="tpe"):
+        params_at(spec, 0)
+
+
+def test_asha_draws_configs_from_the_grid_or_random_without_the_budget() -> None:
+    budget = {"param": "steps", "min": 1, "max": 27}
+    grid = make(SPACE, {"type": "asha", "budget": budget})
+    assert total_trials(grid) == 45
+    assert [params_at(grid, i) for i in range(45)] == [params_at(make(SPACE), i) for i in range(45)]
+    assert total_trials(make(SPACE, {"type": "asha", "budget": budget, "trials": 10})) == 10
+    sampled = make(RANDOM_SPACE, {"type": "asha", "budget": budget, "trials": 30, "seed": 2})
+    assert params_at(sampled, 3) == params_at(make(RANDOM_SPACE, {"type": "random", "trials": 30, "seed": 2}), 3)

@@ -208,7 +208,7 @@ BAD = [
     pytest.param(EXAMPLE.replace("mode: min", "mode: avg"), [("metric.mode", "Input should be 'min' or 'max' (got 'avg')")], id="bad-mode"),
     pytest.param(
         EXAMPLE.replace("type: random", "type: bayes"),
-        [("strategy.type", "unknown type 'bayes' (expected one of: grid, random)")],
+        [("strategy.type", "unknown type 'bayes' (expected one of: grid, random, subset, tpe, gp, cmaes, nsga2, asha)")],
         id="unknown-strategy",
     ),
     pytest.param(
@@ -296,3 +296,115 @@ def test_yaml_12_scalars_keep_their_meaning() -> None:
 def test_non_finite_choices_are_refused() -> None:
     with pytest.raises(SpecError, match=r"space.n.values\[0\]: must be a finite number \(got inf\)"):
         load_spec("name: d\ncommand: [echo, '{n}']\nmetric: {name: v}\nspace: {n: [.inf, 1]}\n")
+
+
+# --- search strategies, early stopping, budgets, smoke ------------------------------------------
+
+SEARCH = {"name": "s", "command": ["python", "t.py", "--lr", "{lr}", "--steps", "{steps}"], "metric": {"name": "loss"},
+          "space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-1}, "depth": [2, 4]}}
+ASHA = {"type": "asha", "budget": {"param": "steps", "min": 1, "max": 81}, "eta": 3, "trials": 30}
+
+
+def search_errors(**changes: object) -> list[tuple[str, str]]:
+    with pytest.raises(SpecError) as info:
+        parse_spec({**SEARCH, **changes})
+    return info.value.errors
+
+
+def test_search_specs_load_and_round_trip() -> None:
+    from spotsweep.shared.spec import AshaStrategy, BudgetParam, HyperbandStop, MedianStop, ModelStrategy
+
+    specs = [
+        parse_spec({**SEARCH, "strategy": ASHA, "budget": {"max_trials": 100, "max_gpu_hours": 12.5, "max_cost": 20, "wall_time": "12h"},
+                    "pricing": {"gpu_hour": 0.9, "on_demand_gpu_hour": 4.1}, "smoke": {"trials": 2, "budget": 2}}),
+        parse_spec({**SEARCH, "command": ["t", "{lr}", "{depth}"], "strategy": {"type": "tpe", "trials": 50, "seed": 3, "startup_trials": 5},
+                    "early_stop": {"type": "median", "warmup_steps": 10}}),
+        parse_spec({**SEARCH, "strategy": {"type": "random", "trials": 64, "sampler": "sobol"},
+                    "early_stop": {"type": "hyperband", "budget": {"param": "steps", "min": 1, "max": 27}}}),
+        parse_spec({**SEARCH, "command": ["t"], "metric": [{"name": "loss"}, {"name": "latency", "mode": "min"}],
+                    "strategy": {"type": "nsga2", "trials": 40, "population": 10}}),
+    ]
+    assert specs[0].strategy == AshaStrategy(budget=BudgetParam(param="steps", min=1, max=81), eta=3, trials=30)
+    assert specs[0].budget is not None and specs[0].budget.wall_time == 12 * 3600
+    assert specs[1].strategy == ModelStrategy(type="tpe", trials=50, seed=3, startup_trials=5)
+    assert specs[1].early_stop == MedianStop(warmup_steps=10)
+    assert isinstance(specs[2].early_stop, HyperbandStop) and specs[2].early_stop.brackets is None
+    assert specs[3].metric.name == "loss" and [m.name for m in specs[3].objectives] == ["loss", "latency"]
+    for spec in specs:
+        text = json.dumps(spec.to_json_dict())
+        assert parse_spec(json.loads(text)) == spec
+        assert json.dumps(parse_spec(json.loads(text)).to_json_dict()) == text
+
+
+SEARCH_BAD = [
+    pytest.param({"strategy": {"type": "asha", "budget": {"param": "steps", "min": 1, "max": 81}}},
+                 [("strategy.trials", "required for strategy asha unless every dimension is a list or an int range")], id="asha-trials"),
+    pytest.param({"strategy": {**ASHA, "budget": {"param": "lr", "min": 1, "max": 81}}},
+                 [("command[5]", "placeholder {steps} names no parameter (known: depth, index, lr, trial_name)"),
+                  ("strategy.budget.param", "'lr' is also in space; the strategy sets the budget parameter, so remove it from space")],
+                 id="budget-param-in-space"),
+    pytest.param({"strategy": {**ASHA, "budget": {"param": "steps", "min": 9, "max": 3}}},
+                 [("strategy.budget.min", "must be less than max (got min=9, max=3)")], id="budget-order"),
+    pytest.param({"strategy": {**ASHA, "brackets": 9}},
+                 [("strategy.brackets", "at most 5 fit between budget min 1 and max 81 with eta 3 (got 9)")], id="too-many-brackets"),
+    pytest.param({"strategy": {**ASHA, "eta": 1}}, [("strategy.eta", "Input should be greater than or equal to 2 (got 1)")], id="eta"),
+    pytest.param({"strategy": ASHA, "early_stop": {"type": "median"}},
+                 [("early_stop", "strategy asha already stops trials early; remove early_stop, or use strategy random with early_stop hyperband")],
+                 id="asha-with-early-stop"),
+    pytest.param({"strategy": {"type": "tpe", "trials": 5}, "early_stop": {"type": "hyperband", "budget": {"param": "steps", "min": 1}}},
+                 [("early_stop.budget.max", "required for early_stop hyperband")], id="hyperband-budget-max"),
+    pytest.param({"strategy": {"type": "tpe", "trials": 5}, "early_stop": {"type": "sometimes"}},
+                 [("early_stop.type", "unknown type 'sometimes' (expected one of: hyperband, median)")], id="early-stop-type"),
+    pytest.param({"strategy": {"type": "gp", "trials": 5, "population": 4}},
+                 [("strategy.population", "applies to strategy cmaes and nsga2 only (got type gp)")], id="population-for-gp"),
+    pytest.param({"command": ["t"], "strategy": {"type": "nsga2", "trials": 5}},
+                 [("metric", "strategy nsga2 needs two or more objectives: write metric as a list")], id="nsga2-one-objective"),
+    pytest.param({"command": ["t"], "metric": [{"name": "a"}, {"name": "b"}], "strategy": {"type": "cmaes", "trials": 5}},
+                 [("strategy.type", "cmaes optimises one metric (got 2 objectives); use tpe, gp or nsga2")], id="cmaes-two-objectives"),
+    pytest.param({"command": ["t"], "metric": [{"name": "a"}, {"name": "a", "mode": "max"}], "strategy": {"type": "tpe", "trials": 5}},
+                 [("metric", "objectives must have distinct names (got a, a)")], id="duplicate-objectives"),
+    pytest.param({"command": ["t"], "metric": []}, [("metric", "must list at least one objective")], id="empty-objectives"),
+    pytest.param({"strategy": ASHA, "budget": {"max_cost": 10}}, [("budget.max_cost", "needs pricing.gpu_hour to turn GPU-hours into cost")],
+                 id="cost-without-pricing"),
+    pytest.param({"strategy": ASHA, "budget": {"wall_time": "soon"}},
+                 [("budget.wall_time", "must be a number of seconds or a duration like '90m', '12h', '2d' (got 'soon')")], id="wall-time"),
+    pytest.param({"strategy": ASHA, "budget": {"max_gpu_hours": 0}},
+                 [("budget.max_gpu_hours", "Input should be greater than 0 (got 0)")], id="gpu-hours-zero"),
+    pytest.param({"command": ["t"], "strategy": {"type": "random", "trials": 3}, "smoke": {"budget": 2}},
+                 [("smoke.budget", "needs a budget parameter: set smoke.param to a parameter in space (e.g. steps), or use a budget "
+                   "with a param (strategy asha, early_stop hyperband)")], id="smoke-without-param"),
+    pytest.param({"command": ["t"], "strategy": {"type": "random", "trials": 3}, "smoke": {"budget": 2, "param": "epochs"}},
+                 [("smoke.param", "'epochs' is neither in space nor the budget parameter")], id="smoke-unknown-param"),
+    pytest.param({"strategy": {"type": "random", "trials": 3, "sampler": "halton"}},
+                 [("strategy.sampler", "Input should be 'random' or 'sobol' (got 'halton')")], id="unknown-sampler"),
+]
+
+
+@pytest.mark.parametrize(("changes", "expected"), SEARCH_BAD)
+def test_bad_search_specs_name_field_and_value(changes: dict[str, object], expected: list[tuple[str, str]]) -> None:
+    assert search_errors(**changes) == expected
+
+
+def test_budget_parameter_and_smoke_budget_are_checked_in_templates() -> None:
+    spec = parse_spec({**SEARCH, "command": ["t", "{steps:03d}"], "strategy": ASHA, "smoke": {"budget": 2}})
+    assert spec.smoke is not None and spec.smoke.budget == 2
+    with pytest.raises(SpecError) as info:
+        parse_spec({**SEARCH, "command": ["t", "{steps:.2s}"], "strategy": ASHA})
+    assert info.value.errors[0][0] == "command[1]" and "steps=1" in info.value.errors[0][1]
+
+
+def test_summary_describes_the_search_for_validate() -> None:
+    from spotsweep.shared.spec_search import summary
+
+    grid = {f"p{k}": [1, 2, 3] for k in range(6)}
+    asha = parse_spec({**SEARCH, "strategy": ASHA, "early_stop": None, "budget": {"max_gpu_hours": 10, "wall_time": "2h"},
+                       "smoke": {"budget": 2}})
+    assert summary(asha) == ("strategy asha (budget steps 1..81, eta 3, 1 bracket(s), configs from random), "
+                             "budget max_gpu_hours 10, wall_time 7200, smoke 2 trial(s) first")
+    subset = parse_spec({**SEARCH, "command": ["t"], "space": grid, "strategy": {"type": "subset", "trials": 30}})
+    assert summary(subset) == "strategy subset (30 of 729 grid points, balanced)"
+    multi = parse_spec({**SEARCH, "command": ["t"], "metric": [{"name": "a"}, {"name": "b", "mode": "max"}],
+                        "strategy": {"type": "random", "trials": 8, "sampler": "sobol"}})
+    assert summary(multi) == "strategy random (Sobol'), objectives a (min), b (max)"
+    median = parse_spec({**SEARCH, "command": ["t"], "strategy": {"type": "tpe", "trials": 8}, "early_stop": {"type": "median"}})
+    assert summary(median) == "strategy tpe, early_stop median"

@@ -1,0 +1,250 @@
+"""Search strategies on one objective: best value found against GPU-steps spent.
+
+The objective is a learning-curve MODEL WITH NOISE, not real training (a
+run of real training per strategy and seed would take hours): for params
+``lr``, ``batch``, ``depth`` and ``warmup`` the loss at step ``t`` (1..81,
+in units of 100 training steps) is
+
+    floor(lr, batch, depth, warmup) + A(depth) * t ** -speed(lr) + N(0, 0.02)
+
+with the best ``lr`` growing with ``sqrt(batch)``, larger learning rates
+converging faster to a worse floor (so early and final rankings differ, as
+they do in training) and large rates without warm-up unstable.
+
+Every strategy runs in the same simulated asynchronous pool of ``--workers``
+GPUs under the same budget of GPU-steps, through spotsweep's own decision
+objects (``Search.propose`` / ``Search.on_run_end``, as the planner will
+call them): grid (in grid order), random, subset, tpe (history with trials
+in flight, constant liar) and asha (promotion = relaunch from a checkpoint,
+costing ``--resume-cost`` steps). The peer is Optuna alone: a study with its
+TPESampler and HyperbandPruner, asked and told in the same pool, a trial
+reporting every step and stopped when ``should_prune()``. A trial counts as
+found when it completed the full 81 steps; "best" is its observed final loss.
+
+    python bench/search.py --seeds 3 --json bench/results/search.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import platform
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from spotsweep.services.planner.search import Action, Search, TrialRecord
+from spotsweep.shared.spec import parse_spec
+from spotsweep.shared.states import TrialState
+
+MAX_T = 81
+NOISE = 0.02
+SPACE: dict[str, Any] = {
+    "lr": [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2],
+    "batch": [32, 64, 128, 256],
+    "depth": {"type": "int", "low": 2, "high": 12, "step": 2},
+    "warmup": [0, 5, 20],
+}  # 6 * 4 * 6 * 3 = 432 configurations
+
+
+def true_loss(p: dict[str, Any], t: float) -> float:
+    gap = math.log10(p["lr"]) - (-2.7 + 0.5 * math.log10(p["batch"] / 64))
+    floor = 1.8 + 0.35 * gap**2 + 0.6 / math.sqrt(p["depth"]) + 0.002 * p["depth"]
+    if p["warmup"] == 0 and gap > 0.4:
+        floor += 0.9 * (gap - 0.4)  # unstable without warm-up
+    speed = 0.35 + 0.35 * min(max(gap + 1.5, 0.0), 2.5) / 2.5
+    t_eff = max(1.0, t - p["warmup"] / 2)
+    return floor + 4.0 * (1 + p["depth"] / 24) * t_eff ** -speed
+
+
+def observe(p: dict[str, Any], t: float, key: str, seed: int) -> float:
+    return true_loss(p, t) + random.Random(f"{seed}:{key}:{t}").gauss(0, NOISE)
+
+
+@dataclass
+class Pool:
+    """A simulated pool of GPUs: jobs of so many steps, run asynchronously in time order."""
+
+    workers: int
+    budget: float  # GPU-steps; no job starts once they are spent
+    now: float = 0.0
+    spent: float = 0.0
+    events: list[tuple[float, int, Any]] = field(default_factory=list)
+    found: list[tuple[float, float, float]] = field(default_factory=list)  # (gpu-steps then, observed, true)
+    _seq: int = 0
+
+    def busy(self) -> int:
+        return len(self.events)
+
+    def start(self, steps: float, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (self.now + steps, self._seq, payload))
+
+    def run(self, launch: Callable[[], bool], done: Callable[[Any], None]) -> None:
+        while True:
+            while self.busy() < self.workers and self.spent < self.budget and launch():
+                pass
+            if not self.events:
+                return
+            at, _, payload = heapq.heappop(self.events)
+            self.spent += (at - self.now) * (self.busy() + 1)
+            self.now = at
+            done(payload)
+
+
+def spec_for(strategy: dict[str, Any]) -> Any:
+    command = ["python", "train.py", "{lr}", "{batch}", "{depth}", "{warmup}", "{steps}"]
+    return parse_spec({"name": "bench", "command": command if strategy["type"] == "asha" else command[:-1],
+                       "metric": {"name": "loss"}, "space": SPACE, "strategy": strategy, "max_concurrent": 8})
+
+
+def run_ours(strategy: dict[str, Any], workers: int, budget: float, seed: int, resume_cost: float) -> Pool:
+    search = Search(spec_for(strategy))
+    pool = Pool(workers, budget)
+    records: dict[int, TrialRecord] = {}
+    attrs: dict[str, Any] = {}
+    next_index = [0]
+
+    def launch() -> bool:
+        i = next_index[0]
+        if i >= search.total_trials:
+            return False
+        proposal = search.propose(i, list(records.values()), attrs)
+        attrs.update(proposal.study_attrs or {})
+        records[i] = TrialRecord(i, proposal.params, TrialState.RUNNING, attrs=proposal.attrs)
+        next_index[0] += 1
+        pool.start(proposal.params.get("steps", MAX_T), i)
+        return True
+
+    def done(i: int) -> None:
+        r = records[i]
+        budget_now = r.params.get("steps", MAX_T)
+        value = observe(r.params, budget_now, str(i), seed)
+        d = search.on_run_end(list(records.values()), r, value)
+        rungs = {**r.rungs, d.rung: value} if d.rung is not None else dict(r.rungs)
+        if d.action == Action.PROMOTE and d.budget is not None:
+            records[i] = TrialRecord(i, {**r.params, "steps": d.budget}, TrialState.RUNNING, rungs=rungs, attrs=r.attrs)
+            pool.start(d.budget - budget_now + resume_cost, i)  # the same trial, resumed from its checkpoint
+            return
+        state = TrialState.PRUNED if d.action == Action.PRUNE else TrialState.COMPLETED
+        records[i] = TrialRecord(i, r.params, state, (value,), rungs=rungs, attrs=r.attrs)
+        if state == TrialState.COMPLETED:
+            pool.found.append((pool.spent, value, true_loss(r.params, MAX_T)))
+
+    pool.run(launch, done)
+    return pool
+
+
+def run_optuna(workers: int, budget: float, seed: int) -> Pool:
+    """The peer: Optuna's TPE + HyperbandPruner, every step reported."""
+    sampler = optuna.samplers.TPESampler(seed=seed)
+    pruner = optuna.pruners.HyperbandPruner(min_resource=1, max_resource=MAX_T, reduction_factor=3)
+    study = optuna.create_study(sampler=sampler, pruner=pruner)
+    dists = {"lr": optuna.distributions.CategoricalDistribution(SPACE["lr"]),
+             "batch": optuna.distributions.CategoricalDistribution(SPACE["batch"]),
+             "depth": optuna.distributions.IntDistribution(2, 12, step=2),
+             "warmup": optuna.distributions.CategoricalDistribution(SPACE["warmup"])}
+    pool = Pool(workers, budget)
+
+    def launch() -> bool:
+        trial = study.ask(dists)
+        pool.start(1, (trial, 1))
+        return True
+
+    def done(payload: tuple[optuna.Trial, int]) -> None:
+        trial, t = payload
+        value = observe(trial.params, t, str(trial.number), seed)
+        trial.report(value, t)
+        if t >= MAX_T:
+            study.tell(trial, value)
+            pool.found.append((pool.spent, value, true_loss(trial.params, MAX_T)))
+        elif trial.should_prune():
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            pool.start(1, (trial, t + 1))
+
+    pool.run(launch, done)
+    return pool
+
+
+def best_at(pool: Pool, spent: float) -> tuple[float, float] | None:
+    found = [(obs, true) for at, obs, true in pool.found if at <= spent]
+    return min(found) if found else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--trials-budget", type=int, default=60, help="GPU-steps budget in full trials (of 81 steps)")
+    ap.add_argument("--resume-cost", type=float, default=0.5, help="steps lost per ASHA relaunch (restart, checkpoint load)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    budget = args.trials_budget * MAX_T
+    marks = [budget / 4, budget / 2, 3 * budget / 4, budget]
+    grid_all = parse_spec({"name": "g", "command": ["t"], "metric": {"name": "loss"}, "space": SPACE})
+    methods: dict[str, Callable[[int], Pool]] = {
+        "grid": lambda s: run_ours({"type": "grid"}, args.workers, budget, s, args.resume_cost),
+        "random": lambda s: run_ours({"type": "random", "trials": 432, "seed": s}, args.workers, budget, s, args.resume_cost),
+        "subset": lambda s: run_ours({"type": "subset", "trials": args.trials_budget, "seed": s}, args.workers, budget, s,
+                                     args.resume_cost),
+        "tpe": lambda s: run_ours({"type": "tpe", "trials": 432, "seed": s}, args.workers, budget, s, args.resume_cost),
+        "asha": lambda s: run_ours({"type": "asha", "budget": {"param": "steps", "min": 1, "max": MAX_T}, "eta": 3,
+                                    "trials": 2000, "sampler": "random", "seed": s}, args.workers, budget, s, args.resume_cost),
+        "optuna tpe+hyperband": lambda s: run_optuna(args.workers, budget, s),
+    }
+    print(f"objective: learning-curve model with noise (sd {NOISE}), not real training; {args.workers} workers; "
+          f"budget {budget:.0f} GPU-steps = {args.trials_budget} full trials of {MAX_T} steps; 432-config space")
+    optimum = min(true_loss(dict(zip(SPACE, c)), MAX_T) for c in _grid_points(grid_all))
+    print(f"true optimum of the space at {MAX_T} steps: {optimum:.4f}; full grid costs {432 * MAX_T} GPU-steps")
+    results: dict[str, Any] = {}
+    header = "".join(f"{f'@{m:.0f}':>12}" for m in marks)
+    print(f"{'method':<22}{'seed':>5}{header}{'trials done':>13}{'true loss':>11}{'wall s':>8}")
+    for name, fn in methods.items():
+        results[name] = []
+        for seed in range(args.seeds):
+            start = time.perf_counter()
+            pool = fn(seed)
+            wall = time.perf_counter() - start
+            bests = [best_at(pool, m) for m in marks]
+            cells = "".join(f"{b[0]:>12.4f}" if b else f"{'-':>12}" for b in bests)
+            final = bests[-1]
+            print(f"{name:<22}{seed:>5}{cells}{len(pool.found):>13}{(final[1] if final else float('nan')):>11.4f}{wall:>8.1f}")
+            results[name].append({"seed": seed, "best_observed": [b[0] if b else None for b in bests],
+                                  "best_true": [b[1] if b else None for b in bests], "completed": len(pool.found),
+                                  "gpu_steps": pool.spent, "wall_s": wall})
+    print("columns: best observed final loss among trials that ran all 81 steps, by GPU-steps spent (lower is better)")
+    print(f"\nmean over {args.seeds} seed(s): TRUE loss of the trial each method would pick, by GPU-steps (optimum {optimum:.4f})")
+    print(f"{'method':<22}{header}{'regret':>10}")
+    for name, runs in results.items():
+        means = []
+        for k in range(len(marks)):
+            values = [r["best_true"][k] for r in runs if r["best_true"][k] is not None]
+            means.append(sum(values) / len(values) if len(values) == len(runs) else None)
+        cells = "".join(f"{m:>12.4f}" if m is not None else f"{'-':>12}" for m in means)
+        regret = f"{means[-1] - optimum:>10.4f}" if means[-1] is not None else f"{'-':>10}"
+        print(f"{name:<22}{cells}{regret}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"objective": "learning-curve model with noise", "noise_sd": NOISE, "workers": args.workers,
+                                         "budget_gpu_steps": budget, "marks": marks, "true_optimum": optimum,
+                                         "machine": platform.platform(), "python": platform.python_version(),
+                                         "results": results}, indent=2))
+
+
+def _grid_points(spec: Any) -> list[tuple[Any, ...]]:
+    from spotsweep.shared.space import params_at, total_trials
+
+    return [tuple(params_at(spec, i).values()) for i in range(total_trials(spec))]
+
+
+if __name__ == "__main__":
+    main()

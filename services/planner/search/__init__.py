@@ -1,0 +1,43 @@
+"""The planner's search decisions: pure objects, no I/O, no clock.
+
+The planner builds one :class:`Search` per sweep from its spec and calls it
+with plain values read from its database (:class:`TrialRecord`): what the
+next trial runs (:meth:`Search.propose`), what to do when a trial reports
+(:meth:`Search.on_report`, :meth:`Search.on_run_end`), the smoke stage and
+the budget caps. See docs/search.md for the strategies and for what the
+planner persists and sends.
+"""
+
+from spotsweep.services.planner.search.budget import Cost, Usage, Verdict, estimate_trial_seconds, expected_remaining
+from spotsweep.services.planner.search.budget import may_launch, sweep_cost
+from spotsweep.services.planner.search.history import TrialRecord, objective_names, objective_values
+from spotsweep.services.planner.search.median import Median
+from spotsweep.services.planner.search.model import GP_NEEDS_TORCH, ModelSearch, Suggestion
+from spotsweep.services.planner.search.rungs import Action, Asha, StepDecision, bracket_rungs
+from spotsweep.services.planner.search.smoke import SmokeDecision, smoke_stage
+from spotsweep.services.planner.search.strategy import Proposal, Search
+
+__all__ = [
+    "GP_NEEDS_TORCH",
+    "Action",
+    "Asha",
+    "Cost",
+    "Median",
+    "ModelSearch",
+    "Proposal",
+    "Search",
+    "SmokeDecision",
+    "StepDecision",
+    "Suggestion",
+    "TrialRecord",
+    "Usage",
+    "Verdict",
+    "bracket_rungs",
+    "estimate_trial_seconds",
+    "expected_remaining",
+    "may_launch",
+    "objective_names",
+    "objective_values",
+    "smoke_stage",
+    "sweep_cost",
+]

@@ -1,0 +1,102 @@
+"""Budget caps as a launch decision, and what a sweep cost.
+
+:func:`may_launch` says whether one more trial may start given what the
+sweep has used so far; the planner calls it before each launch and, when it
+says no, launches nothing more (trials in flight finish; the sweep ends when
+they have). A cap is never passed on purpose: a trial is refused when the
+GPU-hours (or cost) used, plus what the trials in flight are still expected
+to use, plus one more trial's expected use would pass the cap, or when it
+could not finish before ``wall_time``. Before any trial has finished there
+is no estimate, and only the counts and the time used so far are checked.
+
+:func:`sweep_cost` turns GPU-seconds into GPU-hours, cost and on-demand cost
+for the report. Times are passed in; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spotsweep.shared.spec_search import Budget, Pricing
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the sweep has used, as the planner measures it."""
+
+    launched: int  # trials launched so far (each counted once, whatever its attempts)
+    gpu_seconds: float  # GPU-seconds used by every attempt so far (running ones up to now)
+    elapsed_seconds: float  # since the sweep started
+    trial_seconds: float | None = None  # expected wall-clock seconds of one trial (None: no estimate yet)
+    gpus: int = 1  # GPUs per trial
+    committed_gpu_seconds: float = 0.0  # still expected from the trials in flight (:func:`expected_remaining`)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str = ""  # why not, naming the cap: "budget.max_gpu_hours: ..."
+
+
+def estimate_trial_seconds(durations: Sequence[float]) -> float | None:
+    """Expected seconds of one trial from the finished ones (the median: robust to a few stragglers)."""
+    return statistics.median(durations) if durations else None
+
+
+def expected_remaining(trial_seconds: float | None, running_for: Sequence[float], waiting: int, gpus: int) -> float:
+    """GPU-seconds the trials in flight are still expected to use: what each
+    running one has left of the estimate, and a whole trial for each waiting one."""
+    if trial_seconds is None:
+        return 0.0
+    return gpus * (sum(max(0.0, trial_seconds - r) for r in running_for) + waiting * trial_seconds)
+
+
+def may_launch(budget: Budget | None, pricing: Pricing | None, usage: Usage) -> Verdict:
+    """Whether one more trial may launch without passing a cap."""
+    if budget is None:
+        return Verdict(True)
+    if budget.max_trials is not None and usage.launched >= budget.max_trials:
+        return Verdict(False, f"budget.max_trials: {usage.launched} trial(s) launched, the cap is {budget.max_trials}")
+    expected = usage.gpu_seconds + usage.committed_gpu_seconds + (usage.trial_seconds or 0.0) * usage.gpus
+    if budget.max_gpu_hours is not None:
+        cap = budget.max_gpu_hours * 3600
+        if usage.gpu_seconds >= cap or expected > cap:
+            return Verdict(False, f"budget.max_gpu_hours: {_h(usage.gpu_seconds)} GPU-h used, {_h(expected)} expected with one "
+                           f"more trial, the cap is {budget.max_gpu_hours:g}")
+    if budget.max_cost is not None and pricing is not None:
+        used, would = usage.gpu_seconds / 3600 * pricing.gpu_hour, expected / 3600 * pricing.gpu_hour
+        if used >= budget.max_cost or would > budget.max_cost:
+            return Verdict(False, f"budget.max_cost: {used:.2f} spent, {would:.2f} expected with one more trial, "
+                           f"the cap is {budget.max_cost:g}")
+    if budget.wall_time is not None:
+        finish = usage.elapsed_seconds + (usage.trial_seconds or 0.0)
+        if usage.elapsed_seconds >= budget.wall_time or finish > budget.wall_time:
+            return Verdict(False, f"budget.wall_time: {usage.elapsed_seconds:.0f}s elapsed, a trial takes about "
+                           f"{usage.trial_seconds or 0:.0f}s, the cap is {budget.wall_time:.0f}s")
+    return Verdict(True)
+
+
+def _h(seconds: float) -> str:
+    return f"{seconds / 3600:.2f}"
+
+
+@dataclass(frozen=True)
+class Cost:
+    gpu_hours: float
+    cost: float | None  # at pricing.gpu_hour; None without pricing
+    on_demand: float | None  # at pricing.on_demand_gpu_hour; None when not given
+
+    @property
+    def saved(self) -> float | None:
+        """What running on these nodes saved against on demand."""
+        return None if self.cost is None or self.on_demand is None else self.on_demand - self.cost
+
+
+def sweep_cost(gpu_seconds: float, pricing: Pricing | None) -> Cost:
+    hours = gpu_seconds / 3600
+    if pricing is None:
+        return Cost(hours, None, None)
+    on_demand = None if pricing.on_demand_gpu_hour is None else hours * pricing.on_demand_gpu_hour
+    return Cost(hours, hours * pricing.gpu_hour, on_demand)

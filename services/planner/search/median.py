@@ -1,0 +1,66 @@
+"""Median stopping, with the semantics of Optuna's ``MedianPruner``.
+
+At step ``s`` a trial is stopped when its best value so far is worse than
+the median of the values the *completed* trials reported at exactly ``s``.
+Nothing is stopped before ``startup_trials`` trials completed, before
+``warmup_steps``, off the ``interval_steps`` grid (only the first report in
+each interval is judged), or while fewer than ``min_trials`` completed
+trials reported at ``s``. A trial whose values so far are all NaN is stopped.
+
+Written against the history (each trial's ``curve``: its objective at every
+reported step), so the decision is the same after a planner restart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from spotsweep.services.planner.search.history import TrialRecord, sign
+from spotsweep.services.planner.search.rungs import Action, StepDecision
+from spotsweep.shared.spec_search import MedianStop
+from spotsweep.shared.states import TrialState
+
+
+def _first_in_interval(step: int, steps: Sequence[int], warmup: int, interval: int) -> bool:
+    """Optuna's rule: judge ``step`` only if no earlier report fell in its interval."""
+    nearest_lower = (step - warmup) // interval * interval + warmup
+    second_last = max((s for s in steps if s != step), default=-1)
+    return second_last < nearest_lower
+
+
+class Median:
+    """Median stopping decisions for one sweep."""
+
+    def __init__(self, stop: MedianStop, mode: str) -> None:
+        self.stop, self.mode = stop, mode
+
+    def decide(self, history: Sequence[TrialRecord], trial: TrialRecord, step: int, value: float) -> StepDecision:
+        """Whether ``trial`` goes on after reporting ``value`` at ``step``.
+
+        ``trial.curve`` may or may not already hold this report; both work.
+        Returns CONTINUE or PRUNE.
+        """
+        stop = self.stop
+        completed = [r for r in history if r.state == TrialState.COMPLETED and r.index != trial.index]
+        if not completed or len(completed) < stop.startup_trials:
+            return StepDecision(Action.CONTINUE, reason=f"{len(completed)} of {stop.startup_trials} startup trials completed")
+        if step < stop.warmup_steps:
+            return StepDecision(Action.CONTINUE, reason=f"step {step} is in the warm-up ({stop.warmup_steps} steps)")
+        curve = {**trial.curve, step: value}
+        if not _first_in_interval(step, list(curve), stop.warmup_steps, stop.interval_steps):
+            return StepDecision(Action.CONTINUE, reason=f"step {step} is not judged (interval {stop.interval_steps})")
+        finite = [sign(self.mode) * v for v in curve.values() if not math.isnan(v)]
+        if not finite:
+            return StepDecision(Action.PRUNE, reason=f"every value up to step {step} is NaN")
+        best = min(finite)
+        others = [r.curve[step] for r in completed if step in r.curve]
+        if len(others) < stop.min_trials:
+            return StepDecision(Action.CONTINUE, reason=f"{len(others)} completed trial(s) reported step {step}")
+        median = float(np.nanpercentile([sign(self.mode) * v for v in others], 50))
+        if math.isnan(median) or best <= median:
+            return StepDecision(Action.CONTINUE, reason=f"best {sign(self.mode) * best:.6g} is no worse than the median")
+        return StepDecision(Action.PRUNE, reason=f"best {sign(self.mode) * best:.6g} by step {step} is worse than the median "
+                            f"{sign(self.mode) * median:.6g} of {len(others)} completed trial(s)")

@@ -1,0 +1,162 @@
+"""Model-based suggestions (tpe, gp, cmaes, nsga2) through Optuna's ask-and-tell.
+
+Nothing lives in memory between two suggestions: each call builds an
+in-memory Optuna study from the history the planner passes (the trials in
+its database, in index order), asks it for one trial, and returns the params
+with the attributes the sampler wrote, which the planner persists and passes
+back. So the search survives a planner restart, and the same history, index
+and seed give the same suggestion.
+
+Parallel suggestions: trials in flight enter the study as RUNNING with their
+params, so
+* TPE runs with ``constant_liar=True`` (running trials count as bad ones and
+  the next suggestion moves away from them);
+* GP uses Optuna's batch acquisition over running trials (qLogEI/qLogEHVI);
+* CMA-ES draws each candidate of a generation with a seed that includes the
+  trial number, and NSGA-II makes each child from its own random crossover
+  and mutation; a child equal to a trial in flight is asked again.
+
+The sampler's seed is derived from ``(strategy.seed, index)``, so a
+suggestion does not depend on how many suggestions a planner made before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.samplers import BaseSampler
+from optuna.storages import InMemoryStorage
+from optuna.study import StudyDirection
+from optuna.trial import TrialState as OptunaState
+from optuna.trial import create_trial
+
+from spotsweep.services.planner.search.distributions import distributions, from_optuna, to_optuna
+from spotsweep.services.planner.search.history import TrialRecord
+from spotsweep.shared.errors import SpecError
+from spotsweep.shared.spec import SweepSpec
+from spotsweep.shared.spec_search import AshaStrategy, ModelStrategy
+from spotsweep.shared.states import IN_FLIGHT, TrialState
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study is built per suggestion: no "study created" lines
+
+_DUPLICATE_TRIES = 5
+GP_NEEDS_TORCH = ("gp needs torch, which is not installed where the planner runs: pip install 'spotsweep[gp]' "
+                  "(the CPU build is enough), or use strategy tpe")
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """Params for a new trial; ``attrs`` go with the trial, ``study_attrs`` with the sweep."""
+
+    params: dict[str, Any]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    study_attrs: dict[str, Any] = field(default_factory=dict)
+
+
+def derived_seed(seed: int, index: int, attempt: int = 0) -> int:
+    """A stable 32-bit seed per (spec seed, trial index, attempt)."""
+    return int.from_bytes(hashlib.sha256(f"spotsweep:{seed}:{index}:{attempt}".encode()).digest()[:4], "big")
+
+
+class ModelSearch:
+    """Suggests trial params from history with the spec's Optuna sampler."""
+
+    def __init__(self, spec: SweepSpec) -> None:
+        strategy = spec.strategy
+        if isinstance(strategy, ModelStrategy):
+            self._kind, self._startup, self._population = strategy.type, strategy.startup_trials, strategy.population
+        elif isinstance(strategy, AshaStrategy) and strategy.sampler == "tpe":
+            self._kind, self._startup, self._population = "tpe", None, None
+        else:
+            raise ValueError(f"strategy {strategy.type} does not use a model")
+        if self._kind == "gp" and importlib.util.find_spec("torch") is None:
+            raise SpecError([("strategy.type", GP_NEEDS_TORCH)])
+        self._seed = strategy.seed
+        self._space = spec.space
+        self._distributions = distributions(spec.space)
+        metrics = spec.objectives or [spec.metric]
+        self._directions = [StudyDirection.MINIMIZE if m.mode == "min" else StudyDirection.MAXIMIZE for m in metrics]
+
+    def sampler(self, index: int, attempt: int = 0) -> BaseSampler:
+        seed = derived_seed(self._seed, index, attempt)
+        kind = self._kind
+        if kind == "tpe":
+            return optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=self._startup_or(10))
+        if kind == "gp":
+            return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False, n_startup_trials=self._startup_or(10))
+        if kind == "cmaes":
+            return optuna.samplers.CmaEsSampler(seed=seed, popsize=self._population, warn_independent_sampling=False,
+                                                n_startup_trials=self._startup_or(1))
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=self._population or 50)
+
+    def _startup_or(self, default: int) -> int:
+        """``startup_trials``, or Optuna's default for the sampler."""
+        return default if self._startup is None else self._startup
+
+    def study(self, history: Sequence[TrialRecord], index: int, study_attrs: Mapping[str, Any] | None = None,
+              attempt: int = 0) -> optuna.Study:
+        """The in-memory study that ``history`` describes (public for tests and tools)."""
+        storage = InMemoryStorage()
+        study = optuna.create_study(storage=storage, sampler=self.sampler(index, attempt), directions=self._directions)
+        study_id = storage.get_study_id_from_name(study.study_name)
+        for key, value in (study_attrs or {}).items():
+            storage.set_study_system_attr(study_id, key, value)
+        for record in sorted(history, key=lambda r: r.index):
+            study.add_trial(self._frozen(record))
+        return study
+
+    def suggest(self, history: Sequence[TrialRecord], index: int,
+                study_attrs: Mapping[str, Any] | None = None) -> Suggestion:
+        """Params for trial ``index`` given every trial launched before it.
+
+        A suggestion equal to a trial in flight (a genetic sampler's child can
+        repeat a parent) is asked again with the next seed, a few times.
+        """
+        in_flight = {_key(to_optuna(self._space, r.params)) for r in history if r.state in IN_FLIGHT}
+        for attempt in range(_DUPLICATE_TRIES):
+            study = self.study(history, index, study_attrs, attempt)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                trial = study.ask(fixed_distributions=self._distributions)
+            if _key(trial.params) not in in_flight:
+                break
+        frozen = study.get_trials(deepcopy=False)[-1]
+        storage = study._storage  # noqa: SLF001 - the study's own storage, created above
+        return Suggestion(
+            params=from_optuna(self._space, trial.params),
+            attrs=dict(frozen.system_attrs),
+            study_attrs=dict(storage.get_study_system_attrs(storage.get_study_id_from_name(study.study_name))),
+        )
+
+    def _frozen(self, record: TrialRecord) -> optuna.trial.FrozenTrial:
+        state, values = _state(record, len(self._directions))
+        return create_trial(
+            state=state,
+            values=values,
+            params=to_optuna(self._space, record.params),
+            distributions=self._distributions,
+            intermediate_values={int(step): float(v) for step, v in record.curve.items()},
+            system_attrs=dict(record.attrs),
+        )
+
+
+def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(params.items()))
+
+
+def _state(record: TrialRecord, objectives: int) -> tuple[OptunaState, list[float] | None]:
+    """Our trial state as Optuna's: in flight -> RUNNING (what constant liar sees);
+    completed without the objective(s) or failed -> FAIL (samplers skip it)."""
+    if record.state in IN_FLIGHT:
+        return OptunaState.RUNNING, None
+    if record.state == TrialState.PRUNED:
+        return OptunaState.PRUNED, None
+    if record.state == TrialState.COMPLETED and record.values is not None and len(record.values) == objectives:
+        return OptunaState.COMPLETE, list(record.values)
+    return OptunaState.FAIL, None

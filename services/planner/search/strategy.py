@@ -1,0 +1,140 @@
+"""One sweep's search, as the planner uses it: what the next trial runs, and
+what to do when a trial reports.
+
+:class:`Search` is built from a spec alone (cache it next to the parsed
+spec); every method is a pure function of its arguments and the history the
+planner reads from its database:
+
+* :meth:`Search.propose` -- params for trial ``index``: a static design
+  (grid, random, Sobol, subset) through :func:`~spotsweep.shared.space.params_at`,
+  or Optuna's suggestion for tpe/gp/cmaes/nsga2 (and asha with ``sampler:
+  tpe``); with a successive-halving budget parameter, set to the first rung
+  of the trial's bracket.
+* :meth:`Search.on_report` -- a trial reported its objective at a step
+  (running mode: stop it or let it go on).
+* :meth:`Search.on_run_end` -- a trial's run ended at its budget (ASHA and
+  Hyperband with a budget parameter: relaunch it with the next budget, or
+  prune it, or it is complete).
+* :meth:`Search.smoke` and :meth:`Search.smoke_params` -- the smoke stage.
+* :meth:`Search.may_launch` -- the budget caps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotsweep.services.planner.search.budget import Usage, Verdict, may_launch
+from spotsweep.services.planner.search.history import TrialRecord, objective_names
+from spotsweep.services.planner.search.median import Median
+from spotsweep.services.planner.search.model import ModelSearch
+from spotsweep.services.planner.search.rungs import Action, Asha, StepDecision
+from spotsweep.services.planner.search.smoke import SmokeDecision, smoke_stage
+from spotsweep.shared.space import config_params, configs, params_at, sampler_of, total_trials
+from spotsweep.shared.spec import RandomStrategy, SweepSpec
+from spotsweep.shared.spec_search import AshaStrategy, HyperbandStop, MedianStop, budget_of, smoke_param
+
+MODEL_SAMPLERS = ("tpe", "gp", "cmaes", "nsga2")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A new trial's params; persist ``attrs`` with the trial and ``study_attrs``
+    with the sweep (both JSON), and pass them back in the history."""
+
+    params: dict[str, Any]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    study_attrs: dict[str, Any] | None = None  # None: unchanged
+
+
+class Search:
+    def __init__(self, spec: SweepSpec) -> None:
+        self.spec = spec
+        self.model = ModelSearch(spec) if sampler_of(spec) in MODEL_SAMPLERS else None
+        self.stopper: Asha | Median | None = None
+        strategy, stop = spec.strategy, spec.early_stop
+        if isinstance(strategy, AshaStrategy):
+            self.stopper = Asha(strategy.budget, strategy.eta, strategy.brackets, spec.metric.mode)
+        elif isinstance(stop, HyperbandStop):
+            self.stopper = Asha(stop.budget, stop.eta, stop.brackets, spec.metric.mode)
+        elif isinstance(stop, MedianStop):
+            self.stopper = Median(stop, spec.metric.mode)
+        budget = budget_of(spec)
+        self.budget_param = budget.param if budget is not None else None
+
+    @property
+    def total_trials(self) -> int:
+        return total_trials(self.spec)
+
+    def propose(self, index: int, history: Sequence[TrialRecord] = (),
+                study_attrs: Mapping[str, Any] | None = None) -> Proposal:
+        """Params for trial ``index``; ``history``: the sweep's trials launched so
+        far (smoke trials left out), ``study_attrs``: as last returned."""
+        total = self.total_trials
+        if not 0 <= index < total:
+            raise IndexError(f"trial index {index} out of range for a sweep of {total} trials")
+        proposal = Proposal(params_at(self.spec, index)) if self.model is None else self._suggest(index, history, study_attrs)
+        if isinstance(self.stopper, Asha) and self.budget_param is not None:
+            proposal.params[self.budget_param] = self.stopper.initial_budget(index)
+        return proposal
+
+    def _suggest(self, index: int, history: Sequence[TrialRecord], study_attrs: Mapping[str, Any] | None) -> Proposal:
+        assert self.model is not None
+        config, repeat = divmod(index, self.spec.repeats)
+        if repeat:  # a repeat runs its config's params with another seed
+            first = next((r for r in history if r.index == config * self.spec.repeats), None)
+            if first is None:
+                raise LookupError(f"trial {index} repeats trial {config * self.spec.repeats}, which is not in the history")
+            params = {k: first.params[k] for k in self.spec.space}
+            return Proposal({**params, "seed": repeat})
+        suggestion = self.model.suggest(history, index, study_attrs)
+        params = suggestion.params
+        if self.spec.repeats > 1:
+            params["seed"] = 0
+        return Proposal(params, suggestion.attrs, suggestion.study_attrs)
+
+    def on_report(self, history: Sequence[TrialRecord], trial: TrialRecord, step: int, value: float) -> StepDecision:
+        """A trial reported its (first) objective ``value`` at ``step`` while running."""
+        if self.stopper is None or (isinstance(self.stopper, Asha) and self.budget_param is not None):
+            # With a budget parameter, ASHA decides when the run ends (on_run_end).
+            return StepDecision(Action.CONTINUE, reason="no early stopping while running")
+        return self.stopper.decide(history, trial, step, value)
+
+    def on_run_end(self, history: Sequence[TrialRecord], trial: TrialRecord, value: float) -> StepDecision:
+        """A trial's run completed with final objective ``value``: with a budget
+        parameter, PROMOTE (relaunch with ``budget``), PRUNE or COMPLETE.
+
+        CONTINUE here means the rung was decided already (a redelivered
+        event): nothing to do.
+        """
+        if not isinstance(self.stopper, Asha) or self.budget_param is None:
+            return StepDecision(Action.COMPLETE, reason="the trial ran to its end")
+        budget = int(trial.params[self.budget_param])
+        return self.stopper.decide(history, trial, budget, value)
+
+    def smoke(self, smoke_trials: Sequence[TrialRecord]) -> SmokeDecision:
+        return smoke_stage(self.spec.smoke, smoke_trials, objective_names(self.spec))
+
+    def smoke_params(self, k: int) -> dict[str, Any]:
+        """Params of smoke trial ``k``: config ``k`` of a static design (a random
+        one for model-based strategies), with the smoke budget."""
+        spec = self.spec
+        if self.model is None:
+            params = config_params(spec, k % configs(spec))
+        else:
+            sampled = RandomStrategy(trials=k + 1, seed=getattr(spec.strategy, "seed", 0))
+            params = config_params(spec.model_copy(update={"strategy": sampled}), k)
+        if spec.repeats > 1:
+            params["seed"] = 0
+        param = smoke_param(spec)
+        if self.budget_param is not None and self.budget_param != param:
+            assert isinstance(self.stopper, Asha)
+            params[self.budget_param] = self.stopper.initial_budget(k)
+        if param is not None and spec.smoke is not None and spec.smoke.budget is not None:
+            params[param] = spec.smoke.budget
+        return params
+
+    def may_launch(self, usage: Usage) -> Verdict:
+        return may_launch(self.spec.budget, self.spec.pricing, usage)
+

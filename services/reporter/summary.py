@@ -1,0 +1,76 @@
+"""What a report adds up over trials: repeats of one config, and the sweep's cost.
+
+* :func:`by_config`: with ``repeats: N`` every configuration runs with N
+  seeds (param ``seed``); a single seed's result says little, so configs are
+  ranked by their mean over seeds, with the spread (sample standard
+  deviation) and how many seeds reported.
+* :func:`cost_of`: GPU-hours from each trial's start to its end times its
+  GPUs, priced with the spec's ``pricing``. An upper bound: the span of a
+  trial that was preempted includes the wait before it resumed elsewhere.
+
+Pure functions over rows of the ``trial_results`` view.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ConfigSummary:
+    params: dict[str, Any]  # the config's params, ``seed`` left out
+    mean: float
+    std: float | None  # sample standard deviation over seeds; None with one seed
+    n: int  # seeds that reported the metric
+    runs: int  # trials of this config (seeds), reported or not
+    seeds: tuple[Any, ...]  # the seeds that reported
+
+
+def _key(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    # repr keeps 1, 1.0 and True apart (they are == and hash alike)
+    return tuple(sorted((k, repr(v)) for k, v in params.items() if k != "seed"))
+
+
+def by_config(rows: Sequence[Mapping[str, Any]], metric: str, mode: str) -> list[ConfigSummary]:
+    """Configs with at least one seed that completed with a finite ``metric``, best mean first."""
+    groups: dict[tuple[tuple[str, str], ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(_key(row["params"]), []).append(row)
+    out = []
+    for members in groups.values():
+        good = [r for r in members if r["state"] == "completed" and _finite((r["metrics"] or {}).get(metric))]
+        if not good:
+            continue
+        values = [float(r["metrics"][metric]) for r in good]
+        params = {k: v for k, v in members[0]["params"].items() if k != "seed"}
+        std = statistics.stdev(values) if len(values) > 1 else None
+        out.append(ConfigSummary(params, statistics.fmean(values), std, len(values), len(members),
+                                 tuple(r["params"].get("seed") for r in good)))
+    out.sort(key=lambda c: c.mean, reverse=(mode == "max"))
+    return out
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class SweepCost:
+    gpu_hours: float
+    cost: float | None
+    on_demand: float | None
+
+
+def cost_of(rows: Sequence[Mapping[str, Any]], gpus: int, pricing: Mapping[str, Any] | None) -> SweepCost:
+    """GPU-hours (and cost, on demand cost) from the trials' start and end times."""
+    seconds = sum((r["finished_at"] - r["started_at"]).total_seconds() for r in rows
+                  if r.get("started_at") is not None and r.get("finished_at") is not None)
+    hours = seconds * gpus / 3600
+    if not pricing:
+        return SweepCost(hours, None, None)
+    on_demand = pricing.get("on_demand_gpu_hour")
+    return SweepCost(hours, hours * float(pricing["gpu_hour"]), None if on_demand is None else hours * float(on_demand))

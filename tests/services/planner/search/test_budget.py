@@ -1,0 +1,70 @@
+"""Budget caps stop launches before they would be passed; the report's cost."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotsweep.services.planner.search import Usage, estimate_trial_seconds, expected_remaining, may_launch, sweep_cost
+from spotsweep.shared.spec import Budget, Pricing
+
+PRICING = Pricing(gpu_hour=0.9, on_demand_gpu_hour=4.1)
+
+
+def test_no_budget_always_launches() -> None:
+    assert may_launch(None, None, Usage(launched=10**6, gpu_seconds=1e12, elapsed_seconds=1e9)).ok
+
+
+def test_max_trials() -> None:
+    budget = Budget(max_trials=3)
+    assert may_launch(budget, None, Usage(2, 0, 0)).ok
+    verdict = may_launch(budget, None, Usage(3, 0, 0))
+    assert not verdict.ok and verdict.reason == "budget.max_trials: 3 trial(s) launched, the cap is 3"
+
+
+def test_gpu_hours_count_used_in_flight_and_the_next_trial() -> None:
+    budget = Budget(max_gpu_hours=10)
+    hour = 3600.0
+    # 8 GPU-h used, trials take 1 h on 1 GPU, nothing in flight: one more fits (9 <= 10).
+    assert may_launch(budget, None, Usage(8, 8 * hour, 0, trial_seconds=hour)).ok
+    # Two running, 30 min in: 1 GPU-h still expected from them; 8 + 1 + 1 = 10 fits, 8.5 + 1 + 1 does not.
+    committed = expected_remaining(hour, [hour / 2, hour / 2], waiting=0, gpus=1)
+    assert committed == hour
+    assert may_launch(budget, None, Usage(10, 8 * hour, 0, trial_seconds=hour, committed_gpu_seconds=committed)).ok
+    verdict = may_launch(budget, None, Usage(10, 8.5 * hour, 0, trial_seconds=hour, committed_gpu_seconds=committed))
+    assert not verdict.ok
+    assert verdict.reason == "budget.max_gpu_hours: 8.50 GPU-h used, 10.50 expected with one more trial, the cap is 10"
+    # 4-GPU trials of 30 min: 2 GPU-h each.
+    assert not may_launch(budget, None, Usage(4, 8.5 * hour, 0, trial_seconds=hour / 2, gpus=4)).ok
+    # No estimate yet: only what was used counts.
+    assert may_launch(budget, None, Usage(4, 9.9 * hour, 0)).ok
+    assert not may_launch(budget, None, Usage(4, 10 * hour, 0)).ok
+
+
+def test_cost_cap_uses_the_price() -> None:
+    budget = Budget(max_cost=9.0)  # 10 GPU-h at 0.9
+    assert may_launch(budget, PRICING, Usage(1, 8 * 3600, 0, trial_seconds=3600)).ok
+    verdict = may_launch(budget, PRICING, Usage(1, 9.5 * 3600, 0, trial_seconds=3600))
+    assert not verdict.ok and verdict.reason == "budget.max_cost: 8.55 spent, 9.45 expected with one more trial, the cap is 9"
+
+
+def test_wall_time_refuses_a_trial_that_could_not_finish() -> None:
+    budget = Budget(wall_time=3600)
+    assert may_launch(budget, None, Usage(1, 0, 3000, trial_seconds=600)).ok
+    verdict = may_launch(budget, None, Usage(1, 0, 3100, trial_seconds=600))
+    assert not verdict.ok and verdict.reason.startswith("budget.wall_time: 3100s elapsed, a trial takes about 600s")
+    assert not may_launch(budget, None, Usage(1, 0, 3600)).ok
+
+
+def test_estimates_and_remaining() -> None:
+    assert estimate_trial_seconds([]) is None
+    assert estimate_trial_seconds([10, 20, 1000]) == 20
+    assert expected_remaining(None, [5.0], 3, 1) == 0.0
+    assert expected_remaining(100.0, [30.0, 150.0], 2, 2) == 2 * (70 + 0 + 200)
+
+
+def test_sweep_cost_against_on_demand() -> None:
+    cost = sweep_cost(10 * 3600, PRICING)
+    assert cost.gpu_hours == 10
+    assert cost.cost == pytest.approx(9.0) and cost.on_demand == pytest.approx(41.0) and cost.saved == pytest.approx(32.0)
+    assert sweep_cost(3600, None).cost is None
+    assert sweep_cost(3600, Pricing(gpu_hour=1.0)).saved is None

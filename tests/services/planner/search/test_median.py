@@ -1,0 +1,73 @@
+"""Median stopping: the same decisions as Optuna's MedianPruner on the same history."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState as OS
+from optuna.trial import create_trial
+
+from spotsweep.services.planner.search import Action, Median, TrialRecord
+from spotsweep.shared.spec import MedianStop
+from spotsweep.shared.states import TrialState
+
+
+def completed(i: int, curve: dict[int, float]) -> TrialRecord:
+    return TrialRecord(i, {}, TrialState.COMPLETED, (curve[max(curve)],), curve=curve)
+
+
+def test_worse_than_the_median_at_that_step_is_stopped() -> None:
+    median = Median(MedianStop(startup_trials=2), "min")
+    others = [completed(0, {1: 1.0, 2: 0.8}), completed(1, {1: 2.0, 2: 1.6}), completed(2, {1: 3.0, 2: 2.4})]
+    # Optuna compares the trial's best value so far: 1.5 at step 1 is under the median 1.6 at step 2.
+    assert median.decide(others, TrialRecord(3, {}, TrialState.RUNNING, curve={1: 1.5}), 2, 1.7).action == Action.CONTINUE
+    assert median.decide(others, TrialRecord(3, {}, TrialState.RUNNING), 2, 1.7).action == Action.PRUNE
+    assert median.decide(others, TrialRecord(3, {}, TrialState.RUNNING), 2, 1.5).action == Action.CONTINUE
+    assert median.decide(others[:1], TrialRecord(3, {}, TrialState.RUNNING), 2, 9.0).action == Action.CONTINUE  # startup
+    assert median.decide(others, TrialRecord(3, {}, TrialState.RUNNING), 5, 9.0).action == Action.CONTINUE  # nobody at 5
+    assert Median(MedianStop(startup_trials=0), "max").decide(others, TrialRecord(3, {}, TrialState.RUNNING), 2, 1.5).action \
+        == Action.PRUNE
+
+
+def _optuna_prunes(stop: MedianStop, history: list[TrialRecord], me: TrialRecord, step: int, value: float) -> bool:
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=stop.startup_trials, n_warmup_steps=stop.warmup_steps,
+                                         interval_steps=stop.interval_steps, n_min_trials=stop.min_trials)
+    study = optuna.create_study(pruner=pruner)
+    dist = {"x": FloatDistribution(0, 1)}
+    for r in history:
+        state = {TrialState.COMPLETED: OS.COMPLETE, TrialState.PRUNED: OS.PRUNED}.get(r.state, OS.RUNNING)
+        study.add_trial(create_trial(state=state, value=r.values[0] if state == OS.COMPLETE and r.values else None,
+                                     params={"x": 0.5}, distributions=dist, intermediate_values=dict(r.curve)))
+    trial = study.ask()
+    for s, v in {**me.curve, step: value}.items():
+        trial.report(v, s)
+    return trial.should_prune()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_agrees_with_optuna_median_pruner(seed: int) -> None:
+    rng = random.Random(seed)
+    stop = MedianStop(startup_trials=rng.choice([0, 2, 5]), warmup_steps=rng.choice([0, 3]), interval_steps=rng.choice([1, 2, 3]),
+                      min_trials=rng.choice([1, 3]))
+    history = []
+    for i in range(rng.randint(1, 9)):
+        state = rng.choice([TrialState.COMPLETED, TrialState.COMPLETED, TrialState.PRUNED, TrialState.RUNNING])
+        steps = range(rng.randint(2, 10))
+        curve = {s: rng.random() + 1 / (s + 1) for s in steps}
+        if rng.random() < 0.1:
+            curve[rng.choice(list(steps))] = math.nan
+        history.append(TrialRecord(i, {}, state, (curve[max(curve)],) if state == TrialState.COMPLETED else None, curve=curve))
+    agree = 0
+    for _ in range(40):
+        past = {s: rng.random() + 1 / (s + 1) for s in sorted(rng.sample(range(10), rng.randint(0, 4)))}
+        step = max(past, default=-1) + rng.randint(1, 3)
+        me = TrialRecord(99, {}, TrialState.RUNNING, curve=past)
+        value = rng.random() + 1 / (step + 1)
+        ours = Median(stop, "min").decide(history, me, step, value).action == Action.PRUNE
+        assert ours == _optuna_prunes(stop, history, me, step, value), (stop, step, value, past)
+        agree += 1
+    assert agree == 40
