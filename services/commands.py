@@ -13,7 +13,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from spotsweep.services.planner.handlers import cancellation, new_sweep_id, submission
+from spotsweep.services.planner.extend import extended
+from spotsweep.services.planner.handlers import cancellation, extension, new_sweep_id, submission
 from spotsweep.services.reporter import report as reporter
 from spotsweep.shared import messages, topology
 from spotsweep.shared.broker.port import Outgoing
@@ -23,7 +24,7 @@ from spotsweep.shared.runtime import CLI_BACKOFF, ExitCode, connect_broker
 from spotsweep.shared.settings import Settings
 from spotsweep.shared.naming import placeholders
 from spotsweep.shared.space import total_trials
-from spotsweep.shared.spec import SweepSpec, load_spec_file, spec_json_schema
+from spotsweep.shared.spec import SweepSpec, load_spec_file, parse_spec, spec_json_schema
 from spotsweep.shared.spec_search import summary
 
 
@@ -107,6 +108,20 @@ def cancel(sweep_id: str, settings: Settings) -> None:
     _post(cancellation(sweep_id), settings)
 
 
+def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any]) -> str:
+    """Ask the planner for ``trials`` more trials and/or new budget caps; checked here
+    first, so a mistake is reported to the person typing, not only in the planner's log."""
+    with database(settings).transaction() as conn:
+        row = conn.execute("SELECT spec, spec_version, state FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+    if row is None or row["spec"] is None:
+        raise PermanentError(f"no sweep with id {sweep_id!r} (see `spotsweep status`)")
+    if row["state"] not in ("running", "completed"):
+        raise PermanentError(f"sweep {sweep_id} is {row['state']}; only a running or completed sweep can be extended")
+    new = extended(parse_spec(row["spec"]), trials, budget)  # SpecError names the field
+    _post(extension(sweep_id, row["spec_version"], trials, budget), settings)
+    return f"extension requested for {sweep_id}: {total_trials(new)} trial(s) in all"
+
+
 def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float = 0.5) -> int:
     """Follow a submitted sweep in the database until it ends."""
     console = Console(stderr=True)
@@ -118,7 +133,7 @@ def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float =
         if rows:
             r = rows[0]
             line = (f"{r['state']}: {r['completed']} completed, {r['running']} running, {r['queued']} queued, "
-                    f"{r['failed']} failed of {r['total_trials']}")
+                    f"{r['failed']} failed, {r['pruned']} pruned of {r['total_trials']}")
             if line != last:
                 console.print(line, highlight=False)
                 last = line
@@ -126,6 +141,9 @@ def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float =
                 console.print(f"rejected: {r['error']}", markup=False)
                 return ExitCode.USAGE
             if r["state"] != "running":
+                for why in (r["error"], r["note"]):
+                    if why and r["state"] != "rejected":
+                        console.print(why, markup=False, highlight=False)
                 good = r["state"] == "completed" and r["failed"] == 0 and r["cancelled"] == 0
                 return ExitCode.OK if good else ExitCode.FAILED
         if deadline is not None and time.monotonic() > deadline:
@@ -142,15 +160,17 @@ def status(sweep_id: str | None, settings: Settings, as_json: bool) -> int:
         print(json.dumps(rows, default=str, indent=2))
         return ExitCode.OK
     table = Table(title="sweeps")
-    for col in ("sweep_id", "name", "state", "total", "completed", "running", "queued", "failed", "cancelled"):
+    for col in ("sweep_id", "name", "state", "total", "completed", "pruned", "running", "queued", "failed", "cancelled"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["sweep_id"], r["name"], r["state"], str(r["total_trials"]), str(r["completed"]), str(r["running"]),
-                      str(r["queued"]), str(r["failed"]), str(r["cancelled"]))
+        table.add_row(r["sweep_id"], r["name"], r["state"], str(r["total_trials"]), str(r["completed"]), str(r["pruned"]),
+                      str(r["running"]), str(r["queued"]), str(r["failed"]), str(r["cancelled"]))
     reporter.console().print(table)
     for r in rows:
-        if r["state"] == "rejected":
-            print(f"{r['sweep_id']} rejected: {r['error']}")
+        if r["state"] in ("rejected", "failed") and r["error"]:
+            print(f"{r['sweep_id']} {r['state']}: {r['error']}")
+        if r["note"]:
+            print(f"{r['sweep_id']}: {r['note']}")
     return ExitCode.OK
 
 

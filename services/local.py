@@ -84,10 +84,15 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
     if csv is not None:
         n = reporter.write_csv(rep, csv)
         console.print(f"wrote {n} rows to {csv}")
+    sweep = reporter.sweep_counts(db, sweep_id)[0]
+    for why in (sweep["error"], sweep["note"]):
+        if why:
+            console.print(why, markup=False, highlight=False)
     console.print(f"sweep {sweep_id}: {state}; results in `spotsweep report {sweep_id}` and the trial_results view")
     print(sweep_id)
-    every_trial_completed = all(r["state"] == "completed" for r in rep.unranked)
-    return ExitCode.OK if state == "completed" and every_trial_completed else ExitCode.FAILED
+    # Pruned trials did what early stopping asked of them; failed or cancelled ones did not.
+    every_trial_ended_well = all(r["state"] in ("completed", "pruned") for r in rep.unranked)
+    return ExitCode.OK if state == "completed" and every_trial_ended_well else ExitCode.FAILED
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -61,6 +61,7 @@ class TrialMessage(Envelope):
     stall_timeout: float | None = None  # seconds without a line from the trial before it is killed
     total_timeout: float | None = None  # seconds of running time over all attempts before it is killed
     elapsed: float = 0.0  # running time of the earlier attempts, seconds
+    progress: bool = False  # also send the objective's points to the planner (early stopping decides on them)
 
 
 class TrialStarted(Envelope):
@@ -91,6 +92,18 @@ class TrialMetrics(Envelope):
     trial_id: str
     attempt: int
     points: list[MetricPoint]
+
+
+class TrialProgress(Envelope):
+    """The objective's new points of a running attempt, for the planner's early
+    stopping (median, Hyperband without a budget parameter). Sent only when the
+    trial message asks for it, at most once per metrics batch."""
+
+    kind: Literal["trial.progress"] = "trial.progress"
+    trial_id: str
+    attempt: int
+    run_id: str = ""
+    points: list[tuple[int, float]]  # (step, value) of the trial's metric, in the order reported
 
 
 class CheckpointSaved(Envelope):
@@ -147,13 +160,14 @@ class CancelSweep(Envelope):
     kind: Literal["sweep.cancel"] = "sweep.cancel"
 
 
-StopReason = Literal["duplicate", "ended"]
+StopReason = Literal["duplicate", "ended", "pruned"]
 
 
 class StopTrial(Envelope):
     """Broadcast by the planner: stop run ``run_id`` of an attempt, without a
     report. ``duplicate``: another run of the same attempt is the one that
-    counts; ``ended``: the trial already ended (a redelivery of a finished run)."""
+    counts; ``ended``: the trial already ended (a redelivery of a finished run);
+    ``pruned``: early stopping ended the trial (it is recorded as pruned)."""
 
     kind: Literal["trial.stop"] = "trial.stop"
     trial_id: str
@@ -162,9 +176,11 @@ class StopTrial(Envelope):
     reason: StopReason
 
 
-Event = Annotated[Union[TrialStarted, TrialMetrics, CheckpointSaved, TrialFinished, TrialLost], Field(discriminator="kind")]
+Event = Annotated[Union[TrialStarted, TrialMetrics, TrialProgress, CheckpointSaved, TrialFinished, TrialLost],
+                  Field(discriminator="kind")]
 Message = Annotated[
-    Union[TrialMessage, TrialStarted, TrialMetrics, CheckpointSaved, TrialFinished, TrialLost, CancelSweep, StopTrial],
+    Union[TrialMessage, TrialStarted, TrialMetrics, TrialProgress, CheckpointSaved, TrialFinished, TrialLost, CancelSweep,
+          StopTrial],
     Field(discriminator="kind"),
 ]
 _MESSAGE = TypeAdapter(Message)

@@ -28,6 +28,7 @@ configuration differ only in ``seed``).
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Mapping
@@ -147,9 +148,28 @@ def _sobol_params(spec: SweepSpec, seed: int, config: int) -> dict[str, Any]:
     return {key: _unit(param, u) for (key, param), u in zip(spec.space.items(), point)}
 
 
+@functools.lru_cache(maxsize=32)
+def _extended_subset(sizes: tuple[int, ...], stages: tuple[int, ...], seed: int) -> tuple[tuple[int, ...], ...]:
+    """A subset grown by ``spotsweep extend``: the design of the first size, then
+    the rows of each larger size's design not chosen yet, in their order. The
+    trials already run keep their configs, and none repeats."""
+    rows: list[tuple[int, ...]] = []
+    used: set[tuple[int, ...]] = set()
+    for n in stages:
+        for row in balanced_subset(sizes, n, seed):
+            if len(rows) >= n:
+                break
+            if row not in used:
+                rows.append(row)
+                used.add(row)
+    return tuple(rows)
+
+
 def _subset_params(spec: SweepSpec, trials: int, seed: int, config: int) -> dict[str, Any]:
     sizes = tuple(_size(key, param) for key, param in spec.space.items())
-    row = balanced_subset(sizes, trials, seed)[config]
+    extends = tuple(getattr(spec.strategy, "extends", ()) or ())
+    design = _extended_subset(sizes, (*extends, trials), seed) if extends else balanced_subset(sizes, trials, seed)
+    row = design[config]
     return {key: _value_at(param, level) for (key, param), level in zip(spec.space.items(), row)}
 
 

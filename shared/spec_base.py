@@ -7,9 +7,10 @@ Kept apart from :mod:`.spec_models` so that the search models in
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 
 class _Problems(ValueError):
@@ -26,3 +27,20 @@ class _Model(BaseModel):
 
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def _duration(value: object) -> object:
+    """``90``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``, ``"1h30m"`` -> seconds."""
+    if isinstance(value, str):
+        m = _DURATION.fullmatch(value.strip())
+        if not value.strip() or m is None:
+            raise ValueError(f"must be seconds or a duration like 90s, 30m, 2h, 1h30m (got {value!r})")
+        d, h, mi, se = (float(g) if g else 0.0 for g in m.groups())
+        return d * 86400 + h * 3600 + mi * 60 + se
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0, allow_inf_nan=False)]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, BeforeValidator, Field, StrictBool, StrictFloat,
 from pydantic import field_validator, model_validator
 
 from spotsweep.shared.naming import check_template
-from spotsweep.shared.spec_base import Finite, _Model, _Problems
+from spotsweep.shared.spec_base import Duration, Finite, _Model, _Problems
 from spotsweep.shared.spec_search import (
     AshaStrategy,
     Budget,
@@ -165,21 +165,6 @@ class Retries(_Model):
     accum_param: str = Field(default="grad_accum", min_length=1)
 
 
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
-
-
-def _duration(value: object) -> object:
-    """``90``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``, ``"1h30m"`` -> seconds."""
-    if isinstance(value, str):
-        m = _DURATION.fullmatch(value.strip())
-        if not value.strip() or m is None:
-            raise ValueError(f"must be seconds or a duration like 90s, 30m, 2h, 1h30m (got {value!r})")
-        d, h, mi, se = (float(g) if g else 0.0 for g in m.groups())
-        return d * 86400 + h * 3600 + mi * 60 + se
-    return value
-
-
-Duration = Annotated[float, BeforeValidator(_duration), Field(gt=0, allow_inf_nan=False)]
 
 
 class Timeout(_Model):

@@ -19,20 +19,17 @@ decisions themselves live in ``spotsweep.services.planner.search``.
 from __future__ import annotations
 
 import math
-import re
 from typing import TYPE_CHECKING, Annotated, Literal, Union
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, model_validator
 
-from spotsweep.shared.spec_base import Finite, _Model, _Problems
+from spotsweep.shared.spec_base import Duration, Finite, _Model, _Problems
 
 if TYPE_CHECKING:
     from spotsweep.shared.spec_models import SweepSpec
 
 Problems = list[tuple[tuple[str | int, ...], str]]
 MODEL_TYPES = ("tpe", "gp", "cmaes", "nsga2")
-_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd])\s*")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class SubsetStrategy(_Model):
@@ -42,6 +39,9 @@ class SubsetStrategy(_Model):
     type: Literal["subset"] = "subset"
     trials: int = Field(ge=1)
     seed: int = 0
+    # Set by `spotsweep extend`: the sizes the design had before each extension
+    # (its first trials keep their configs; the new ones repeat none of them).
+    extends: list[int] = Field(default_factory=list)
 
 
 class ModelStrategy(_Model):
@@ -134,26 +134,13 @@ EarlyStop = Annotated[Union[HyperbandStop, MedianStop], Field(discriminator="typ
 EARLY_STOP_TYPES = ("hyperband", "median")
 
 
-def _duration(value: object) -> object:
-    """``"12h"``, ``"90m"``, ``"2d"``, ``"30s"`` or a number of seconds -> seconds."""
-    if isinstance(value, str):
-        match = _DURATION.fullmatch(value)
-        if not match:
-            raise ValueError(f"must be a number of seconds or a duration like '90m', '12h', '2d' (got {value!r})")
-        return float(match.group(1)) * _UNIT[match.group(2)]
-    return value
-
-
-Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False), BeforeValidator(_duration)]
-
-
 class Budget(_Model):
     """Caps: the planner launches no trial that would pass one."""
 
     max_trials: int | None = Field(default=None, ge=1)
     max_gpu_hours: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_cost: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    wall_time: Seconds | None = None
+    wall_time: Duration | None = None
 
 
 class Pricing(_Model):

@@ -32,7 +32,7 @@ def event_routing_key(kind: str, sweep_id: str) -> str:
 
 
 # "#", not "*": a sweep id may contain dots, and "*" matches exactly one word.
-LIFECYCLE_BINDINGS = ("trial.started.#", "trial.finished.#", "trial.lost.#")
+LIFECYCLE_BINDINGS = ("trial.started.#", "trial.finished.#", "trial.lost.#", "trial.progress.#")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from spotsweep.services.agent import uploads
 from spotsweep.services.agent.lines import BadLine, Checkpoint, Parsed, Points, Tail, parse_line
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
-from spotsweep.shared.messages import CheckpointSaved, Envelope, MetricPoint, TrialMessage, TrialMetrics
+from spotsweep.shared.messages import CheckpointSaved, Envelope, MetricPoint, TrialMessage, TrialMetrics, TrialProgress
 
 _log = log.get("spotsweep.agent")
 
@@ -91,6 +91,10 @@ def supervise(
         nonlocal batch
         if batch:
             publish(TrialMetrics(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, points=batch))
+            objective = [(p.step, p.value) for p in batch if p.name == msg.metric]
+            if msg.progress and objective:  # early stopping judges the objective while the trial runs
+                publish(TrialProgress(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, run_id=run_id,
+                                      points=objective))
             batch = []
 
     pending: deque[str] = deque()

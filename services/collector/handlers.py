@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from spotsweep.shared import log
 from spotsweep.shared.broker.port import Delivery
 from spotsweep.shared.db import Database
-from spotsweep.shared.messages import Envelope, TrialMetrics, decode, json_safe
+from spotsweep.shared.messages import Envelope, TrialMetrics, TrialProgress, decode, json_safe
 
 _log = log.get("spotsweep.collector")
 
@@ -50,7 +50,8 @@ def write_events(events: Sequence[Envelope], db: Database) -> int:
     lifecycle = [
         (e.message_id, e.sweep_id, e.trial_id, e.attempt, getattr(e, "kind", "?"), Jsonb(json_safe(e.model_dump(mode="json"))))
         for e in events
-        if not isinstance(e, TrialMetrics)
+        # progress repeats the objective's points for the planner; they are stored as points already
+        if not isinstance(e, (TrialMetrics, TrialProgress))
     ]
     inserted = 0
     with db.transaction() as conn:

@@ -16,8 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from spotsweep.services.planner.search.rungs import Action, StepDecision
 from spotsweep.shared.messages import StopReason, TrialFinished, TrialLost, TrialStarted
-from spotsweep.shared.states import IN_FLIGHT, TrialState, check_transition
+from spotsweep.shared.states import TrialState, check_transition
+
+WAITING = frozenset({TrialState.PENDING, TrialState.QUEUED})  # launched, not started
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class SweepState:
     max_failures: int
     active: bool = True  # False once cancelled or completed
     policy: RetryPolicy | None = None  # None: max_failures alone
+    waiting: int = 0  # of those in flight, launched but not started (pending or queued)
+    window: int | None = None  # at most this many waiting at once (fair sharing between sweeps); None: no limit
 
     @property
     def retry(self) -> RetryPolicy:
@@ -68,8 +73,9 @@ class TrialUpdate:
     agent: str | None = None
     run_id: str | None = None  # replaces the current run id when set
     losses: int | None = None  # replaces the loss count when set (reset to 0 for a new attempt)
-    params: dict[str, Any] | None = None  # new params for the next attempt (OOM halving)
+    params: dict[str, Any] | None = None  # new params for the next attempt (OOM halving, a promotion's budget)
     add_seconds: float = 0.0  # running time to add to the trial's total
+    rungs: dict[int, float] | None = None  # successive-halving values to merge into the trial's rungs
 
 
 @dataclass(frozen=True)
@@ -83,26 +89,50 @@ class Stop:
 
 @dataclass(frozen=True)
 class Decision:
+    """What to change on the trial and which run to stop. What to launch next
+    is :func:`fill`'s, on the sweep's counts once the update is applied."""
+
     update: TrialUpdate | None = None
-    launch: int = 0  # new configs to launch now
-    sweep_done: bool = False
     stop: Stop | None = None
     reason: str = ""
 
 
-def fill(sweep: SweepState, in_flight: int | None = None) -> tuple[int, bool]:
-    """How many new trials to launch, and whether the sweep is then done."""
-    busy = sweep.in_flight if in_flight is None else in_flight
+def fill(sweep: SweepState) -> tuple[int, bool]:
+    """How many new trials to launch, and whether the sweep is then done.
+
+    At most ``max_concurrent`` in flight, and at most ``window`` of them
+    waiting in the queue: a sweep then keeps only a few trials ahead of the
+    agents, so sweeps of equal priority take turns on the slots instead of
+    the first one's backlog taking them all.
+    """
     if not sweep.active:
         return 0, False
     remaining = sweep.total_trials - sweep.next_index
-    launch = max(0, min(sweep.max_concurrent - busy, remaining))
-    done = remaining - launch == 0 and busy + launch == 0
+    room = sweep.max_concurrent - sweep.in_flight
+    if sweep.window is not None:
+        room = min(room, sweep.window - sweep.waiting)
+    launch = max(0, min(room, remaining))
+    done = remaining - launch == 0 and sweep.in_flight + launch == 0
     return launch, done
 
 
-def decide(sweep: SweepState, trial: TrialView, event: TrialStarted | TrialFinished | TrialLost) -> Decision:
-    """What the planner does about one lifecycle event of one trial."""
+@dataclass(frozen=True)
+class RunEnd:
+    """What the search decided when a run completed (successive halving with a
+    budget parameter): promote it to a larger budget, prune it, or complete it."""
+
+    verdict: StepDecision
+    value: float  # the objective the decision used (recorded at the rung)
+    budget_param: str | None = None
+
+
+def decide(sweep: SweepState, trial: TrialView, event: TrialStarted | TrialFinished | TrialLost,
+           run_end: RunEnd | None = None) -> Decision:
+    """What the planner does about one lifecycle event of one trial.
+
+    ``run_end``: for a completed run, the search's decision at its end; None
+    when the sweep has no such decision (the trial then completes).
+    """
     if trial.state.is_terminal:
         if isinstance(event, TrialStarted) and event.attempt == trial.attempt and event.run_id:
             # A run of an ended trial (its finished run's ack was lost with
@@ -116,15 +146,23 @@ def decide(sweep: SweepState, trial: TrialView, event: TrialStarted | TrialFinis
         return _started(sweep, trial, event)
     if isinstance(event, TrialLost):
         return _lost(trial, event)
-    update = _finished(sweep, trial, event)
+    update = _finished(sweep, trial, event, run_end)
     check_transition(trial.state, update.state)
-    return _with_fill(sweep, trial, update)
+    return Decision(update=update)
 
 
-def _with_fill(sweep: SweepState, trial: TrialView, update: TrialUpdate) -> Decision:
-    in_flight = sweep.in_flight - int(trial.state in IN_FLIGHT) + int(update.state in IN_FLIGHT)
-    launch, done = fill(sweep, in_flight)
-    return Decision(update=update, launch=launch, sweep_done=done)
+def prune(trial: TrialView, reason: str, metrics: dict[str, float], rungs: dict[int, float] | None = None) -> Decision:
+    """Early stopping ends a running trial: it is pruned, and its run is stopped."""
+    if not trial.run_id:
+        return Decision(reason="no run to stop")
+    update = TrialUpdate(check_transition(trial.state, TrialState.PRUNED), trial.attempt, trial.failures,
+                         trial.preemptions, metrics=metrics, error=reason, finished=True, rungs=rungs or None)
+    return Decision(update=update, stop=Stop(trial.attempt, trial.run_id, "pruned"), reason=reason)
+
+
+def record_rungs(trial: TrialView, rungs: dict[int, float]) -> Decision:
+    """A running trial passed successive-halving rungs and goes on: keep the values decided at them."""
+    return Decision(update=TrialUpdate(trial.state, trial.attempt, trial.failures, trial.preemptions, rungs=rungs))
 
 
 def _started(sweep: SweepState, trial: TrialView, event: TrialStarted) -> Decision:
@@ -140,7 +178,7 @@ def _started(sweep: SweepState, trial: TrialView, event: TrialStarted) -> Decisi
         check_transition(trial.state, TrialState.RUNNING), trial.attempt, trial.failures, trial.preemptions,
         started=True, agent=event.agent, run_id=event.run_id, losses=event.losses,
     )
-    return _with_fill(sweep, trial, update)
+    return Decision(update=update)
 
 
 def _lost(trial: TrialView, event: TrialLost) -> Decision:
@@ -161,7 +199,24 @@ def _halved(trial: TrialView, policy: RetryPolicy) -> dict[str, Any] | None:
     return {**trial.params, policy.batch_param: batch // 2, policy.accum_param: accum * 2}
 
 
-def _finished(sweep: SweepState, trial: TrialView, event: TrialFinished) -> TrialUpdate:
+def _completed(trial: TrialView, run_end: RunEnd | None, base: dict[str, Any]) -> TrialUpdate:
+    n, f, p = trial.attempt, trial.failures, trial.preemptions
+    if run_end is None:
+        return TrialUpdate(TrialState.COMPLETED, n, f, p, finished=True, **base)
+    v = run_end.verdict
+    rungs = {v.rung: run_end.value} if v.rung is not None else None
+    if v.action == Action.PROMOTE and v.relaunch and v.budget is not None and run_end.budget_param is not None:
+        # Successive halving promotes by resuming: the same trial, a new
+        # attempt with the larger budget, from its checkpoint. Its params
+        # record the budget it reached.
+        params = {**trial.params, run_end.budget_param: v.budget}
+        return TrialUpdate(TrialState.PENDING, n + 1, f, p, params=params, rungs=rungs, **dict(base, losses=0))
+    if v.action == Action.PRUNE:
+        return TrialUpdate(TrialState.PRUNED, n, f, p, rungs=rungs, error=v.reason, finished=True, **base)
+    return TrialUpdate(TrialState.COMPLETED, n, f, p, rungs=rungs, finished=True, **base)
+
+
+def _finished(sweep: SweepState, trial: TrialView, event: TrialFinished, run_end: RunEnd | None = None) -> TrialUpdate:
     # Every ended attempt carries its last values; the store merges them in
     # attempt order, so final metrics are the last value of each name over
     # all attempts (a resumed attempt need not re-report what came before).
@@ -170,7 +225,7 @@ def _finished(sweep: SweepState, trial: TrialView, event: TrialFinished) -> Tria
     done = dict(base, finished=True)
     n, f, p = trial.attempt, trial.failures, trial.preemptions
     if event.outcome == "completed":
-        return TrialUpdate(TrialState.COMPLETED, n, f, p, **done)
+        return _completed(trial, run_end, base)
     if event.outcome == "cancelled":
         return TrialUpdate(TrialState.CANCELLED, n, f, p, error=event.error, **done)
     if event.outcome == "preempted":

@@ -4,16 +4,13 @@ Exactly-once effects on at-least-once delivery:
 * A spec is written with ``ON CONFLICT DO NOTHING`` on its sweep id, so a
   redelivered submission changes nothing.
 * New trials are written as ``pending`` in the same transaction as the
-  decision that launched them (an outbox); :func:`publish_pending` then
-  publishes them with publisher confirms and marks them ``queued``. A crash
-  between the two leaves them ``pending``, and the next planner publishes
-  them at start. The one window for a duplicate trial message is a crash
-  after the broker confirmed a batch (at most 100) but before ``queued``
-  committed; the duplicate
-  runs the same attempt and its events are absorbed (terminal states are
-  immutable, points are unique per trial, attempt, step and name).
-* Every lifecycle event is decided under a row lock on its sweep, fenced by
-  attempt, and acked only after the commit.
+  decision that launched them (the outbox, :mod:`.outbox`), published with
+  confirms after the commit.
+* Every trial event is decided under a row lock on its sweep, fenced by
+  attempt and run, and acked only after the commit (:mod:`.events`).
+* Commands on the sweeps queue (header ``kind``): ``cancel`` and ``extend``
+  are idempotent too: a cancelled sweep stays cancelled, and an extension
+  carries the spec version it extends, so a redelivered one changes nothing.
 """
 
 from __future__ import annotations
@@ -25,28 +22,40 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotsweep.services.planner import store
-from spotsweep.services.planner.decide import Decision, RetryPolicy, SweepState, decide, fill
+from spotsweep.services.planner.decide import Decision
+from spotsweep.services.planner.events import apply
+from spotsweep.services.planner.extend import extended
+from spotsweep.services.planner.launch import top_up
+from spotsweep.services.planner.outbox import publish_pending, trial_message
+from spotsweep.services.planner.search import Search
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import DecodeError, SpecError
 from spotsweep.shared.messages import (
-    CancelSweep, StopTrial, TrialFinished, TrialLost, TrialMessage, TrialStarted, decode, encode,
+    CancelSweep, StopTrial, TrialFinished, TrialLost, TrialProgress, TrialStarted, decode, encode,
 )
-from spotsweep.shared.naming import render_argv, trial_name
-from spotsweep.shared.space import params_at, total_trials
+from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, parse_spec
-from spotsweep.shared.states import TrialState
+
+__all__ = ["PlannerDeps", "cancellation", "extension", "handle_event", "handle_sweep_message", "new_sweep_id",
+           "publish_pending", "submission", "trial_message"]
 
 _log = log.get("spotsweep.planner")
-SPEC_CACHE = 256  # parsed specs kept; a sweep's spec never changes
+CACHE = 256  # parsed specs and searches kept, by sweep and spec version
+# Trials of one sweep waiting in the queue at once: few enough that sweeps of
+# equal priority take turns on the agents, enough that agents never wait on
+# the planner between two trials.
+QUEUE_WINDOW = 32
 
 
 @dataclass
 class PlannerDeps:
     db: Database
     broker: Broker
-    _specs: dict[str, SweepSpec] = field(default_factory=dict)
+    window: int | None = QUEUE_WINDOW
+    _specs: dict[tuple[str, int], SweepSpec] = field(default_factory=dict)
+    _searches: dict[tuple[str, int], Search] = field(default_factory=dict)
     _classes: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -57,19 +66,23 @@ class PlannerDeps:
             self.broker.declare([topology.trial_queue_spec(resource_class)])
             self._classes.add(resource_class)
 
-    def spec(self, sweep_id: str, raw: dict[str, Any]) -> SweepSpec:
-        """Parsed specs, cached: the spec of a sweep never changes."""
+    def spec(self, sweep_id: str, raw: dict[str, Any], version: int = 0) -> SweepSpec:
+        """Parsed specs, cached per version (only ``extend`` changes a sweep's spec)."""
+        return self._cached(self._specs, (sweep_id, version), lambda: parse_spec(raw))
+
+    def search(self, sweep_id: str, raw: dict[str, Any], version: int = 0) -> Search:
+        return self._cached(self._searches, (sweep_id, version), lambda: Search(self.spec(sweep_id, raw, version)))
+
+    def _cached(self, cache: dict[Any, Any], key: tuple[str, int], make: Any) -> Any:
         with self._lock:
-            spec = self._specs.pop(sweep_id, None) or parse_spec(raw)
-            self._specs[sweep_id] = spec  # most recently used last
-            while len(self._specs) > SPEC_CACHE:
-                del self._specs[next(iter(self._specs))]
-            return spec
-
-
-def retry_policy(spec: SweepSpec) -> RetryPolicy:
-    r = spec.retries
-    return RetryPolicy(max_failures=r.max_failures, on_oom=r.on_oom, batch_param=r.batch_param, accum_param=r.accum_param)
+            value = cache.pop(key, None)
+        if value is None:
+            value = make()
+        with self._lock:
+            cache[key] = value  # most recently used last
+            while len(cache) > CACHE:
+                del cache[next(iter(cache))]
+        return value
 
 
 def new_sweep_id(name: str) -> str:
@@ -89,11 +102,22 @@ def cancellation(sweep_id: str) -> Outgoing:
                     priority=topology.MAX_PRIORITY)
 
 
+def extension(sweep_id: str, version: int, trials: int = 0, budget: dict[str, Any] | None = None) -> Outgoing:
+    """Extend spec version ``version`` of a sweep by ``trials`` and/or new ``budget`` caps."""
+    body = json.dumps({"trials": trials, "budget": budget or {}, "version": version}).encode()
+    return Outgoing("", topology.SWEEPS_QUEUE, body, headers={"kind": "extend", "sweep_id": sweep_id},
+                    message_id=f"{sweep_id}+v{version}", priority=topology.MAX_PRIORITY)
+
+
 def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
-    """A spec to start, or a command (header ``kind: cancel``) about a sweep."""
+    """A spec to start, or a command (header ``kind``: ``cancel``, ``extend``) about a sweep."""
     headers = delivery.headers
     if headers.get("kind") == "cancel":
         _cancel(str(headers.get("sweep_id") or ""), deps)
+        delivery.ack()
+        return
+    if headers.get("kind") == "extend":
+        _extend(str(headers.get("sweep_id") or ""), delivery.body, deps)
         delivery.ack()
         return
     sweep_id = str(headers.get("sweep_id") or delivery.message_id or "")
@@ -107,6 +131,7 @@ def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
     name = str(data.get("name", "?")) if isinstance(data, dict) else "?"
     try:
         spec = parse_spec(data)
+        search = Search(spec)
     except SpecError as e:
         sweep_id = sweep_id or new_sweep_id(name if name.isidentifier() else "rejected")
         _log.warning("spec rejected", sweep_id=sweep_id, error=str(e))
@@ -120,10 +145,7 @@ def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
         total = total_trials(spec)
         if store.insert_sweep(conn, sweep_id, raw, spec.name, total, spec.priority):
             _log.info("sweep accepted", name=spec.name, trials=total)
-            sweep = store.lock_sweep(conn, sweep_id)
-            assert sweep is not None
-            state = store.sweep_state(conn, sweep, spec.max_concurrent, retry_policy(spec))
-            _launch(conn, sweep_id, spec, state.next_index, fill(state)[0])
+            top_up(conn, sweep_id, spec, search, deps.window)
         else:
             store.fill_tombstone(conn, sweep_id, raw, spec.name, total)
     publish_pending(deps, sweep_id)
@@ -131,9 +153,9 @@ def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
 
 
 def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
-    """A lifecycle event: record it on the trial, retry or finish, launch more."""
+    """A trial event: record it, retry, promote, prune or finish the trial, launch more."""
     event = decode(delivery.body)
-    if not isinstance(event, (TrialStarted, TrialFinished, TrialLost)):
+    if not isinstance(event, (TrialStarted, TrialFinished, TrialLost, TrialProgress)):
         delivery.ack()
         return
     with log.bound(sweep_id=event.sweep_id, trial_id=event.trial_id, attempt=event.attempt), deps.db.transaction() as conn:
@@ -143,25 +165,12 @@ def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
             _log.warning("event for an unknown trial", kind=event.kind)
             delivery.ack()
             return
-        spec = deps.spec(event.sweep_id, sweep["spec"])
-        state: SweepState = store.sweep_state(conn, sweep, spec.max_concurrent, retry_policy(spec))
-        decision = decide(state, found[1], event)
-        # An agent started a trial of a cancelled sweep: it missed the
-        # broadcast (it started or reconnected after it), so say it again.
-        recancel = isinstance(event, TrialStarted) and found[1].state == TrialState.CANCELLED
-        if decision.update is not None:
-            store.apply_update(conn, event.trial_id, decision.update)
-            _log.info("trial " + decision.update.state.value, kind=event.kind)
-        else:
-            _log.info("event ignored", kind=event.kind, reason=decision.reason)
-        if decision.launch:
-            _launch(conn, event.sweep_id, spec, state.next_index, decision.launch)
-        if decision.sweep_done:
-            store.finish_sweep(conn, event.sweep_id)
-            _log.info("sweep completed")
-    if recancel:
+        version = sweep["spec_version"]
+        spec, search = deps.spec(event.sweep_id, sweep["spec"], version), deps.search(event.sweep_id, sweep["spec"], version)
+        applied = apply(conn, sweep, found[0], found[1], event, spec, search, deps.window)
+    if applied.recancel or applied.top_up.failed:
         _broadcast_cancel(deps, event.sweep_id)
-    _send_stop(deps, event, decision)
+    _send_stop(deps, event.sweep_id, event.trial_id, applied.decision)
     # Always drain this sweep's outbox (one indexed query): if a previous
     # delivery of this event committed its decision but failed to publish,
     # its redelivery decides nothing new and must still publish.
@@ -169,74 +178,39 @@ def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
     delivery.ack()
 
 
-def _send_stop(deps: PlannerDeps, event: TrialStarted | TrialFinished | TrialLost, decision: Decision) -> None:
+def _send_stop(deps: PlannerDeps, sweep_id: str, trial_id: str, decision: Decision) -> None:
     """Tell the agents to stop a run that must not go on (after the commit)."""
     if decision.stop is None:
         return
-    stop = StopTrial(sweep_id=event.sweep_id, trial_id=event.trial_id, attempt=decision.stop.attempt,
-                     run_id=decision.stop.run_id, reason=decision.stop.reason)
+    stop = StopTrial(sweep_id=sweep_id, trial_id=trial_id, attempt=decision.stop.attempt, run_id=decision.stop.run_id,
+                     reason=decision.stop.reason)
     _log.info("stopping a run", run_id=stop.run_id, reason=stop.reason)
     deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(stop)))
 
 
-def _launch(conn: Any, sweep_id: str, spec: SweepSpec, first: int, n: int) -> None:
-    trials = []
-    for index in range(first, first + n):
-        params = params_at(spec, index)
-        if spec.retries.on_oom == "halve_batch":
-            params.setdefault(spec.retries.accum_param, 1)  # the accumulation an OOM retry doubles
-        trials.append((trial_name(spec, index, params), params))
-    store.insert_trials(conn, sweep_id, first, trials)
-
-
-def trial_message(row: dict[str, Any], spec: SweepSpec) -> TrialMessage:
-    params = row["params"]
-    extra = {"index": row["idx"], "trial_name": row["trial_name"]}
-    return TrialMessage(
-        sweep_id=row["sweep_id"],
-        trial_id=row["trial_id"],
-        attempt=row["attempt"],
-        trial_name=row["trial_name"],
-        index=row["idx"],
-        params=params,
-        argv=render_argv(spec.command, params, extra),
-        env=dict(spec.env),
-        metric=spec.metric.name,
-        gpus=spec.resources.gpus,
-        resource_class=spec.resources.resource_class,
-        max_lost=spec.retries.max_lost,
-        stall_timeout=spec.timeout.stall,
-        total_timeout=spec.timeout.total,
-        elapsed=float(row.get("run_seconds") or 0.0),
-    )
-
-
-def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
-    """Publish the outbox (``pending`` trials) with confirms, then mark them queued."""
-    published = 0
-    while True:
-        with deps.db.transaction() as conn:
-            rows = store.pending_trials(conn, sweep_id)
-            if not rows:
-                return published
-            out = []
-            for row in rows:
-                spec = deps.spec(row["sweep_id"], row["spec"])
-                deps.ensure_queue(spec.resources.resource_class)
-                msg = trial_message(row, spec)
-                out.append(
-                    Outgoing(
-                        topology.TRIALS_EXCHANGE,
-                        spec.resources.resource_class,
-                        encode(msg),
-                        headers={"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt},
-                        message_id=f"{msg.trial_id}#{msg.attempt}",
-                        priority=spec.priority,  # the spec bounds it to the queues' 0..9
-                    )
-                )
-            deps.broker.publish_many(out)
-            store.mark_queued(conn, [r["trial_id"] for r in rows])
-            published += len(rows)
+def _extend(sweep_id: str, body: bytes, deps: PlannerDeps) -> None:
+    try:
+        data = json.loads(body)
+        trials, budget, version = int(data.get("trials") or 0), dict(data.get("budget") or {}), int(data["version"])
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise DecodeError(f"extend command for {sweep_id!r}: body must be {{trials, budget, version}}: {e}") from e
+    with log.bound(sweep_id=sweep_id), deps.db.transaction() as conn:
+        sweep = store.lock_sweep(conn, sweep_id)
+        if sweep is None or sweep["spec"] is None or sweep["state"] not in ("running", "completed"):
+            _log.warning("extend refused: no running or completed sweep of that id", state=sweep and sweep["state"])
+            return
+        if sweep["spec_version"] != version:
+            _log.info("extension already applied (or the spec changed since)", version=version)
+            return
+        try:
+            spec = extended(deps.spec(sweep_id, sweep["spec"], version), trials, budget)
+        except SpecError as e:
+            _log.warning("extend refused", error=str(e))
+            return
+        store.extend_sweep(conn, sweep_id, spec.to_json_dict(), total_trials(spec))
+        _log.info("sweep extended", trials=total_trials(spec), budget=budget or None)
+        top_up(conn, sweep_id, spec, deps.search(sweep_id, spec.to_json_dict(), version + 1), deps.window)
+    publish_pending(deps, sweep_id)
 
 
 def _cancel(sweep_id: str, deps: PlannerDeps) -> None:

@@ -15,11 +15,11 @@ from spotsweep.shared.settings import Settings
 _log = log.get("spotsweep.planner")
 
 
-def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gpu",)) -> PlannerDeps:
+def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gpu",), window: int | None = 32) -> PlannerDeps:
     """Declare, migrate, recover the outbox, and start consuming. Used by local mode too."""
     broker.declare(topology.service_queues(resource_classes))
     with_startup_retries(db.migrate, "migrate the database")
-    deps = PlannerDeps(db=db, broker=broker)
+    deps = PlannerDeps(db=db, broker=broker, window=window)
     recovered = with_startup_retries(lambda: publish_pending(deps), "publish pending trials")
     if recovered:
         _log.info("published trials left pending by a previous planner", trials=recovered)
@@ -32,7 +32,7 @@ def main(settings: Settings) -> int:
     db = required_database(settings.database_url, "planner")
 
     def start_on(broker: Broker) -> None:
-        start(broker, db)
+        start(broker, db, window=settings.queue_window)
         _log.info("planner running")
 
     try:

@@ -52,22 +52,27 @@ def lock_sweep(conn: Conn, sweep_id: str) -> Row | None:
     return conn.execute("SELECT * FROM sweeps WHERE sweep_id = %s FOR UPDATE", (sweep_id,)).fetchone()
 
 
-def in_flight(conn: Conn, sweep_id: str) -> int:
+def in_flight(conn: Conn, sweep_id: str) -> tuple[int, int]:
+    """Trials in flight, and how many of those wait (pending or queued)."""
     row = conn.execute(
-        "SELECT count(*) AS n FROM trials WHERE sweep_id = %s AND state IN ('pending', 'queued', 'running')", (sweep_id,)
+        "SELECT count(*) AS n, count(*) FILTER (WHERE state IN ('pending', 'queued')) AS waiting"
+        " FROM trials WHERE sweep_id = %s AND state IN ('pending', 'queued', 'running')", (sweep_id,)
     ).fetchone()
-    return int(row["n"]) if row else 0
+    return (int(row["n"]), int(row["waiting"])) if row else (0, 0)
 
 
-def sweep_state(conn: Conn, sweep: Row, max_concurrent: int, policy: RetryPolicy) -> SweepState:
+def sweep_state(conn: Conn, sweep: Row, max_concurrent: int, policy: RetryPolicy, window: int | None = None) -> SweepState:
+    busy, waiting = in_flight(conn, sweep["sweep_id"])
     return SweepState(
         max_concurrent=max_concurrent,
         total_trials=int(sweep["total_trials"]),
         next_index=int(sweep["next_index"]),
-        in_flight=in_flight(conn, sweep["sweep_id"]),
+        in_flight=busy,
         max_failures=policy.max_failures,
         active=sweep["state"] == "running",
         policy=policy,
+        waiting=waiting,
+        window=window,
     )
 
 
@@ -80,17 +85,46 @@ def get_trial(conn: Conn, trial_id: str) -> tuple[Row, TrialView] | None:
     return row, view
 
 
-def insert_trials(conn: Conn, sweep_id: str, first_index: int, trials: list[tuple[str, dict[str, Any]]]) -> None:
-    """``trials``: (trial_name, params) for indexes ``first_index...``; advances the cursor."""
+NewTrial = tuple[int, str, dict[str, Any], dict[str, Any]]  # index, name, params, search attrs
+
+
+def insert_trials(conn: Conn, sweep_id: str, trials: list[NewTrial], advance: bool = True) -> None:
+    """Write new trials as ``pending`` (the outbox); ``advance``: move the cursor past
+    the last index (regular trials; smoke trials have negative indexes and do not)."""
     if not trials:
         return
     with conn.cursor() as cur:
         cur.executemany(
-            "INSERT INTO trials (trial_id, sweep_id, idx, trial_name, params, state) VALUES (%s, %s, %s, %s, %s, 'pending')"
-            " ON CONFLICT DO NOTHING",
-            [(trial_id_for(sweep_id, first_index + i), sweep_id, first_index + i, name, Jsonb(p)) for i, (name, p) in enumerate(trials)],
+            "INSERT INTO trials (trial_id, sweep_id, idx, trial_name, params, search_attrs, state)"
+            " VALUES (%s, %s, %s, %s, %s, %s, 'pending') ON CONFLICT DO NOTHING",
+            [(trial_id_for(sweep_id, i), sweep_id, i, name, Jsonb(p), Jsonb(attrs)) for i, name, p, attrs in trials],
         )
-    conn.execute("UPDATE sweeps SET next_index = %s WHERE sweep_id = %s", (first_index + len(trials), sweep_id))
+    if advance:
+        conn.execute("UPDATE sweeps SET next_index = %s WHERE sweep_id = %s", (trials[-1][0] + 1, sweep_id))
+
+
+def extend_sweep(conn: Conn, sweep_id: str, spec: dict[str, Any], total: int) -> None:
+    """Store an extended spec; a finished sweep runs again (its history intact)."""
+    conn.execute(
+        "UPDATE sweeps SET spec = %s, total_trials = %s, spec_version = spec_version + 1, note = NULL,"
+        " state = 'running', finished_at = NULL WHERE sweep_id = %s",
+        (Json(spec), total, sweep_id),
+    )
+
+
+def cap_sweep(conn: Conn, sweep_id: str, total: int, note: str) -> None:
+    """Launch no more: a budget cap was reached. The sweep ends once its trials in flight do."""
+    conn.execute("UPDATE sweeps SET total_trials = %s, note = %s WHERE sweep_id = %s", (total, note, sweep_id))
+
+
+def set_study_attrs(conn: Conn, sweep_id: str, attrs: dict[str, Any]) -> None:
+    conn.execute("UPDATE sweeps SET search_attrs = %s WHERE sweep_id = %s", (Json(attrs), sweep_id))
+
+
+def merge_curve(conn: Conn, trial_id: str, points: list[tuple[int, float]]) -> None:
+    """Add a running trial's objective points to its curve (early stopping's history)."""
+    curve = {str(step): value for step, value in points}
+    conn.execute("UPDATE trials SET curve = curve || %s WHERE trial_id = %s", (Jsonb(json_safe(curve)), trial_id))
 
 
 def apply_update(conn: Conn, trial_id: str, u: TrialUpdate) -> None:
@@ -102,21 +136,35 @@ def apply_update(conn: Conn, trial_id: str, u: TrialUpdate) -> None:
         " started_at = CASE WHEN %s THEN COALESCE(started_at, now()) ELSE started_at END,"
         " finished_at = CASE WHEN %s THEN now() ELSE finished_at END,"
         " run_id = COALESCE(%s, run_id), losses = COALESCE(%s, losses), params = COALESCE(%s, params),"
-        " run_seconds = run_seconds + %s"
+        " run_seconds = run_seconds + %s, rungs = rungs || COALESCE(%s, '{}'::jsonb),"
+        " run_started_at = CASE WHEN %s THEN now() ELSE run_started_at END"
         " WHERE trial_id = %s",
         (
             u.state.value, u.attempt, u.failures, u.preemptions,
             Jsonb(json_safe(u.metrics)) if u.metrics is not None else None, u.state.value, u.error, u.agent,
             u.started, u.finished, u.run_id, u.losses, Jsonb(u.params) if u.params is not None else None,
-            u.add_seconds, trial_id,
+            u.add_seconds, Jsonb(json_safe({str(k): v for k, v in u.rungs.items()})) if u.rungs else None,
+            u.started, trial_id,
         ),
     )
 
 
-def finish_sweep(conn: Conn, sweep_id: str, state: str = "completed") -> None:
+def finish_sweep(conn: Conn, sweep_id: str, state: str = "completed", error: str | None = None) -> None:
     conn.execute(
-        "UPDATE sweeps SET state = %s, finished_at = now() WHERE sweep_id = %s AND state = 'running'", (state, sweep_id)
+        "UPDATE sweeps SET state = %s, finished_at = now(), error = COALESCE(%s, error) WHERE sweep_id = %s AND state = 'running'",
+        (state, error, sweep_id),
     )
+
+
+def fail_sweep(conn: Conn, sweep_id: str, error: str) -> int:
+    """End the sweep as failed (its smoke stage failed): trials in flight are cancelled."""
+    finish_sweep(conn, sweep_id, "failed", error)
+    cur = conn.execute(
+        "UPDATE trials SET state = 'cancelled', finished_at = now(), error = 'the sweep failed: ' || %s"
+        " WHERE sweep_id = %s AND state IN ('pending', 'queued', 'running')",
+        (error, sweep_id),
+    )
+    return cur.rowcount
 
 
 def cancel_sweep(conn: Conn, sweep_id: str) -> int:
@@ -149,7 +197,7 @@ def pending_trials(conn: Conn, sweep_id: str | None, limit: int = 100) -> list[R
     where = "t.state = 'pending'" + (" AND t.sweep_id = %s" if sweep_id else "")
     args: tuple[Any, ...] = (sweep_id, limit) if sweep_id else (limit,)
     return conn.execute(
-        f"SELECT t.*, s.spec FROM trials t JOIN sweeps s USING (sweep_id) WHERE {where}"
+        f"SELECT t.*, s.spec, s.spec_version FROM trials t JOIN sweeps s USING (sweep_id) WHERE {where}"
         " ORDER BY t.sweep_id, t.idx LIMIT %s FOR UPDATE OF t SKIP LOCKED",
         args,
     ).fetchall()

@@ -50,7 +50,8 @@ def build(db: Database, sweep_id: str) -> Report:
         sweep = conn.execute("SELECT sweep_id, name, state, spec, error FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
         if sweep is None:
             raise PermanentError(f"no sweep with id {sweep_id!r} (see `spotsweep ls`)")
-        rows = conn.execute("SELECT * FROM trial_results WHERE sweep_id = %s ORDER BY trial_name", (sweep_id,)).fetchall()
+        every = conn.execute("SELECT * FROM trial_results WHERE sweep_id = %s ORDER BY trial_name", (sweep_id,)).fetchall()
+    rows = [r for r in every if not r.get("smoke")]  # the smoke stage is not part of the comparison
     spec = sweep["spec"] or {}
     metric = (spec.get("metric") or {}).get("name", "")
     mode = (spec.get("metric") or {}).get("mode", "min")
@@ -64,7 +65,7 @@ def build(db: Database, sweep_id: str) -> Report:
     unranked = [r for r in rows if r["trial_id"] not in ranked_ids]
     configs = by_config(rows, metric, mode) if int(spec.get("repeats") or 1) > 1 else []
     pricing = spec.get("pricing")
-    cost = cost_of(rows, int((spec.get("resources") or {}).get("gpus", 1)), pricing) if pricing else None
+    cost = cost_of(every, int((spec.get("resources") or {}).get("gpus", 1)), pricing) if pricing else None
     return Report(sweep["sweep_id"], sweep["name"], sweep["state"], metric, mode, params, metrics, ranked, unranked,
                   configs, cost)
 
@@ -135,7 +136,7 @@ def print_configs(report: Report, out: Console, top: int | None = None) -> None:
 
 
 def cost_line(cost: SweepCost) -> str:
-    line = f"cost: {cost.gpu_hours:.2f} GPU-h (trial start to end; an upper bound)"
+    line = f"cost: {cost.gpu_hours:.2f} GPU-h of running trials"
     if cost.cost is not None:
         line += f", {cost.cost:.2f} at the spot price"
     if cost.on_demand is not None and cost.cost is not None:
@@ -191,14 +192,14 @@ def sweep_counts(db: Database, sweep_id: str | None = None, name_glob: str | Non
         where.append("s.name SIMILAR TO %s")
         args.append(glob_to_similar(name_glob))
     sql = (
-        "SELECT s.sweep_id, s.name, s.state, s.error, s.total_trials, s.created_at, s.finished_at,"
+        "SELECT s.sweep_id, s.name, s.state, s.error, s.note, s.total_trials, s.created_at, s.finished_at,"
         " count(t.*) FILTER (WHERE t.state = 'completed') AS completed,"
         " count(t.*) FILTER (WHERE t.state = 'failed') AS failed,"
         " count(t.*) FILTER (WHERE t.state = 'cancelled') AS cancelled,"
         " count(t.*) FILTER (WHERE t.state = 'pruned') AS pruned,"
         " count(t.*) FILTER (WHERE t.state = 'running') AS running,"
         " count(t.*) FILTER (WHERE t.state IN ('pending', 'queued')) AS queued"
-        " FROM sweeps s LEFT JOIN trials t USING (sweep_id)"
+        " FROM sweeps s LEFT JOIN trials t ON t.sweep_id = s.sweep_id AND t.idx >= 0"  # not the smoke stage
         + (" WHERE " + " AND ".join(where) if where else "")
         + " GROUP BY s.sweep_id ORDER BY s.created_at DESC"
     )

@@ -66,10 +66,11 @@ class SweepCost:
 
 
 def cost_of(rows: Sequence[Mapping[str, Any]], gpus: int, pricing: Mapping[str, Any] | None) -> SweepCost:
-    """GPU-hours (and cost, on demand cost) from the trials' start and end times."""
-    seconds = sum((r["finished_at"] - r["started_at"]).total_seconds() for r in rows
-                  if r.get("started_at") is not None and r.get("finished_at") is not None)
-    hours = seconds * gpus / 3600
+    """GPU-hours (and cost, on demand cost) from the trials' running time over all
+    their attempts (``run_seconds``: time waiting in the queue is not counted; a
+    CPU-only trial counts as one GPU, the slot it holds)."""
+    seconds = sum(float(r.get("run_seconds") or 0.0) for r in rows)
+    hours = seconds * max(1, gpus) / 3600
     if not pricing:
         return SweepCost(hours, None, None)
     on_demand = pricing.get("on_demand_gpu_hour")

@@ -6,7 +6,7 @@ CREATE TABLE IF NOT EXISTS sweeps (
     sweep_id     text PRIMARY KEY,
     name         text NOT NULL,
     spec         json,          -- json, not jsonb: key order of the space is the grid order
-    state        text NOT NULL CHECK (state IN ('running', 'completed', 'cancelled', 'rejected')),
+    state        text NOT NULL CHECK (state IN ('running', 'completed', 'cancelled', 'rejected', 'failed')),
     error        text,
     total_trials bigint NOT NULL DEFAULT 0,
     next_index   bigint NOT NULL DEFAULT 0,   -- the next config index the planner launches
@@ -37,6 +37,16 @@ CREATE TABLE IF NOT EXISTS trials (
 ALTER TABLE trials ADD COLUMN IF NOT EXISTS losses int NOT NULL DEFAULT 0;      -- deliveries of the current attempt lost with their agent
 ALTER TABLE trials ADD COLUMN IF NOT EXISTS run_seconds double precision NOT NULL DEFAULT 0;  -- running time over all attempts
 ALTER TABLE trials ADD COLUMN IF NOT EXISTS run_id text;                        -- the run of the current attempt that counts
+ALTER TABLE trials ADD COLUMN IF NOT EXISTS run_started_at timestamptz;         -- when that run started
+-- version 2: search
+ALTER TABLE trials ADD COLUMN IF NOT EXISTS rungs jsonb NOT NULL DEFAULT '{}';         -- successive halving: {budget: value} decided
+ALTER TABLE trials ADD COLUMN IF NOT EXISTS curve jsonb NOT NULL DEFAULT '{}';         -- early stopping: {step: objective} reported
+ALTER TABLE trials ADD COLUMN IF NOT EXISTS search_attrs jsonb NOT NULL DEFAULT '{}';  -- the sampler's per-trial state (Optuna system_attrs)
+ALTER TABLE sweeps ADD COLUMN IF NOT EXISTS search_attrs json;                         -- the sampler's study state
+ALTER TABLE sweeps ADD COLUMN IF NOT EXISTS note text;                                 -- why it stopped launching (a budget cap)
+ALTER TABLE sweeps ADD COLUMN IF NOT EXISTS spec_version int NOT NULL DEFAULT 0;       -- bumped by each `spotsweep extend`
+ALTER TABLE sweeps DROP CONSTRAINT IF EXISTS sweeps_state_check;
+ALTER TABLE sweeps ADD CONSTRAINT sweeps_state_check CHECK (state IN ('running', 'completed', 'cancelled', 'rejected', 'failed'));
 CREATE INDEX IF NOT EXISTS trials_inflight ON trials (sweep_id) WHERE state IN ('pending', 'queued', 'running');
 CREATE INDEX IF NOT EXISTS trials_pending ON trials (state) WHERE state = 'pending';
 
@@ -66,7 +76,8 @@ CREATE INDEX IF NOT EXISTS trial_events_trial ON trial_events (trial_id);
 CREATE OR REPLACE VIEW trial_results AS
 SELECT t.sweep_id, s.name AS sweep_name, t.trial_id, t.trial_name, t.state,
        t.params, t.metrics, t.attempt AS attempts, t.preemptions, t.error,
-       t.started_at, t.finished_at, t.failures, t.losses, t.run_seconds, t.agent
+       t.started_at, t.finished_at, t.failures, t.losses, t.run_seconds, t.agent,
+       t.idx < 0 AS smoke, t.rungs
 FROM trials t JOIN sweeps s USING (sweep_id);
 
 CREATE OR REPLACE VIEW metric_points AS

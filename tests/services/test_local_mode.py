@@ -103,3 +103,21 @@ def test_bad_spec_is_refused_with_the_field_and_no_traceback(tmp_path: Path) -> 
     spec.write_text("name: x\n  bad: [indent\n")
     proc = run_cli("validate", str(spec), home=tmp_path / "home", cwd=tmp_path)
     assert proc.returncode == 2 and "line 2" in proc.stderr and "Traceback" not in proc.stderr
+
+
+ASHA_SCRIPT = "import sys; from spotsweep import trial; x, n = float(sys.argv[1]), int(sys.argv[2]); trial.report(n, loss=x + 1 / n)"
+
+
+def test_an_asha_sweep_runs_locally_prunes_most_and_exits_zero(tmp_path: Path) -> None:
+    import yaml
+
+    spec = {"name": "asha", "command": ["python", "-c", ASHA_SCRIPT, "{x}", "{steps}"], "metric": {"name": "loss"},
+            "space": {"x": [1, 2, 3, 4, 5, 6]}, "max_concurrent": 1,
+            "strategy": {"type": "asha", "budget": {"param": "steps", "min": 1, "max": 9}, "eta": 3}}
+    (tmp_path / "asha.yaml").write_text(yaml.safe_dump(spec))
+    proc = run_cli("run", "asha.yaml", "--workers", "1", "--csv", "asha.csv", home=tmp_path / "home", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr  # pruned trials are what early stopping is for, not failures
+    with (tmp_path / "asha.csv").open() as f:
+        rows = {r["x"]: r for r in csv.DictReader(f)}
+    assert rows["1"]["state"] == "completed" and rows["1"]["steps"] == "9"  # the best went all the way, one trial
+    assert sum(r["state"] == "pruned" for r in rows.values()) >= 3

@@ -36,7 +36,7 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 def row(params: dict[str, Any], value: float | None, state: str = "completed", minutes: float = 30) -> dict[str, Any]:
     return {"params": params, "state": state, "metrics": {} if value is None else {"loss": value},
-            "started_at": T0, "finished_at": T0 + dt.timedelta(minutes=minutes)}
+            "started_at": T0, "finished_at": T0 + dt.timedelta(minutes=minutes), "run_seconds": minutes * 60.0}
 
 
 def test_repeats_are_summarised_per_config() -> None:
@@ -52,8 +52,8 @@ def test_repeats_are_summarised_per_config() -> None:
     assert [c.mean for c in by_config(rows, "loss", "max")][:2] == [9.0, 2.0]
 
 
-def test_cost_from_trial_spans() -> None:
-    rows = [row({}, 1.0, minutes=30), row({}, 1.0, minutes=90), {**row({}, None, "pending"), "started_at": None}]
+def test_cost_from_the_trials_running_time() -> None:
+    rows = [row({}, 1.0, minutes=30), row({}, 1.0, minutes=90), {**row({}, None, "pending"), "run_seconds": 0.0}]
     cost = cost_of(rows, gpus=2, pricing={"gpu_hour": 0.9, "on_demand_gpu_hour": 4.1})
     assert (cost.gpu_hours, round(cost.cost or 0, 6), round(cost.on_demand or 0, 6)) == (4.0, 3.6, 16.4)
     assert cost_of(rows, 1, None).cost is None
@@ -68,8 +68,8 @@ def test_report_of_a_repeated_sweep_shows_mean_and_spread(database_url: str) -> 
         conn.execute("INSERT INTO sweeps (sweep_id, name, spec, state, total_trials) VALUES ('rep-1', 'rep', %s, 'completed', 4)",
                      (json.dumps(spec),))
         for i, (lr, seed, loss) in enumerate([(0.1, 0, 1.0), (0.1, 1, 1.4), (0.01, 0, 0.5), (0.01, 1, 0.7)]):
-            conn.execute("INSERT INTO trials (trial_id, sweep_id, idx, trial_name, params, state, metrics, started_at, finished_at)"
-                         " VALUES (%s, 'rep-1', %s, %s, %s, 'completed', %s, %s, %s)",
+            conn.execute("INSERT INTO trials (trial_id, sweep_id, idx, trial_name, params, state, metrics, started_at, finished_at,"
+                         " run_seconds) VALUES (%s, 'rep-1', %s, %s, %s, 'completed', %s, %s, %s, 900)",
                          (f"rep-1.{i}", i, f"rep_{i}", json.dumps({"lr": lr, "seed": seed}), json.dumps({"loss": loss}),
                           T0, T0 + dt.timedelta(minutes=15)))
     rep = reporter.build(db, "rep-1")
@@ -79,4 +79,4 @@ def test_report_of_a_repeated_sweep_shows_mean_and_spread(database_url: str) -> 
     reporter.print_leaderboard(rep, out=console)
     text = console.export_text()
     assert "per config over seeds" in text and "0.141421" in text
-    assert "cost: 1.00 GPU-h (trial start to end; an upper bound), 1.00 at the spot price, 4.00 on demand (saved 3.00)" in text
+    assert "cost: 1.00 GPU-h of running trials, 1.00 at the spot price, 4.00 on demand (saved 3.00)" in text

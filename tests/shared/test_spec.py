@@ -367,7 +367,7 @@ SEARCH_BAD = [
     pytest.param({"strategy": ASHA, "budget": {"max_cost": 10}}, [("budget.max_cost", "needs pricing.gpu_hour to turn GPU-hours into cost")],
                  id="cost-without-pricing"),
     pytest.param({"strategy": ASHA, "budget": {"wall_time": "soon"}},
-                 [("budget.wall_time", "must be a number of seconds or a duration like '90m', '12h', '2d' (got 'soon')")], id="wall-time"),
+                 [("budget.wall_time", "must be seconds or a duration like 90s, 30m, 2h, 1h30m (got 'soon')")], id="wall-time"),
     pytest.param({"strategy": ASHA, "budget": {"max_gpu_hours": 0}},
                  [("budget.max_gpu_hours", "Input should be greater than 0 (got 0)")], id="gpu-hours-zero"),
     pytest.param({"command": ["t"], "strategy": {"type": "random", "trials": 3}, "smoke": {"budget": 2}},

@@ -64,6 +64,13 @@ class Search:
         self.budget_param = budget.param if budget is not None else None
 
     @property
+    def wants_progress(self) -> bool:
+        """Whether running trials must send their objective's points: early
+        stopping decides while they run (median, or successive halving
+        without a budget parameter)."""
+        return self.stopper is not None and not (isinstance(self.stopper, Asha) and self.budget_param is not None)
+
+    @property
     def total_trials(self) -> int:
         return total_trials(self.spec)
 

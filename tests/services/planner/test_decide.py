@@ -25,32 +25,32 @@ def test_fill_respects_max_concurrent_and_the_grid_end() -> None:
     assert fill(sweep(next_index=0, in_flight=0, active=False)) == (0, False)
 
 
-def test_started_marks_running_without_launching() -> None:
+def test_fill_keeps_at_most_the_window_waiting_in_the_queue() -> None:
+    big = dict(max_concurrent=100, total_trials=1000, next_index=10)
+    assert fill(sweep(**big, in_flight=10, waiting=0, window=8)) == (8, False)
+    assert fill(sweep(**big, in_flight=10, waiting=8, window=8)) == (0, False)  # agents must start some first
+    assert fill(sweep(**big, in_flight=10, waiting=3, window=8)) == (5, False)
+    assert fill(sweep(**big, in_flight=10, waiting=3, window=None)) == (90, False)
+
+
+def test_started_marks_running() -> None:
     d = decide(sweep(), TrialView(TrialState.QUEUED, 1), TrialStarted(attempt=1, agent="a", **S))
     assert d.update is not None and d.update.state == TrialState.RUNNING and d.update.started
-    assert d.launch == 0
 
 
-def test_completion_frees_a_slot_and_records_metrics() -> None:
+def test_completion_records_metrics() -> None:
     d = decide(sweep(), TrialView(TrialState.RUNNING, 1), finished("completed", metrics={"loss": 0.5}))
     assert d.update is not None and d.update.state == TrialState.COMPLETED and d.update.metrics == {"loss": 0.5}
-    assert d.launch == 1 and not d.sweep_done
-
-
-def test_last_completion_ends_the_sweep() -> None:
-    d = decide(sweep(next_index=5, in_flight=1), TrialView(TrialState.RUNNING, 1), finished("completed"))
-    assert d.sweep_done and d.launch == 0
+    assert d.update.finished
 
 
 def test_failure_is_retried_with_a_new_attempt_then_fails_for_good() -> None:
     d = decide(sweep(), TrialView(TrialState.RUNNING, 1), finished("failed", error="boom", exit_code=1))
     assert d.update is not None
     assert (d.update.state, d.update.attempt, d.update.failures) == (TrialState.PENDING, 2, 1)
-    assert d.launch == 0  # the retry keeps its slot
     d = decide(sweep(), TrialView(TrialState.RUNNING, 2, failures=1), finished("failed", attempt=2, error="boom again"))
     assert d.update is not None
     assert (d.update.state, d.update.failures, d.update.error) == (TrialState.FAILED, 2, "boom again")
-    assert d.launch == 1
 
 
 def test_preemption_does_not_spend_the_retry_budget() -> None:

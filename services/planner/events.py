@@ -1,0 +1,98 @@
+"""One trial event, decided and applied inside the caller's transaction.
+
+Lifecycle events (started, finished, lost) go through :func:`~.decide.decide`;
+a completed run first asks the search whether successive halving promotes
+it, prunes it or lets it complete. Progress events (the objective's points
+of a running trial) feed early stopping: the curve is recorded and the
+search may prune the trial, which the planner then stops on its agent.
+Either way the sweep is topped up afterwards (:func:`~.launch.top_up`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from spotsweep.services.planner import store
+from spotsweep.services.planner.decide import Decision, RunEnd, TrialView, decide, prune, record_rungs
+from spotsweep.services.planner.launch import TopUp, retry_policy, top_up
+from spotsweep.services.planner.search import Action, Search
+from spotsweep.services.planner.search.history import objective_values
+from spotsweep.services.planner.searching import history, record_of
+from spotsweep.shared import log
+from spotsweep.shared.db import Conn, Row
+from spotsweep.shared.messages import TrialFinished, TrialLost, TrialProgress, TrialStarted
+from spotsweep.shared.spec import SweepSpec
+from spotsweep.shared.states import TrialState
+
+_log = log.get("spotsweep.planner")
+LifecycleEvent = TrialStarted | TrialFinished | TrialLost
+
+
+@dataclass(frozen=True)
+class Applied:
+    decision: Decision
+    top_up: TopUp
+    recancel: bool = False  # an agent started a trial of a cancelled sweep: tell it again
+
+
+def apply(conn: Conn, sweep: Row, row: Row, view: TrialView, event: LifecycleEvent | TrialProgress, spec: SweepSpec,
+          search: Search, window: int | None) -> Applied:
+    if isinstance(event, TrialProgress):
+        decision = _progress(conn, row, view, event, spec, search)
+    else:
+        smoke = row["idx"] < 0
+        state = store.sweep_state(conn, sweep, spec.max_concurrent, retry_policy(spec, smoke), window)
+        run_end = None
+        if isinstance(event, TrialFinished) and event.outcome == "completed" and not smoke and _current(view, event):
+            run_end = _run_end(conn, row, event, spec, search)
+        decision = decide(state, view, event, run_end)
+    if decision.update is not None:
+        store.apply_update(conn, row["trial_id"], decision.update)
+        _log.info("trial " + decision.update.state.value, kind=event.kind, reason=decision.reason or None)
+    elif not isinstance(event, TrialProgress):
+        _log.info("event ignored", kind=event.kind, reason=decision.reason)
+    recancel = isinstance(event, TrialStarted) and view.state == TrialState.CANCELLED
+    return Applied(decision, top_up(conn, sweep["sweep_id"], spec, search, window), recancel)
+
+
+def _current(view: TrialView, event: TrialFinished) -> bool:
+    return not view.state.is_terminal and event.attempt == view.attempt
+
+
+def _run_end(conn: Conn, row: Row, event: TrialFinished, spec: SweepSpec, search: Search) -> RunEnd | None:
+    """Successive halving's decision at the end of a run that reached its budget."""
+    if search.budget_param is None or search.stopper is None:
+        return None
+    values = objective_values(spec, {**(row["metrics"] or {}), **event.metrics})
+    value = values[0] if values is not None else math.nan  # no objective: pruned as not finite
+    regular, _ = history(conn, row["sweep_id"], spec)
+    record = record_of(regular, row["idx"])
+    if record is None:
+        return None
+    verdict = search.on_run_end(regular, record, value)
+    _log.info("successive halving", action=verdict.action.value, budget=verdict.budget, reason=verdict.reason)
+    return RunEnd(verdict, value, search.budget_param)
+
+
+def _progress(conn: Conn, row: Row, view: TrialView, event: TrialProgress, spec: SweepSpec, search: Search) -> Decision:
+    """Record a running trial's objective points and let early stopping judge each."""
+    if view.state != TrialState.RUNNING or event.attempt != view.attempt or event.run_id != (view.run_id or ""):
+        return Decision(reason="progress of a run that is not the trial's current one")
+    store.merge_curve(conn, row["trial_id"], event.points)
+    if search.stopper is None or row["idx"] < 0:
+        return Decision()
+    regular, _ = history(conn, row["sweep_id"], spec, steps=[s for s, _ in event.points], full_curve=row["trial_id"])
+    record = record_of(regular, row["idx"])
+    if record is None:
+        return Decision()
+    rungs: dict[int, float] = {}
+    for step, value in event.points:
+        verdict = search.on_report(regular, record, step, value)
+        if verdict.rung is not None:  # later points of this batch see the rung decided
+            rungs[verdict.rung] = value
+            record = replace(record, rungs={**record.rungs, verdict.rung: value})
+        if verdict.action == Action.PRUNE:
+            _log.info("early stopping prunes the trial", step=step, reason=verdict.reason)
+            return prune(view, verdict.reason, {spec.metric.name: value}, rungs)
+    return record_rungs(view, rungs) if rungs else Decision()

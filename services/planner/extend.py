@@ -1,0 +1,52 @@
+"""``spotsweep extend``: more trials, or a larger budget, for a sweep that runs or ran.
+
+:func:`extended` is the pure part: the sweep's spec with ``trials`` more
+trials and the budget caps replaced, validated like any spec (errors name
+the field and the value). The history stays: trials already launched keep
+their rows and params, the search sees them, and the new trials take the
+next indexes. Static designs stay consistent: random and Sobol points are
+per index; a subset grows by the rows of a larger balanced design that were
+not chosen yet; a grid grows up to its size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spotsweep.shared.errors import SpecError
+from spotsweep.shared.space import grid_size, total_trials
+from spotsweep.shared.spec import SweepSpec, parse_spec
+
+BUDGET_FIELDS = ("max_trials", "max_gpu_hours", "max_cost", "wall_time")
+
+
+def extended(spec: SweepSpec, trials: int = 0, budget: dict[str, Any] | None = None) -> SweepSpec:
+    """The spec with ``trials`` more configurations (times ``repeats``: trials
+    count configs, as in the strategy) and ``budget`` fields replaced."""
+    if trials < 0:
+        raise SpecError([("trials", f"must be zero or more (got {trials})")])
+    data = spec.to_json_dict()
+    strategy = data["strategy"]
+    if trials:
+        kind = strategy["type"]
+        if kind == "grid":
+            size = grid_size(spec.space)
+            current = strategy.get("max_trials") or size
+            if current >= size:
+                raise SpecError([("trials", f"the grid's {size} configurations are all in the sweep already")])
+            strategy["max_trials"] = min(size, current + trials)
+        elif strategy.get("trials") is None:  # asha over the whole grid
+            raise SpecError([("trials", f"strategy {kind} runs every configuration of its grid already")])
+        else:
+            if kind == "subset":
+                strategy["extends"] = [*strategy.get("extends", []), strategy["trials"]]
+            strategy["trials"] = strategy["trials"] + trials
+    if budget:
+        unknown = sorted(set(budget) - set(BUDGET_FIELDS))
+        if unknown:
+            raise SpecError([(f"budget.{unknown[0]}", f"is not a budget cap; use {', '.join(BUDGET_FIELDS)}")])
+        data["budget"] = {**(data.get("budget") or {}), **budget}
+    new = parse_spec(data)
+    if total_trials(new) < total_trials(spec):
+        raise SpecError([("trials", "an extension cannot shrink the sweep")])
+    return new

@@ -1,0 +1,113 @@
+"""What runs next: new trials within ``max_concurrent`` and the queue window,
+through the smoke stage and the budget caps, with params from the sweep's search.
+
+:func:`top_up` runs inside the caller's transaction, under the sweep's row
+lock, after any decision about a trial was applied: it reads the sweep's
+counts afresh, launches what :func:`~.decide.fill` allows (rows written as
+``pending``: the outbox that ``publish_pending`` sends after the commit), and
+ends the sweep when nothing is left to run. The choices themselves are the
+pure objects of :mod:`.search`; this module only feeds them what the
+database holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from spotsweep.services.planner import store
+from spotsweep.services.planner.decide import RetryPolicy, fill
+from spotsweep.services.planner.search import Search, TrialRecord
+from spotsweep.services.planner.searching import history, usage
+from spotsweep.shared import log
+from spotsweep.shared.db import Conn
+from spotsweep.shared.naming import trial_name
+from spotsweep.shared.spec import SweepSpec
+from spotsweep.shared.states import TrialState
+
+_log = log.get("spotsweep.planner")
+
+
+@dataclass(frozen=True)
+class TopUp:
+    launched: int = 0
+    done: bool = False  # the sweep ended (completed, or failed in its smoke stage)
+    failed: str | None = None  # the smoke stage failed with this error: stop the trials in flight
+
+
+def retry_policy(spec: SweepSpec, smoke: bool = False) -> RetryPolicy:
+    """The spec's retries; smoke trials are never retried (a failure ends the stage)."""
+    r = spec.retries
+    return RetryPolicy(max_failures=0 if smoke else r.max_failures, on_oom=r.on_oom, batch_param=r.batch_param,
+                       accum_param=r.accum_param)
+
+
+def _complete(params: dict[str, Any], spec: SweepSpec) -> dict[str, Any]:
+    if spec.retries.on_oom == "halve_batch":
+        params.setdefault(spec.retries.accum_param, 1)  # the accumulation an OOM retry doubles
+    return params
+
+
+def top_up(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, window: int | None) -> TopUp:
+    sweep = store.lock_sweep(conn, sweep_id)
+    if sweep is None or sweep["state"] != "running":
+        return TopUp()
+    state = store.sweep_state(conn, sweep, spec.max_concurrent, retry_policy(spec), window)
+    regular: list[TrialRecord] = []
+    if search.model is not None or spec.smoke is not None:
+        regular, smoke = history(conn, sweep_id, spec)
+        if spec.smoke is not None:
+            stage = search.smoke(smoke)
+            if stage.failed:
+                store.fail_sweep(conn, sweep_id, stage.error or "the smoke stage failed")
+                _log.warning("smoke stage failed: sweep stopped", error=stage.error)
+                return TopUp(done=True, failed=stage.error)
+            if stage.hold:
+                room = min(spec.max_concurrent - state.in_flight, len(stage.launch))
+                new: list[store.NewTrial] = [(-1 - k, f"{spec.name}_smoke_{k}", _complete(search.smoke_params(k), spec), {})
+                                             for k in stage.launch[:max(0, room)]]
+                store.insert_trials(conn, sweep_id, new, advance=False)
+                return TopUp(launched=len(new))
+    n, _ = fill(state)
+    launched = _launch(conn, sweep_id, spec, search, state.next_index, n, regular)
+    total = store.lock_sweep(conn, sweep_id)
+    assert total is not None
+    done = int(total["next_index"]) >= int(total["total_trials"]) and state.in_flight + launched == 0
+    if done:
+        store.finish_sweep(conn, sweep_id)
+        _log.info("sweep completed", note=total["note"])
+    return TopUp(launched=launched, done=done)
+
+
+def _launch(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, first: int, n: int,
+            regular: list[TrialRecord]) -> int:
+    """Write up to ``n`` new trials from index ``first``; fewer when a budget cap says so."""
+    if n <= 0:
+        return 0
+    used = usage(conn, sweep_id, spec) if spec.budget is not None else None
+    study: dict[str, Any] | None = None
+    sweep = store.lock_sweep(conn, sweep_id)
+    assert sweep is not None
+    study_attrs = sweep["search_attrs"]
+    batch: list[store.NewTrial] = []
+    seen = list(regular)
+    for index in range(first, first + n):
+        if used is not None:
+            per_trial = (used.trial_seconds or 0.0) * used.gpus
+            verdict = search.may_launch(replace(used, launched=used.launched + len(batch),
+                                                committed_gpu_seconds=used.committed_gpu_seconds + len(batch) * per_trial))
+            if not verdict.ok:
+                store.cap_sweep(conn, sweep_id, index, verdict.reason)
+                _log.info("budget reached: no more trials", reason=verdict.reason)
+                break
+        proposal = search.propose(index, seen, study if study is not None else study_attrs)
+        if proposal.study_attrs is not None:
+            study = proposal.study_attrs
+        params = _complete(dict(proposal.params), spec)
+        batch.append((index, trial_name(spec, index, params), params, dict(proposal.attrs)))
+        # In flight from now on: the next suggestion in this batch must see it (constant liar).
+        seen.append(TrialRecord(index=index, params=params, state=TrialState.PENDING, attrs=proposal.attrs))
+    store.insert_trials(conn, sweep_id, batch)
+    if study is not None:
+        store.set_study_attrs(conn, sweep_id, study)
+    return len(batch)
