@@ -20,9 +20,12 @@ Objective = Callable[[Any], float]
 
 
 def _quiet() -> None:
+    import warnings
+
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
 def create_study(storage_url: str, name: str) -> None:
@@ -42,7 +45,7 @@ def _worker(storage_url: str, name: str, n_trials: int, objective: Objective, ba
     kw: dict[str, Any] = {}
     if heartbeat:
         kw = {"heartbeat_interval": heartbeat, "grace_period": 2 * heartbeat,
-              "failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=3)}
+              "heartbeat_stale_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=3)}
     storage = optuna.storages.RDBStorage(storage_url, **kw)
     study = optuna.load_study(study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler())
     barrier.wait()
@@ -51,18 +54,26 @@ def _worker(storage_url: str, name: str, n_trials: int, objective: Objective, ba
     out.put({"started": started, "ended": time.time(), "extra": getattr(objective, "collected", None)})
 
 
-def run(storage_url: str, name: str, n_trials: int, workers: int, objective: Objective,
-        heartbeat: int | None = None) -> dict[str, Any]:
-    """Run ``n_trials`` over ``workers`` processes; wall time from the barrier to the last worker's end."""
+def start(storage_url: str, name: str, shares: list[int], objective: Objective,
+          heartbeat: int | None = None) -> tuple[list[Any], Any]:
+    """Create the study, fork one worker per share (its trial count), and release them at once;
+    returns the processes and the queue each puts its result on."""
     create_study(storage_url, name)
     ctx = mp.get_context("fork")
-    barrier, out = ctx.Barrier(workers + 1), ctx.Queue()
-    shares = [n_trials // workers + (1 if i < n_trials % workers else 0) for i in range(workers)]
+    barrier, out = ctx.Barrier(len(shares) + 1), ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(storage_url, name, k, objective, barrier, out, heartbeat), daemon=True)
              for k in shares]
     for p in procs:
         p.start()
     barrier.wait()
+    return procs, out
+
+
+def run(storage_url: str, name: str, n_trials: int, workers: int, objective: Objective,
+        heartbeat: int | None = None) -> dict[str, Any]:
+    """Run ``n_trials`` over ``workers`` processes; wall time from the barrier to the last worker's end."""
+    shares = [n_trials // workers + (1 if i < n_trials % workers else 0) for i in range(workers)]
+    procs, out = start(storage_url, name, shares, objective, heartbeat)
     t0 = time.time()
     results = [out.get(timeout=3600) for _ in procs]
     for p in procs:
