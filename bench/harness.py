@@ -22,6 +22,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -84,8 +85,26 @@ def sqlalchemy_url(url: str) -> str:
 # -- spotsweep processes ----------------------------------------------------
 
 
+def revision_site(rev: str) -> Path:
+    """spotsweep as it was at git revision ``rev``, installed (no deps) under
+    ``build/bench-<rev>``; cached. For before/after runs of the services."""
+    root = Path(__file__).resolve().parent.parent
+    site = root / "build" / f"bench-{rev}"
+    if not (site / "spotsweep").is_dir():
+        with tempfile.TemporaryDirectory() as src:
+            archive = subprocess.run(["git", "archive", rev], cwd=root, check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), src],
+                           check=True, capture_output=True)
+    return site
+
+
 class Cluster:
-    """spotsweep services as separate processes, logs under ``tmp``."""
+    """spotsweep services as separate processes, logs under ``tmp``.
+
+    ``SPOTSWEEP_BENCH_SERVICES_REV=<git rev>`` runs the services of that
+    revision instead of the working tree's (the "before" of a before/after).
+    """
 
     def __init__(self, svc: Services, db_url: str, tmp: Path, log_level: str = "INFO") -> None:
         self.tmp = tmp
@@ -98,6 +117,9 @@ class Cluster:
             "SPOTSWEEP_DATABASE_URL": db_url,
             "SPOTSWEEP_HOME": str(tmp / "home"),
         }
+        rev = os.environ.get("SPOTSWEEP_BENCH_SERVICES_REV")
+        if rev:
+            self.env["PYTHONPATH"] = str(revision_site(rev))
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, *args: str, ready: str | None = None, timeout: float = 60) -> subprocess.Popen[bytes]:
@@ -246,6 +268,8 @@ def machine() -> dict[str, Any]:
 
 
 def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    rev = os.environ.get("SPOTSWEEP_BENCH_SERVICES_REV")
+    title += f" [services at {rev}]" if rev else ""
     cells = [[str(h) for h in header]] + [[_fmt(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     lines = [title, "  ".join(h.ljust(w) for h, w in zip(cells[0], widths)), "  ".join("-" * w for w in widths)]
@@ -266,7 +290,9 @@ def _fmt(v: Any) -> str:
 def write_json(name: str, payload: dict[str, Any], path: Path | None = None) -> Path:
     out = path or RESULTS / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": name, "machine": machine(), **payload}, indent=2, default=str))
+    services_rev = os.environ.get("SPOTSWEEP_BENCH_SERVICES_REV") or "working tree"
+    out.write_text(json.dumps({"benchmark": name, "machine": machine(), "services": services_rev, **payload},
+                              indent=2, default=str))
     return out
 
 

@@ -39,7 +39,7 @@ from spotsweep.shared.broker.port import DRAIN_GRACE_S, Broker, Consumer, Handle
 from spotsweep.shared.broker.rabbit_consumer import RabbitConsumer, translated
 from spotsweep.shared.broker.rabbit_consumer import RabbitDelivery as RabbitDelivery  # re-exported
 from spotsweep.shared.broker.rabbit_publisher import ConfirmPublisher
-from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError
 from spotsweep.shared.settings import redact_url
 from spotsweep.shared.topology import DEAD_LETTER_EXCHANGE, EXCHANGES, QueueSpec
 
@@ -187,9 +187,11 @@ class RabbitBroker(Broker):
         self.publish_many([message])
 
     def publish_many(self, messages: Sequence[Outgoing]) -> None:
-        if not messages:
-            return
+        # Blocks this (worker) thread only; the I/O thread goes on serving
+        # the connection until the confirms come back.
+        self.publish_async(messages).result()
 
+    def publish_async(self, messages: Sequence[Outgoing]) -> Future[None]:
         def send() -> Future[None]:
             publisher = self._confirm_publisher()
             confirmed = publisher.send(messages)
@@ -197,10 +199,13 @@ class RabbitBroker(Broker):
                 publisher.wait_here(confirmed)  # nobody else drives the connection
             return confirmed
 
-        with translated(f"publish to {self.url}"):
-            # Blocks this (worker) thread only; the I/O thread goes on serving
-            # the connection until the confirms come back.
-            self.call(send).result()
+        try:
+            with translated(f"publish to {self.url}"):
+                return self.call(send)
+        except SpotsweepError as e:
+            failed: Future[None] = Future()
+            failed.set_exception(e)
+            return failed
 
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1) -> Consumer:
         consumer = RabbitConsumer(self, queue, handler, concurrency)

@@ -42,6 +42,8 @@ class _Batch:
         self.left = n
         self.nacked = 0
         self.future: Future[None] = Future()
+        if n == 0:
+            self.future.set_result(None)
 
     def settle(self, ok: bool) -> None:
         self.left -= 1

@@ -427,3 +427,17 @@ def test_ack_all_acks_a_batch_once(connect: Connect) -> None:
     ack_all(batch)
     first.stop()
     assert_queue_empty(connect, SWEEPS_QUEUE)
+
+
+def test_publish_async_confirms_later_in_order_and_reports_errors_through_the_future(broker: Broker) -> None:
+    futures = [broker.publish_async([Outgoing("", SWEEPS_QUEUE, f"{i}".encode())]) for i in range(10)]
+    futures.append(broker.publish_async([]))
+    for f in futures:
+        assert f.result(timeout=10) is None
+    inbox = Inbox(ack=True)
+    broker.consume(SWEEPS_QUEUE, inbox, prefetch=10)
+    assert [inbox.get().body for _ in range(10)] == [f"{i}".encode() for i in range(10)]
+    bad = broker.publish_async([Outgoing("no.such.exchange", "k", b"x")])
+    with pytest.raises(PermanentError):
+        bad.result(timeout=10)
+    send(broker, "", SWEEPS_QUEUE, b"still works")
