@@ -99,6 +99,10 @@ def revision_site(rev: str) -> Path:
     return site
 
 
+_BOOT = ("import os, runpy, sys; sys.path[:0] = sys.argv.pop(1).split(os.pathsep); sys.argv[0] = 'spotsweep'; "
+         "runpy.run_module('spotsweep', run_name='__main__', alter_sys=True)")
+
+
 class Cluster:
     """spotsweep services as separate processes, logs under ``tmp``.
 
@@ -117,16 +121,20 @@ class Cluster:
             "SPOTSWEEP_DATABASE_URL": db_url,
             "SPOTSWEEP_HOME": str(tmp / "home"),
         }
+        self.python = [sys.executable, "-m", "spotsweep"]
         rev = os.environ.get("SPOTSWEEP_BENCH_SERVICES_REV")
         if rev:
-            self.env["PYTHONPATH"] = str(revision_site(rev))
+            # The editable install's import hook would win over PYTHONPATH:
+            # start without site (-S), with that revision first on the path.
+            paths = [str(revision_site(rev)), *(p for p in sys.path if p.endswith("site-packages"))]
+            self.python = [sys.executable, "-S", "-c", _BOOT, os.pathsep.join(paths)]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, *args: str, ready: str | None = None, timeout: float = 60) -> subprocess.Popen[bytes]:
         """Start ``spotsweep ARGS``; wait for ``ready`` in its log when given."""
         log = (self.tmp / f"{name}.log").open("ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "spotsweep", "--log-level", self.log_level, *args],
+            [*self.python, "--log-level", self.log_level, *args],
             env=self.env, stdout=log, stderr=log, start_new_session=True,
         )
         self.procs[name] = proc
