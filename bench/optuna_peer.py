@@ -44,8 +44,10 @@ def _worker(storage_url: str, name: str, n_trials: int, objective: Objective, ba
     _quiet()
     kw: dict[str, Any] = {}
     if heartbeat:
+        # The retry callback's name since Optuna 4.9; RetryFailedTrialCallback before.
+        retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
         kw = {"heartbeat_interval": heartbeat, "grace_period": 2 * heartbeat,
-              "heartbeat_stale_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=3)}
+              "heartbeat_stale_trial_callback": retry(max_retry=3)}
     storage = optuna.storages.RDBStorage(storage_url, **kw)
     study = optuna.load_study(study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler())
     barrier.wait()

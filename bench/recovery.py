@@ -16,7 +16,7 @@ waits. Work lost = last step the stopped process executed (from a trace file
 the trial appends to) - the step the next run resumed from.
 
 Peer: Optuna (PostgreSQL storage) recovers a killed worker's trial with
-heartbeats and ``RetryFailedTrialCallback``; at its fastest settings
+heartbeats and its retry callback (``RetryHeartbeatStaleTrialCallback``); at its fastest settings
 (``heartbeat_interval=1``, ``grace_period=2``) another worker fails the
 stale trial and runs its retry. Optuna has no checkpoints, so the retry
 starts from step 0; it has no graceful path either (SIGTERM ends a worker
@@ -153,7 +153,7 @@ def run_spotsweep(c: harness.Cluster, args: argparse.Namespace, tmp: Path) -> di
 
 def optuna_objective(tmp: Path, step_s: float) -> Any:
     def objective(trial: Any) -> float:
-        # RetryFailedTrialCallback copies user attributes into the retry.
+        # The retry callback copies user attributes into the retry.
         retried = trial.number != 0 and bool(trial.user_attrs.get("long"))
         if trial.number == 0:
             trial.set_user_attr("long", True)
