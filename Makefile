@@ -39,9 +39,31 @@ integration: setup
 chaos: setup
 	$(BIN)/python tests/chaos/chaos.py --long
 
+# Benchmarks against Optuna (docs/benchmarks.md): a few minutes in all on 2 cores.
+# BENCH_SIZE=smoke runs each at a tiny size, as a check that they work.
+BENCH_SIZE ?= full
+ifeq ($(BENCH_SIZE),smoke)
+BENCH_ARGS_dispatch := --trials 40 --agents 2 --slots 2 --repeat 1
+BENCH_ARGS_ingest_e2e := --trials 2 --lines 1000 --peer-points 400 --repeat 1
+BENCH_ARGS_latency := --trials 8 --repeat 1
+BENCH_ARGS_recovery := --repeat 1
+BENCH_ARGS_memory := --big 100000 --slots 2
+BENCH_ARGS_ingest := --points 20000
+BENCH_ARGS_search := --seeds 1
+else
+BENCH_ARGS_dispatch := --trials 300 --agents 2 --slots 4 --repeat 3
+BENCH_ARGS_ingest_e2e := --trials 4 --lines 25000 --peer-points 2000 --repeat 3
+BENCH_ARGS_latency := --trials 40 --repeat 2
+BENCH_ARGS_recovery := --repeat 2
+BENCH_ARGS_memory := --big 1000000 --slots 8
+BENCH_ARGS_ingest := --points 200000
+BENCH_ARGS_search := --seeds 3
+endif
+BENCHMARKS := dispatch ingest_e2e latency recovery memory ingest search
+
 bench: setup
-	$(BIN)/python bench/ingest.py --points 200000 --json bench/results/ingest.json
-	$(BIN)/python bench/search.py --seeds 3 --json bench/results/search.json
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(foreach b,$(BENCHMARKS),$(BIN)/python bench/$(b).py $(BENCH_ARGS_$(b)) --json bench/results/$(b).json &&) true
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

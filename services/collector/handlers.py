@@ -1,8 +1,12 @@
 """Collector handlers: a batch of events becomes one transaction.
 
-Metric points go through COPY into a temporary staging table and then one
-``INSERT ... ON CONFLICT DO NOTHING`` into ``points``, keyed by (trial,
-attempt, step, name): a redelivered batch inserts nothing twice. Lifecycle
+Metric points are COPied (binary format) straight into ``points``, whose
+primary key is (trial, attempt, step, name). A batch that repeats a key (a
+redelivery after a crash, an overlap) fails that COPY inside a savepoint; the
+batch then goes through a temporary staging table and one ``INSERT ... ON
+CONFLICT DO NOTHING``, so nothing is inserted twice and the first value of a
+key stays. The fast path skips the staging copy, which halves PostgreSQL's
+work per point (bench/ingest.py); redeliveries are rare. Lifecycle
 events are kept in ``trial_events`` keyed by message id. The batch is acked
 only after the commit (see ``BatchingHandler``).
 """
@@ -11,16 +15,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from spotsweep.shared import log
 from spotsweep.shared.broker.port import Delivery
-from spotsweep.shared.db import Database
+from spotsweep.shared.db import Conn, Database
 from spotsweep.shared.messages import Envelope, TrialMetrics, TrialProgress, decode, json_safe
 
 _log = log.get("spotsweep.collector")
 
+_COLUMNS = "(sweep_id, trial_id, attempt, step, name, value)"
+_TYPES = ["text", "text", "int4", "int8", "text", "float8"]  # binary COPY: the columns' types, in order
 _STAGE = (
     "CREATE TEMP TABLE IF NOT EXISTS points_stage"
     " (sweep_id text, trial_id text, attempt int, step bigint, name text, value double precision)"
@@ -56,17 +64,7 @@ def write_events(events: Sequence[Envelope], db: Database) -> int:
     inserted = 0
     with db.transaction() as conn:
         if points:
-            conn.execute(_STAGE)
-            with conn.cursor() as cur:
-                with cur.copy("COPY points_stage (sweep_id, trial_id, attempt, step, name, value) FROM STDIN") as copy:
-                    for row in points:
-                        copy.write_row(row)
-                cur.execute(
-                    "INSERT INTO points (sweep_id, trial_id, attempt, step, name, value)"
-                    " SELECT sweep_id, trial_id, attempt, step, name, value FROM points_stage"
-                    " ON CONFLICT DO NOTHING"
-                )
-                inserted = cur.rowcount
+            inserted = _write_points(conn, points)
         if lifecycle:
             with conn.cursor() as cur:
                 cur.executemany(
@@ -77,3 +75,25 @@ def write_events(events: Sequence[Envelope], db: Database) -> int:
     if points:
         _log.debug("points written", new=inserted, received=len(points))
     return inserted
+
+
+def _copy(cur: psycopg.Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> None:
+    with cur.copy(f"COPY {table} {_COLUMNS} FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(_TYPES)
+        for row in rows:
+            copy.write_row(row)
+
+
+def _write_points(conn: Conn, points: list[tuple[Any, ...]]) -> int:
+    """Insert the points no earlier batch stored; returns how many were new."""
+    try:
+        with conn.transaction(), conn.cursor() as cur:  # a savepoint inside the batch's transaction
+            _copy(cur, "points", points)
+        return len(points)
+    except psycopg.errors.UniqueViolation:
+        pass  # some key is stored already: insert only the new ones
+    conn.execute(_STAGE)
+    with conn.cursor() as cur:
+        _copy(cur, "points_stage", points)
+        cur.execute(f"INSERT INTO points {_COLUMNS} SELECT {_COLUMNS[1:-1]} FROM points_stage ON CONFLICT DO NOTHING")
+        return cur.rowcount

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from spotsweep.shared import log
-from spotsweep.shared.broker.port import Delivery
+from spotsweep.shared.broker.port import Delivery, ack_all
 from spotsweep.shared.errors import RetryableError
 
 _log = log.get(__name__)
@@ -110,8 +110,7 @@ class BatchingHandler:
             for d in batch:
                 self._process_alone(d)
         else:
-            for d in batch:
-                d.ack()
+            ack_all(batch)
 
     def _process_alone(self, delivery: Delivery) -> None:
         try:

@@ -5,6 +5,7 @@ them down):
 
 * ``publish`` returns only once the broker has confirmed the message
   (publisher confirms); it raises :class:`RetryableError` when it could not.
+  ``publish_async`` returns at once, with a Future for those confirms.
 * A consumer's handler runs on a worker thread, never on the I/O thread, so a
   handler may block (an agent runs a trial for hours) while heartbeats flow.
   ``Delivery.ack``/``nack`` and ``publish`` are safe from any thread.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 import time
 from typing import Any
@@ -61,6 +63,27 @@ class Delivery(ABC):
     @abstractmethod
     def nack(self, requeue: bool = True) -> None:
         """``requeue=False`` dead-letters the message."""
+
+    @classmethod
+    def ack_many(cls, deliveries: Sequence[Delivery]) -> None:
+        """Ack deliveries of this adapter; an adapter may do it in one step."""
+        for d in deliveries:
+            d.ack()
+
+
+def ack_all(deliveries: Sequence[Delivery]) -> None:
+    """Ack a batch: one step per adapter that can (RabbitMQ: one hop to its I/O
+    thread for the whole batch instead of one round trip through it per ack)."""
+    by_kind: dict[type, list[Delivery]] = {}
+    for d in deliveries:
+        by_kind.setdefault(type(d), []).append(d)
+    for kind, group in by_kind.items():
+        ack_many = getattr(kind, "ack_many", None)  # test doubles need not subclass Delivery
+        if ack_many is not None:
+            ack_many(group)
+        else:
+            for d in group:
+                d.ack()
 
 
 Handler = Callable[[Delivery], None]
@@ -117,6 +140,21 @@ class Broker(ABC):
         """Publish several and wait for all confirms. Adapters may pipeline."""
         for m in messages:
             self.publish(m)
+
+    def publish_async(self, messages: Sequence[Outgoing]) -> Future[None]:
+        """Publish persistently without waiting: the Future completes once the
+        broker has confirmed every message, or fails with the error
+        :meth:`publish` would raise. Messages published from one thread keep
+        their order. A caller that must not lose them (an agent before it
+        acks a trial) waits on the Future first. Default: synchronous."""
+        done: Future[None] = Future()
+        try:
+            self.publish_many(messages)
+        except Exception as e:  # handed to whoever waits, as the RabbitMQ adapter does
+            done.set_exception(e)
+        else:
+            done.set_result(None)
+        return done
 
     @abstractmethod
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1) -> Consumer:

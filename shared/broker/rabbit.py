@@ -13,7 +13,9 @@ thread drives it at a time:
   the connection directly, one at a time under ``_direct``.
 
 Publishing uses its own channel in confirm mode, so ``publish`` returns after
-the broker's confirm. Each consumer has its own channel with its own
+the broker's confirm; confirms are tracked, not waited for one message at a
+time (:mod:`.rabbit_publisher`), so the I/O thread never blocks on a round
+trip and publishes from many threads are in flight together. Each consumer has its own channel with its own
 ``basic_qos`` prefetch. ``stop`` only sets flags and wakes the loop (safe from
 a signal handler); the loop cancels consumers, drains, and closes.
 
@@ -36,7 +38,8 @@ from spotsweep.shared import log
 from spotsweep.shared.broker.port import DRAIN_GRACE_S, Broker, Consumer, Handler, Outgoing
 from spotsweep.shared.broker.rabbit_consumer import RabbitConsumer, translated
 from spotsweep.shared.broker.rabbit_consumer import RabbitDelivery as RabbitDelivery  # re-exported
-from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.broker.rabbit_publisher import ConfirmPublisher
+from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError
 from spotsweep.shared.settings import redact_url
 from spotsweep.shared.topology import DEAD_LETTER_EXCHANGE, EXCHANGES, QueueSpec
 
@@ -53,13 +56,6 @@ def _queue_arguments(spec: QueueSpec) -> dict[str, Any]:
     if spec.dead_letter:
         args["x-dead-letter-exchange"] = DEAD_LETTER_EXCHANGE
     return args
-
-
-def _properties(m: Outgoing) -> pika.BasicProperties:
-    return pika.BasicProperties(
-        delivery_mode=2, message_id=m.message_id, headers=dict(m.headers), priority=m.priority
-    )
-
 
 
 class RabbitBroker(Broker):
@@ -89,8 +85,8 @@ class RabbitBroker(Broker):
         except (pe.AMQPError, OSError) as e:
             # pika's message may quote the parameters; name only the redacted URL.
             raise RetryableError(f"cannot connect to RabbitMQ at {self.url} ({type(e).__name__})") from e
-        self._channel: BlockingChannel | None = None  # confirm-mode channel for publish and declare
-        self._tx: BlockingChannel | None = None  # transaction-mode channel for batches
+        self._channel: BlockingChannel | None = None  # for declarations
+        self._publisher: ConfirmPublisher | None = None
         # Held to drive the connection without the loop; guards the fields below.
         # Re-entrant so that stop() from a signal handler cannot deadlock its own thread.
         self._direct = threading.RLock()
@@ -147,13 +143,10 @@ class RabbitBroker(Broker):
             self._channel.confirm_delivery()
         return self._channel
 
-    def _tx_channel(self) -> BlockingChannel:
-        # pika's blocking confirm mode waits for each message's confirm in
-        # turn; a transaction makes a batch durable with one round trip.
-        if self._tx is None or not self._tx.is_open:
-            self._tx = self._conn.channel()
-            self._tx.tx_select()
-        return self._tx
+    def _confirm_publisher(self) -> ConfirmPublisher:
+        if self._publisher is None or not self._publisher.is_open:
+            self._publisher = ConfirmPublisher(self._conn, self.url)
+        return self._publisher
 
     def declare(self, queues: Iterable[QueueSpec]) -> None:
         specs = list(queues)
@@ -194,15 +187,25 @@ class RabbitBroker(Broker):
         self.publish_many([message])
 
     def publish_many(self, messages: Sequence[Outgoing]) -> None:
-        def do() -> None:
-            ch = self._confirm_channel() if len(messages) == 1 else self._tx_channel()
-            for m in messages:
-                ch.basic_publish(m.exchange, m.routing_key, m.body, _properties(m), mandatory=False)
-            if len(messages) > 1:
-                ch.tx_commit()  # returns once the broker has taken them all
+        # Blocks this (worker) thread only; the I/O thread goes on serving
+        # the connection until the confirms come back.
+        self.publish_async(messages).result()
 
-        with translated(f"publish to {self.url}"):
-            self.call(do)
+    def publish_async(self, messages: Sequence[Outgoing]) -> Future[None]:
+        def send() -> Future[None]:
+            publisher = self._confirm_publisher()
+            confirmed = publisher.send(messages)
+            if self._io_thread in (None, threading.current_thread()):
+                publisher.wait_here(confirmed)  # nobody else drives the connection
+            return confirmed
+
+        try:
+            with translated(f"publish to {self.url}"):
+                return self.call(send)
+        except SpotsweepError as e:
+            failed: Future[None] = Future()
+            failed.set_exception(e)
+            return failed
 
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1) -> Consumer:
         consumer = RabbitConsumer(self, queue, handler, concurrency)
@@ -316,6 +319,8 @@ class RabbitBroker(Broker):
             self._closed.set()
             self._io_thread = None
             pending, self._pending = self._pending, set()
+            if self._publisher is not None:
+                self._publisher.fail(RetryableError(f"connection to {self.url} closed before the broker confirmed"))
         for fut in pending:
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(RetryableError(f"connection to {self.url} closed"))

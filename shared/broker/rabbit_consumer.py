@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -76,6 +76,15 @@ class RabbitDelivery(Delivery):
 
     def nack(self, requeue: bool = True) -> None:
         self._consumer.settle(self, "nack", lambda: self.channel.basic_nack(self.tag, requeue=requeue))
+
+    @classmethod
+    def ack_many(cls, deliveries: Sequence[Delivery]) -> None:
+        by_consumer: dict[RabbitConsumer, list[RabbitDelivery]] = {}
+        for d in deliveries:
+            assert isinstance(d, RabbitDelivery)
+            by_consumer.setdefault(d._consumer, []).append(d)
+        for consumer, group in by_consumer.items():
+            consumer.ack_many(group)
 
 
 class RabbitConsumer(Consumer):
@@ -166,6 +175,31 @@ class RabbitConsumer(Consumer):
             # The channel is gone, so the broker redelivers the message: at-least-once holds.
             _log.warning("settle_failed", queue=self.queue, message_id=delivery.message_id, op=what, error=str(e))
             self._forget(delivery, on_io=False)
+
+    def ack_many(self, deliveries: list[RabbitDelivery]) -> None:
+        """Ack them all in one call onto the I/O thread."""
+        fresh = []
+        for d in deliveries:
+            if d.claim():
+                fresh.append(d)
+            else:
+                _log.warning("delivery_already_settled", queue=self.queue, message_id=d.message_id, op="ack")
+
+        def do() -> None:
+            try:
+                for d in fresh:
+                    d.channel.basic_ack(d.tag)
+            finally:
+                for d in fresh:
+                    self._forget(d, on_io=True)
+
+        try:
+            with translated(f"ack on {self._broker.url}"):
+                self._broker.call(do)
+        except SpotsweepError as e:
+            _log.warning("settle_failed", queue=self.queue, deliveries=len(fresh), op="ack", error=str(e))
+            for d in fresh:
+                self._forget(d, on_io=False)
 
     def _forget(self, delivery: RabbitDelivery, *, on_io: bool) -> None:
         with self._cond:

@@ -73,3 +73,17 @@ def test_migration_is_safe_to_run_concurrently(database_url: str) -> None:
     assert errors == []
     with Database(database_url).transaction() as conn:
         assert conn.execute("SELECT count(*) AS n FROM spotsweep_schema").fetchone()["n"] == 1
+
+
+def test_a_key_repeated_within_one_batch_keeps_its_first_value(database_url: str) -> None:
+    """The contract: within one attempt a (step, name) pair is stored once, with the first value."""
+    db = Database(database_url)
+    db.migrate()
+    twice = TrialMetrics(sweep_id="s", trial_id="s.2", attempt=1, points=[
+        MetricPoint(step=1, name="loss", value=1.0), MetricPoint(step=2, name="loss", value=2.0),
+        MetricPoint(step=1, name="loss", value=9.0)])
+    later = TrialMetrics(sweep_id="s", trial_id="s.2", attempt=1, points=[MetricPoint(step=3, name="loss", value=3.0)])
+    assert write_events([twice, later], db) == 3
+    with db.transaction() as conn:
+        rows = conn.execute("SELECT step, value FROM metric_points WHERE trial_id = 's.2' ORDER BY step").fetchall()
+    assert [(r["step"], r["value"]) for r in rows] == [(1, 1.0), (2, 2.0), (3, 3.0)]

@@ -21,7 +21,7 @@ import pika
 import pytest
 
 from spotsweep.shared.broker.memory import MemoryBroker, MemoryServer, topic_matches
-from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
+from spotsweep.shared.broker.port import Broker, Delivery, Outgoing, ack_all
 from spotsweep.shared.broker.rabbit import RabbitBroker
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.topology import (
@@ -413,3 +413,31 @@ def test_handler_may_stop_its_own_connection(connect: Connect) -> None:
     runner.join(10)
     assert not runner.is_alive() and acked.is_set()
     assert_queue_empty(connect, SWEEPS_QUEUE)
+
+
+def test_ack_all_acks_a_batch_once(connect: Connect) -> None:
+    """The collector's path: a whole batch acked in one step; an already settled one is skipped."""
+    first = connect()
+    for i in range(20):
+        send(first, "", SWEEPS_QUEUE, str(i).encode())
+    inbox = Inbox()
+    first.consume(SWEEPS_QUEUE, inbox, prefetch=20)
+    batch = [inbox.get() for _ in range(20)]
+    batch[3].ack()
+    ack_all(batch)
+    first.stop()
+    assert_queue_empty(connect, SWEEPS_QUEUE)
+
+
+def test_publish_async_confirms_later_in_order_and_reports_errors_through_the_future(broker: Broker) -> None:
+    futures = [broker.publish_async([Outgoing("", SWEEPS_QUEUE, f"{i}".encode())]) for i in range(10)]
+    futures.append(broker.publish_async([]))
+    for f in futures:
+        assert f.result(timeout=10) is None
+    inbox = Inbox(ack=True)
+    broker.consume(SWEEPS_QUEUE, inbox, prefetch=10)
+    assert [inbox.get().body for _ in range(10)] == [f"{i}".encode() for i in range(10)]
+    bad = broker.publish_async([Outgoing("no.such.exchange", "k", b"x")])
+    with pytest.raises(PermanentError):
+        bad.result(timeout=10)
+    send(broker, "", SWEEPS_QUEUE, b"still works")

@@ -10,8 +10,8 @@ import pytest
 
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.broker.rabbit import RabbitBroker
-from spotsweep.shared.errors import RetryableError
-from spotsweep.shared.topology import SWEEPS_QUEUE, service_queues
+from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.topology import SWEEPS_QUEUE, QueueSpec, service_queues
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,12 +41,59 @@ def test_a_consumer_the_broker_cancels_ends_run_so_the_service_reconnects(rabbit
     assert len(errors) == 1 and isinstance(errors[0], RetryableError)
 
 
-def test_publish_many_is_one_transaction_and_every_message_lands(rabbit_url: str) -> None:
+def _count(rabbit_url: str, queue: str) -> int:
+    admin = pika.BlockingConnection(pika.URLParameters(rabbit_url))
+    try:
+        return admin.channel().queue_declare(queue, passive=True).method.message_count
+    finally:
+        admin.close()
+
+
+def test_publish_many_returns_once_every_message_is_confirmed(rabbit_url: str) -> None:
     broker = RabbitBroker(rabbit_url)
     broker.declare(service_queues())
     broker.publish_many([Outgoing("", SWEEPS_QUEUE, str(i).encode()) for i in range(500)])
     broker.stop(drain=False)
-    admin = pika.BlockingConnection(pika.URLParameters(rabbit_url))
-    count = admin.channel().queue_declare(SWEEPS_QUEUE, passive=True).method.message_count
-    admin.close()
-    assert count == 500
+    assert _count(rabbit_url, SWEEPS_QUEUE) == 500
+
+
+def test_publishes_from_many_threads_are_all_confirmed_while_the_loop_runs(rabbit_url: str) -> None:
+    """Confirms are tracked, not awaited one by one on the I/O thread: concurrent
+    publishers each return once their own messages are confirmed."""
+    broker = RabbitBroker(rabbit_url)
+    broker.declare(service_queues())
+    loop = threading.Thread(target=broker.run, daemon=True)
+    loop.start()
+    errors: list[BaseException] = []
+
+    def publisher(k: int) -> None:
+        try:
+            for i in range(50):
+                broker.publish(Outgoing("", SWEEPS_QUEUE, f"{k}-{i}".encode()))
+            broker.publish_many([Outgoing("", SWEEPS_QUEUE, f"{k}-batch-{i}".encode()) for i in range(50)])
+        except BaseException as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(e)
+
+    threads = [threading.Thread(target=publisher, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == [] and _count(rabbit_url, SWEEPS_QUEUE) == 8 * 100
+    with pytest.raises(PermanentError):  # the channel the broker closes fails its batch, not the next one
+        broker.publish_many([Outgoing("", SWEEPS_QUEUE, b"ok"), Outgoing("no.such.exchange", "k", b"x")])
+    broker.publish(Outgoing("", SWEEPS_QUEUE, b"after"))
+    broker.stop(drain=False)
+    loop.join(10)
+
+
+def test_a_message_the_broker_refuses_raises_retryable(rabbit_url: str) -> None:
+    """A nack (here: a full queue that rejects publishes) is never reported as published."""
+    broker = RabbitBroker(rabbit_url)
+    full = QueueSpec("bench.full", arguments={"x-max-length": 1, "x-overflow": "reject-publish"}, dead_letter=False)
+    broker.declare([full])
+    broker.publish(Outgoing("", full.name, b"fits"))
+    with pytest.raises(RetryableError, match="nacked"):
+        broker.publish_many([Outgoing("", full.name, b"no room"), Outgoing("", full.name, b"none either")])
+    broker.stop(drain=False)
+    assert _count(rabbit_url, full.name) == 1
