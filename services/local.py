@@ -50,7 +50,7 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
     broker = MemoryBroker()
     store = LocalArtifactStore(settings.home / "artifacts")
     resource_class = spec.resources.resource_class
-    planner.start(broker, db, (resource_class,))
+    planner_deps = planner.start(broker, db, (resource_class,))
     batcher = collector.start(broker, db)
     deps = agent.start(broker, store, Slots(workers, agent.detect_gpus()), resource_class, settings.home / "work",
                        agent_id="local")
@@ -77,6 +77,7 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
             broker.stop(drain=False)
     broker.stop(drain=True)
     batcher.close()
+    planner_deps.close()
     if state == "rejected":
         raise PermanentError(f"sweep refused: {reporter.sweep_counts(db, sweep_id)[0]['error']}")
     rep = reporter.build(db, sweep_id)

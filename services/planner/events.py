@@ -5,7 +5,8 @@ a completed run first asks the search whether successive halving promotes
 it, prunes it or lets it complete. Progress events (the objective's points
 of a running trial) feed early stopping: the curve is recorded and the
 search may prune the trial, which the planner then stops on its agent.
-Either way the sweep is topped up afterwards (:func:`~.launch.top_up`).
+The caller tops the sweep up once after a batch of events
+(:func:`~.launch.top_up`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import math
 from dataclasses import dataclass, replace
 
 from spotsweep.services.planner import store
-from spotsweep.services.planner.decide import Decision, RunEnd, TrialView, decide, prune, record_rungs
-from spotsweep.services.planner.launch import TopUp, retry_policy, top_up
+from spotsweep.services.planner.decide import Decision, RunEnd, SweepState, TrialView, decide, prune, record_rungs
+from spotsweep.services.planner.launch import retry_policy
 from spotsweep.services.planner.search import Action, Search
 from spotsweep.services.planner.search.history import objective_values
 from spotsweep.services.planner.searching import history, record_of
@@ -32,17 +33,18 @@ LifecycleEvent = TrialStarted | TrialFinished | TrialLost
 @dataclass(frozen=True)
 class Applied:
     decision: Decision
-    top_up: TopUp
     recancel: bool = False  # an agent started a trial of a cancelled sweep: tell it again
 
 
 def apply(conn: Conn, sweep: Row, row: Row, view: TrialView, event: LifecycleEvent | TrialProgress, spec: SweepSpec,
-          search: Search, window: int | None) -> Applied:
+          search: Search) -> Applied:
     if isinstance(event, TrialProgress):
         decision = _progress(conn, row, view, event, spec, search)
     else:
         smoke = row["idx"] < 0
-        state = store.sweep_state(conn, sweep, spec.max_concurrent, retry_policy(spec, smoke), window)
+        # decide() reads only whether the sweep is active and its retry policy: no counts needed here
+        state = SweepState(spec.max_concurrent, int(sweep["total_trials"]), int(sweep["next_index"]), 0,
+                           spec.retries.max_failures, sweep["state"] == "running", retry_policy(spec, smoke))
         run_end = None
         if isinstance(event, TrialFinished) and event.outcome == "completed" and not smoke and _current(view, event):
             run_end = _run_end(conn, row, event, spec, search)
@@ -53,7 +55,7 @@ def apply(conn: Conn, sweep: Row, row: Row, view: TrialView, event: LifecycleEve
     elif not isinstance(event, TrialProgress):
         _log.info("event ignored", kind=event.kind, reason=decision.reason)
     recancel = isinstance(event, TrialStarted) and view.state == TrialState.CANCELLED
-    return Applied(decision, top_up(conn, sweep["sweep_id"], spec, search, window), recancel)
+    return Applied(decision, recancel)
 
 
 def _current(view: TrialView, event: TrialFinished) -> bool:

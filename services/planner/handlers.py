@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import Decision
-from spotsweep.services.planner.events import apply
+from spotsweep.services.planner.events import Applied, apply
 from spotsweep.services.planner.extend import extended
 from spotsweep.services.planner.launch import top_up
 from spotsweep.services.planner.outbox import publish_pending, trial_message
@@ -38,7 +39,7 @@ from spotsweep.shared.messages import (
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, parse_spec
 
-__all__ = ["PlannerDeps", "cancellation", "extension", "handle_event", "handle_sweep_message", "new_sweep_id",
+__all__ = ["PlannerDeps", "cancellation", "extension", "handle_event", "handle_events", "handle_sweep_message", "new_sweep_id",
            "publish_pending", "submission", "trial_message"]
 
 _log = log.get("spotsweep.planner")
@@ -58,6 +59,13 @@ class PlannerDeps:
     _searches: dict[tuple[str, int], Search] = field(default_factory=dict)
     _classes: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    batchers: list[Any] = field(default_factory=list)  # consumers' batching wrappers, closed with the connection
+
+    def close(self) -> None:
+        """Flush and stop the batching wrappers (their unsettled deliveries go back with the connection)."""
+        for batcher in self.batchers:
+            batcher.close()
+        self.batchers.clear()
 
     def ensure_queue(self, resource_class: str) -> None:
         """Declare a class's trial queue before the first publish to it, so
@@ -153,29 +161,53 @@ def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
 
 
 def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
-    """A trial event: record it, retry, promote, prune or finish the trial, launch more."""
-    event = decode(delivery.body)
-    if not isinstance(event, (TrialStarted, TrialFinished, TrialLost, TrialProgress)):
-        delivery.ack()
-        return
-    with log.bound(sweep_id=event.sweep_id, trial_id=event.trial_id, attempt=event.attempt), deps.db.transaction() as conn:
-        sweep = store.lock_sweep(conn, event.sweep_id)
-        found = store.get_trial(conn, event.trial_id) if sweep else None
-        if sweep is None or found is None or sweep["spec"] is None:
-            _log.warning("event for an unknown trial", kind=event.kind)
-            delivery.ack()
+    """One trial event (see :func:`handle_events`), acked once its effects are committed and sent."""
+    handle_events([delivery], deps)
+    delivery.ack()
+
+
+def handle_events(deliveries: Sequence[Delivery], deps: PlannerDeps) -> None:
+    """A batch of trial events: record each, retry, promote, prune or finish its
+    trial, then launch more. One transaction per sweep in the batch (the events
+    in delivery order, the sweep locked once, one top-up at the end), then what
+    must be sent: stops, re-broadcast cancels, the outbox. Raises on an
+    undecodable message (the batching wrapper isolates and dead-letters it);
+    the caller acks the batch after this returns."""
+    by_sweep: dict[str, list[Any]] = {}
+    for d in deliveries:
+        event = decode(d.body)
+        if isinstance(event, (TrialStarted, TrialFinished, TrialLost, TrialProgress)):
+            by_sweep.setdefault(event.sweep_id, []).append(event)
+    for sweep_id, events in by_sweep.items():
+        _handle_sweep_events(sweep_id, events, deps)
+
+
+def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps) -> None:
+    applied: list[tuple[Any, Applied]] = []
+    failed = False
+    with log.bound(sweep_id=sweep_id), deps.db.transaction() as conn:
+        sweep = store.lock_sweep(conn, sweep_id)
+        if sweep is None or sweep["spec"] is None:
+            _log.warning("events for an unknown sweep", events=len(events))
             return
         version = sweep["spec_version"]
-        spec, search = deps.spec(event.sweep_id, sweep["spec"], version), deps.search(event.sweep_id, sweep["spec"], version)
-        applied = apply(conn, sweep, found[0], found[1], event, spec, search, deps.window)
-    if applied.recancel or applied.top_up.failed:
-        _broadcast_cancel(deps, event.sweep_id)
-    _send_stop(deps, event.sweep_id, event.trial_id, applied.decision)
+        spec, search = deps.spec(sweep_id, sweep["spec"], version), deps.search(sweep_id, sweep["spec"], version)
+        for event in events:
+            with log.bound(trial_id=event.trial_id, attempt=event.attempt):
+                found = store.get_trial(conn, event.trial_id)
+                if found is None:
+                    _log.warning("event for an unknown trial", kind=event.kind)
+                    continue
+                applied.append((event, apply(conn, sweep, found[0], found[1], event, spec, search)))
+        failed = top_up(conn, sweep_id, spec, search, deps.window).failed is not None
+    if failed or any(a.recancel for _, a in applied):
+        _broadcast_cancel(deps, sweep_id)
+    for event, a in applied:
+        _send_stop(deps, sweep_id, event.trial_id, a.decision)
     # Always drain this sweep's outbox (one indexed query): if a previous
-    # delivery of this event committed its decision but failed to publish,
-    # its redelivery decides nothing new and must still publish.
-    publish_pending(deps, event.sweep_id)
-    delivery.ack()
+    # delivery of these events committed its decisions but failed to publish,
+    # their redelivery decides nothing new and must still publish.
+    publish_pending(deps, sweep_id)
 
 
 def _send_stop(deps: PlannerDeps, sweep_id: str, trial_id: str, decision: Decision) -> None:

@@ -20,7 +20,7 @@ from spotsweep.services.planner.decide import RetryPolicy, fill
 from spotsweep.services.planner.search import Search, TrialRecord
 from spotsweep.services.planner.searching import history, usage
 from spotsweep.shared import log
-from spotsweep.shared.db import Conn
+from spotsweep.shared.db import Conn, Row
 from spotsweep.shared.naming import trial_name
 from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.states import TrialState
@@ -49,7 +49,8 @@ def _complete(params: dict[str, Any], spec: SweepSpec) -> dict[str, Any]:
 
 
 def top_up(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, window: int | None) -> TopUp:
-    sweep = store.lock_sweep(conn, sweep_id)
+    """Launch what may run now; call it with the sweep's row locked by this transaction."""
+    sweep = store.get_sweep(conn, sweep_id)  # fresh: decisions in this transaction may have changed it
     if sweep is None or sweep["state"] != "running":
         return TopUp()
     state = store.sweep_state(conn, sweep, spec.max_concurrent, retry_policy(spec), window)
@@ -69,25 +70,22 @@ def top_up(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, window: i
                 store.insert_trials(conn, sweep_id, new, advance=False)
                 return TopUp(launched=len(new))
     n, _ = fill(state)
-    launched = _launch(conn, sweep_id, spec, search, state.next_index, n, regular)
-    total = store.lock_sweep(conn, sweep_id)
-    assert total is not None
-    done = int(total["next_index"]) >= int(total["total_trials"]) and state.in_flight + launched == 0
+    launched, total = _launch(conn, sweep, spec, search, n, regular)
+    done = state.next_index + launched >= total and state.in_flight + launched == 0
     if done:
         store.finish_sweep(conn, sweep_id)
-        _log.info("sweep completed", note=total["note"])
+        _log.info("sweep completed")
     return TopUp(launched=launched, done=done)
 
 
-def _launch(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, first: int, n: int,
-            regular: list[TrialRecord]) -> int:
-    """Write up to ``n`` new trials from index ``first``; fewer when a budget cap says so."""
+def _launch(conn: Conn, sweep: Row, spec: SweepSpec, search: Search, n: int, regular: list[TrialRecord]) -> tuple[int, int]:
+    """Write up to ``n`` new trials after the sweep's cursor; fewer when a budget cap
+    says so. Returns how many, and the sweep's total trials (capped or not)."""
+    sweep_id, first, total = sweep["sweep_id"], int(sweep["next_index"]), int(sweep["total_trials"])
     if n <= 0:
-        return 0
+        return 0, total
     used = usage(conn, sweep_id, spec) if spec.budget is not None else None
     study: dict[str, Any] | None = None
-    sweep = store.lock_sweep(conn, sweep_id)
-    assert sweep is not None
     study_attrs = sweep["search_attrs"]
     batch: list[store.NewTrial] = []
     seen = list(regular)
@@ -99,6 +97,7 @@ def _launch(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, first: i
             if not verdict.ok:
                 store.cap_sweep(conn, sweep_id, index, verdict.reason)
                 _log.info("budget reached: no more trials", reason=verdict.reason)
+                total = index
                 break
         proposal = search.propose(index, seen, study if study is not None else study_attrs)
         if proposal.study_attrs is not None:
@@ -110,4 +109,4 @@ def _launch(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, first: i
     store.insert_trials(conn, sweep_id, batch)
     if study is not None:
         store.set_study_attrs(conn, sweep_id, study)
-    return len(batch)
+    return len(batch), total

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from functools import partial
 
-from spotsweep.services.planner.handlers import PlannerDeps, handle_event, handle_sweep_message, publish_pending
+from spotsweep.services.planner.handlers import PlannerDeps, handle_events, handle_sweep_message, publish_pending
 from spotsweep.shared import log, topology
+from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.db import Database, required_database
 from spotsweep.shared.middleware import guarded
-from spotsweep.shared.runtime import broker_factory, serve, with_startup_retries
+from spotsweep.shared.runtime import Cleanup, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
 
 _log = log.get("spotsweep.planner")
+EVENT_BATCH = 64
 
 
 def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gpu",), window: int | None = 32) -> PlannerDeps:
@@ -24,16 +26,21 @@ def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gp
     if recovered:
         _log.info("published trials left pending by a previous planner", trials=recovered)
     broker.consume(topology.SWEEPS_QUEUE, guarded(partial(handle_sweep_message, deps=deps), "sweep"), prefetch=1)
-    broker.consume(topology.PLANNER_EVENTS_QUEUE, guarded(partial(handle_event, deps=deps), "event"), prefetch=16)
+    # Events in batches: whatever arrived while the last batch was decided (no
+    # waiting: max_wait 0), one transaction per sweep in it.
+    batcher = BatchingHandler(partial(handle_events, deps=deps), max_batch=EVENT_BATCH, max_wait=0.0, name="planner-events")
+    broker.consume(topology.PLANNER_EVENTS_QUEUE, batcher, prefetch=EVENT_BATCH * 2)
+    deps.batchers.append(batcher)
     return deps
 
 
 def main(settings: Settings) -> int:
     db = required_database(settings.database_url, "planner")
 
-    def start_on(broker: Broker) -> None:
-        start(broker, db, window=settings.queue_window)
+    def start_on(broker: Broker) -> Cleanup:
+        deps = start(broker, db, window=settings.queue_window)
         _log.info("planner running")
+        return deps.close
 
     try:
         return serve(broker_factory(settings), start_on)

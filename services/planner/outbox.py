@@ -72,3 +72,5 @@ def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
             deps.broker.publish_many(out)
             store.mark_queued(conn, [r["trial_id"] for r in rows])
             published += len(rows)
+        if len(rows) < store.PENDING_PAGE:
+            return published  # a short page: nothing more was pending

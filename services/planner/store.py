@@ -47,6 +47,11 @@ def insert_rejected(conn: Conn, sweep_id: str, name: str, error: str) -> None:
     )
 
 
+def get_sweep(conn: Conn, sweep_id: str) -> Row | None:
+    """The sweep row, as this transaction sees it (lock it first with :func:`lock_sweep`)."""
+    return conn.execute("SELECT * FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+
+
 def lock_sweep(conn: Conn, sweep_id: str) -> Row | None:
     """The sweep row, locked: serialises every decision about one sweep."""
     return conn.execute("SELECT * FROM sweeps WHERE sweep_id = %s FOR UPDATE", (sweep_id,)).fetchone()
@@ -189,7 +194,10 @@ def cancel_sweep(conn: Conn, sweep_id: str) -> int:
     return cur.rowcount
 
 
-def pending_trials(conn: Conn, sweep_id: str | None, limit: int = 100) -> list[Row]:
+PENDING_PAGE = 100  # outbox rows published per confirmed batch
+
+
+def pending_trials(conn: Conn, sweep_id: str | None, limit: int = PENDING_PAGE) -> list[Row]:
     """Trials written but not yet confirmed on the broker (the outbox), locked.
 
     SKIP LOCKED: two planners never publish the same row at the same time.

@@ -11,8 +11,10 @@ batches only ever flush on the timer.
 
 Settling: success acks the whole batch; a :class:`RetryableError` requeues it
 after a pause (the database is down: every message may succeed later); any
-other exception retries the messages one by one and dead-letters those that
-still fail, so one poison message never blocks its batch-mates.
+other exception retries the messages one by one: one that still fails with a
+:class:`PermanentError` (undecodable) is dead-lettered, one that fails with
+anything else (a bug) is requeued once and dead-lettered if it fails again,
+so one poison message never blocks its batch-mates.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable
 
 from spotsweep.shared import log
 from spotsweep.shared.broker.port import Delivery, ack_all
-from spotsweep.shared.errors import RetryableError
+from spotsweep.shared.errors import PermanentError, RetryableError
 
 _log = log.get(__name__)
 
@@ -98,6 +100,9 @@ class BatchingHandler:
                 _log.exception("batch_settle_failed", size=len(batch))
 
     def _process(self, batch: list[Delivery]) -> None:
+        if len(batch) == 1:
+            self._process_alone(batch[0])  # nothing to isolate: settle it on its own merits
+            return
         try:
             self._handle_batch(batch)
         except RetryableError as e:
@@ -119,8 +124,13 @@ class BatchingHandler:
             _log.warning("message_retryable_error", message_id=delivery.message_id, error=str(e))
             time.sleep(self._retry_pause)
             delivery.nack(requeue=True)
-        except Exception:
+        except PermanentError:
             _log.exception("message_dead_lettered", message_id=delivery.message_id, routing_key=delivery.routing_key)
             delivery.nack(requeue=False)
+        except Exception:
+            # A bug, as the guarded middleware sees it: one more try on a
+            # redelivery (it may have been transient), then the dead-letter queue.
+            _log.exception("message_failed", message_id=delivery.message_id, redelivered=delivery.redelivered)
+            delivery.nack(requeue=not delivery.redelivered)
         else:
             delivery.ack()

@@ -219,3 +219,20 @@ def test_a_failed_publish_is_retried_by_the_events_redelivery(h: Any, delivery: 
     handle_event(delivery(encode(ev), redelivered=True), h.deps)  # the redelivery
     retry = h.published(1)[0]
     assert (retry.trial_id, retry.attempt) == (first.trial_id, 2)
+
+
+def test_a_batch_of_events_of_two_sweeps_is_decided_in_order(h: Any, delivery: Any) -> None:
+    """The planner consumes events in batches: a trial's start and end may arrive together."""
+    from spotsweep.services.planner.handlers import handle_events
+
+    submit(h, delivery, {**SPEC, "max_concurrent": 1}, "one")
+    submit(h, delivery, {**SPEC, "max_concurrent": 1}, "two")
+    msgs = h.published(2)
+    batch = []
+    for msg in msgs:
+        batch.append(delivery(encode(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=1, agent="a", run_id="r"))))
+        batch.append(delivery(encode(TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=1, outcome="completed",
+                                                   run_id="r", metrics={"val_loss": 0.5}))))
+    handle_events(batch, h.deps)
+    assert {h.states(s)[m.trial_id] for s, m in zip(("one", "two"), msgs)} == {"completed"}
+    assert sorted((m.sweep_id, m.index) for m in h.published(2)) == [("one", 1), ("two", 1)]  # each launched its next

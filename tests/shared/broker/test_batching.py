@@ -110,18 +110,22 @@ def test_close_flushes_and_acks(broker: Broker) -> None:
 
 
 def test_poison_message_is_dead_lettered_rest_acked(broker: Broker) -> None:
+    alone: list[bool] = []
+
     def fail(bodies: list[bytes]) -> None:
         if b"poison" in bodies:
+            if len(bodies) == 1:
+                alone.append(True)
             raise ValueError("cannot decode")
 
     rec = Recorder(fail)
     dead = dead_inbox(broker)
     publish_events(broker, b"a", b"poison", b"b", b"c")
-    batching = BatchingHandler(rec, max_batch=4, max_wait=30)
+    batching = BatchingHandler(rec, max_batch=4, max_wait=0.2)
     broker.consume(COLLECTOR_QUEUE, batching, prefetch=4)
     assert [rec.next() for _ in range(3)] == [[b"a"], [b"b"], [b"c"]]  # retried alone, in order
     d = dead.get(timeout=10)
-    assert d.body == b"poison"
+    assert d.body == b"poison" and len(alone) == 2  # a bug gets one more try (it may be transient), not forever
     assert d.headers["x-death"][0]["queue"] == COLLECTOR_QUEUE
     batching.close()
     # The rest were acked: the next thing the queue delivers is new.
