@@ -10,10 +10,8 @@ means the integration paths were exercised.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,26 +22,10 @@ import pytest
 # (private servers, services as processes); test modules import them by name.
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
 from cluster import Cluster  # noqa: E402
+from servers import free_port, wait_port  # noqa: E402
 
 RABBIT_HOST = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
 PG_ADMIN_URL = os.environ.get("SPOTSWEEP_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
 def _rabbitmqctl(*args: str) -> None:
@@ -93,7 +75,7 @@ def s3_endpoint() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_port(port)
+        wait_port(port)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()

@@ -38,15 +38,21 @@ AWS_ACTIONS = ("terminate", "stop", "hibernate")
 AZURE_EVENTS = ("Preempt", "Terminate")
 
 
-def parse_aws(status: int, body: bytes) -> str | None:
-    """The AWS spot ``instance-action`` document -> why we are going away, or None."""
+def _document(status: int, body: bytes) -> dict[str, object] | None:
+    """A 200 answer's JSON object; None for anything else (no notice)."""
     if status != 200:
         return None
     try:
         doc = json.loads(body)
     except ValueError:
         return None
-    action = doc.get("action") if isinstance(doc, dict) else None
+    return doc if isinstance(doc, dict) else None
+
+
+def parse_aws(status: int, body: bytes) -> str | None:
+    """The AWS spot ``instance-action`` document -> why we are going away, or None."""
+    doc = _document(status, body) or {}
+    action = doc.get("action")
     if action not in AWS_ACTIONS:
         return None
     return f"AWS spot interruption notice: {action} at {doc.get('time', '?')}"
@@ -54,13 +60,7 @@ def parse_aws(status: int, body: bytes) -> str | None:
 
 def parse_azure(status: int, body: bytes) -> str | None:
     """Azure Scheduled Events -> the first Preempt/Terminate event, or None."""
-    if status != 200:
-        return None
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return None
-    events = doc.get("Events", []) if isinstance(doc, dict) else []
+    events = (_document(status, body) or {}).get("Events", [])
     for event in events if isinstance(events, list) else []:
         if isinstance(event, dict) and event.get("EventType") in AZURE_EVENTS:
             return f"Azure scheduled event: {event['EventType']} not before {event.get('NotBefore') or 'now'}"
