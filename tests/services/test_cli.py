@@ -73,3 +73,19 @@ def test_validate_warns_about_likely_mistakes_but_accepts_the_spec(tmp_path: Pat
 def test_positive_counts_are_checked_by_the_parser() -> None:
     proc = cli("run", "examples/noop.yaml", "--workers", "0")
     assert proc.returncode == 2 and "--workers: must be at least 1, got 0" in proc.stderr
+
+
+def test_extend_names_what_is_wrong_before_posting_anything(database_url: str) -> None:
+    env = {"SPOTSWEEP_DATABASE_URL": database_url, "SPOTSWEEP_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/%2F"}
+    proc = cli("extend", "nope-123", "--trials", "5", env=env)
+    assert proc.returncode == 2 and "no sweep with id 'nope-123'" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli("extend", "nope-123", env=env)
+    assert proc.returncode == 2 and "give --trials and/or a budget" in proc.stderr
+    import psycopg
+
+    spec = {"name": "g", "command": ["t"], "metric": {"name": "loss"}, "space": {"x": [1, 2]}, "strategy": {"type": "grid"}}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO sweeps (sweep_id, name, spec, state, total_trials) VALUES ('g-1', 'g', %s, 'completed', 2)",
+                     (json.dumps(spec),))
+    proc = cli("extend", "g-1", "--trials", "1", env=env)
+    assert proc.returncode == 2 and "trials: the grid's 2 configurations are all in the sweep already" in proc.stderr

@@ -152,3 +152,20 @@ def test_extend_continues_a_finished_sweep_with_its_history(h: Any, delivery: An
         run(h, msg, 0.2)
     assert h.sweep("sw1")["state"] == "completed"
     assert [h.trial(m.trial_id)["params"] for m in first] == [m.params for m in first]  # history intact
+
+
+HYPERBAND = {**BASE, "space": {"x": [1, 2, 3]}, "max_concurrent": 3,
+             "early_stop": {"type": "hyperband", "budget": {"min": 1, "max": 9}, "eta": 3, "brackets": 1}}
+
+
+def test_hyperband_without_a_budget_parameter_judges_running_trials_at_each_rung(h: Any) -> None:
+    h.submit(HYPERBAND)
+    a, b, _ = h.published(3)
+    h.start(a, run_id="a")
+    progress(h, a, "a", [(1, 0.5), (2, 0.45), (3, 0.4)])  # first at rungs 1 and 3: goes on
+    assert h.trial(a.trial_id)["rungs"] == {"1": 0.5, "3": 0.4} and h.told(timeout=0.3) is None
+    h.start(b, run_id="b")
+    progress(h, b, "b", [(1, 0.9)])  # outside the best third at rung 1
+    stop = h.told()
+    assert isinstance(stop, StopTrial) and (stop.run_id, stop.reason) == ("b", "pruned")
+    assert h.trial(b.trial_id)["state"] == "pruned" and h.trial(a.trial_id)["state"] == "running"
