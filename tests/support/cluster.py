@@ -102,9 +102,10 @@ def wait_for(database_url: str, sql: str, args: tuple[Any, ...], until: Any, tim
             with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
                 while True:
                     try:
-                        value = conn.execute(sql, args).fetchone()[0]  # type: ignore[index]
+                        row = conn.execute(sql, args).fetchone()
                     except psycopg.errors.UndefinedTable:  # the services have not migrated yet
-                        value = None
+                        row = None
+                    value = row[0] if row else None  # no row yet: the planner has not written it
                     if (value is not None and until(value)) or time.monotonic() > deadline:
                         return value
                     time.sleep(0.2)
