@@ -20,6 +20,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -106,16 +107,13 @@ class AgentDeps:
         return self.state.control
 
     def publish_event(self, event: Envelope) -> None:
-        kind = getattr(event, "kind", "event")
-        self.broker.publish(
-            Outgoing(
-                topology.EVENTS_EXCHANGE,
-                topology.event_routing_key(kind, event.sweep_id),
-                encode(event),
-                headers={"sweep_id": event.sweep_id, "trial_id": event.trial_id, "attempt": event.attempt},
-                message_id=event.message_id,
-            )
-        )
+        """Publish and wait for the broker's confirm."""
+        self.broker.publish(_outgoing(event))
+
+    def send_event(self, event: Envelope) -> Future[None]:
+        """Publish without waiting: the runner waits for these confirms only where
+        it must (before a checkpoint is committed, and before the delivery is acked)."""
+        return self.broker.publish_async([_outgoing(event)])
 
     def is_cancelled(self, sweep_id: str) -> bool:
         with self.state.lock:
@@ -124,6 +122,13 @@ class AgentDeps:
     def stop_reason(self, run_id: str) -> str | None:
         with self.state.lock:
             return self.state.stops.get(run_id)
+
+
+def _outgoing(event: Envelope) -> Outgoing:
+    kind = getattr(event, "kind", "event")
+    return Outgoing(topology.EVENTS_EXCHANGE, topology.event_routing_key(kind, event.sweep_id), encode(event),
+                    headers={"sweep_id": event.sweep_id, "trial_id": event.trial_id, "attempt": event.attempt},
+                    message_id=event.message_id)
 
 
 def _hand_back(delivery: Delivery, msg: TrialMessage, deps: AgentDeps) -> None:
@@ -174,7 +179,7 @@ def _run(delivery: Delivery, msg: TrialMessage, deps: AgentDeps, losses: int) ->
             cancelled=lambda: deps.is_cancelled(msg.sweep_id), stopped=deps.stop_reason,
         )
         try:
-            return run_trial(msg, deps.store, deps.publish_event, deps.config, control, gpu,
+            return run_trial(msg, deps.store, deps.send_event, deps.config, control, gpu,
                              redelivered=delivery.redelivered, losses=losses)
         except DeliveryLost as e:
             notice = TrialLost(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,

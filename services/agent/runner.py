@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -114,10 +115,35 @@ def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int |
     return env
 
 
+class Confirms:
+    """The events of one run, published without waiting; :meth:`wait` blocks until
+    the broker confirmed all of them (one wait where there was one per event).
+
+    ``publish`` may return a Future (``Broker.publish_async``) or nothing (a
+    synchronous publish, a test's list): both work."""
+
+    def __init__(self, publish: Callable[[Envelope], Future[None] | None]) -> None:
+        self._publish = publish
+        self._pending: list[Future[None]] = []
+
+    def __call__(self, event: Envelope) -> None:
+        future = self._publish(event)
+        if future is not None:
+            self._pending.append(future)
+            if future.done():
+                self.wait()  # a publish that failed at once fails the run at once
+
+    def wait(self) -> None:
+        """Raises :class:`RetryableError` if the broker refused or lost one."""
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+
 def run_trial(
     msg: TrialMessage,
     store: ArtifactStore,
-    publish: Callable[[Envelope], None],
+    publish: Callable[[Envelope], Future[None] | None],
     config: RunnerConfig,
     control: RunControl,
     gpu: str | None = None,
@@ -125,8 +151,10 @@ def run_trial(
     redelivered: bool = False,
     losses: int = 0,
 ) -> TrialFinished | None:
-    """Run the attempt to its end and return (not publish) its final event."""
+    """Run the attempt to its end and return (not publish) its final event; every
+    event published on the way is confirmed by the broker when this returns."""
     run_id = uuid.uuid4().hex[:12]
+    send = Confirms(publish)
     ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
     config.workdir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"{msg.trial_id}-a{msg.attempt}-", dir=config.workdir))
@@ -154,11 +182,12 @@ def run_trial(
             with _running_lock:
                 _running.add(proc.pid)
             try:
-                publish(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
-                                     run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses))
+                send(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
+                                  run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses))
                 _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids)
-                outcome = supervise(proc, msg, store, publish, config, control, Tail(metrics_path), ckpt_dir, run_id,
+                outcome = supervise(proc, msg, store, send, config, control, Tail(metrics_path), ckpt_dir, run_id,
                                     restored)
+                send.wait()  # the final event is published only after everything before it is confirmed
             except RetryableError as e:
                 # A publish failed: the broker went away mid-trial. This
                 # delivery is void and RabbitMQ hands the trial to another

@@ -17,6 +17,7 @@ attempt's final event.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -65,6 +66,32 @@ class Outcome:
     stop_reason: str | None = None
 
 
+class ExitWait:
+    """Sleep until the next poll, or until the process exits, whichever is first.
+
+    A trial that ends between two polls would otherwise idle its slot for the
+    rest of the interval (most of a short trial's life). Linux's pidfd is
+    readable once the process exits; elsewhere this is a plain sleep.
+    """
+
+    def __init__(self, pid: int) -> None:
+        try:
+            self._fd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self._fd = None
+
+    def __call__(self, seconds: float) -> None:
+        if self._fd is None:
+            time.sleep(seconds)
+        else:
+            select.select([self._fd], [], [], seconds)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
@@ -77,6 +104,9 @@ def supervise(
     config: RunnerConfig, control: RunControl, tail: Tail, ckpt_dir: Path, run_id: str,
     restored: dict[str, float] | None = None,
 ) -> Outcome:
+    """Supervise until the process exits. ``publish`` may publish without waiting
+    (:class:`~.runner.Confirms`); its ``wait`` is called before each checkpoint commit."""
+    confirm: Callable[[], None] = getattr(publish, "wait", lambda: None)
     # Final metrics start from what the checkpoint kept: a resumed run need
     # not re-report what was reported before it, even by a run that was lost.
     outcome = Outcome(final=dict(restored or {}))
@@ -132,6 +162,7 @@ def supervise(
                 else:
                     take(parsed)
             flush()
+            confirm()  # the points the snapshot's state has passed are on the broker before it is committed
             uri = uploads.checkpoint(store, msg, label, staged, dict(outcome.final))
             if uri is not None:
                 publish(CheckpointSaved(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, step=label,
@@ -151,41 +182,45 @@ def supervise(
         outcome.reason = reason
         signal_group(proc, signal.SIGKILL)
 
-    while True:
-        exited = proc.poll() is not None
-        lines = tail.read(final=exited)
-        consume(lines)
-        now = time.monotonic()
-        if lines:
-            last_line = now  # any line is a sign of life, and an upload may have taken a while
-        if batch and now - oldest >= config.batch_seconds:
-            flush()
-        if exited:
-            break
-        if control.kill.is_set():
-            signal_group(proc, signal.SIGKILL)
-        elif control.lost.is_set():
-            if outcome.reason != "lost":
-                end("lost")
-        elif outcome.reason in ("exited", "preempted"):
-            stop = control.stopped(run_id)
-            if stop is not None:
-                outcome.stop_reason = stop
-                end("stopped")
-            elif control.cancelled():
-                end("cancelled")
-            elif outcome.reason == "exited" and msg.stall_timeout is not None and now - last_line > msg.stall_timeout:
-                end("stalled")
-            elif outcome.reason == "exited" and budget is not None and now - started > budget:
-                end("timeout")
-            elif control.preempt.is_set():
-                if term_sent_at is None:
-                    outcome.reason = "preempted"
-                    term_sent_at = now
-                    signal_group(proc, signal.SIGTERM)
-                elif now - term_sent_at > control.grace:
-                    signal_group(proc, signal.SIGKILL)
-        time.sleep(config.poll_seconds)
+    wait = ExitWait(proc.pid)
+    try:
+        while True:
+            exited = proc.poll() is not None
+            lines = tail.read(final=exited)
+            consume(lines)
+            now = time.monotonic()
+            if lines:
+                last_line = now  # any line is a sign of life, and an upload may have taken a while
+            if batch and now - oldest >= config.batch_seconds:
+                flush()
+            if exited:
+                break
+            if control.kill.is_set():
+                signal_group(proc, signal.SIGKILL)
+            elif control.lost.is_set():
+                if outcome.reason != "lost":
+                    end("lost")
+            elif outcome.reason in ("exited", "preempted"):
+                stop = control.stopped(run_id)
+                if stop is not None:
+                    outcome.stop_reason = stop
+                    end("stopped")
+                elif control.cancelled():
+                    end("cancelled")
+                elif outcome.reason == "exited" and msg.stall_timeout is not None and now - last_line > msg.stall_timeout:
+                    end("stalled")
+                elif outcome.reason == "exited" and budget is not None and now - started > budget:
+                    end("timeout")
+                elif control.preempt.is_set():
+                    if term_sent_at is None:
+                        outcome.reason = "preempted"
+                        term_sent_at = now
+                        signal_group(proc, signal.SIGTERM)
+                    elif now - term_sent_at > control.grace:
+                        signal_group(proc, signal.SIGKILL)
+            wait(config.poll_seconds)
+    finally:
+        wait.close()
     proc.wait()
     flush()
     return outcome

@@ -75,10 +75,13 @@ def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
 
 
 def logs(store: ArtifactStore, msg: TrialMessage, out_path: Path, err_path: Path) -> str | None:
-    """Upload stdout and stderr; the logs folder's URI, or None if that failed."""
+    """Upload stdout and stderr (those not empty); the logs folder's URI, or None
+    if there was nothing to upload or the upload failed."""
     uri = None
     try:
         for stream, path in (("stdout", out_path), ("stderr", err_path)):
+            if not path.exists() or path.stat().st_size == 0:
+                continue  # nothing to keep: most trials write nothing to one of the two
             key = log_key(msg.sweep_id, msg.trial_id, msg.attempt, stream)
             uri = retrying(partial(store.put_file, key, path), S3_BACKOFF, what="upload logs")
     except SpotsweepError as e:
