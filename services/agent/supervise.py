@@ -31,7 +31,7 @@ from spotsweep.services.agent import uploads
 from spotsweep.services.agent.lines import BadLine, Checkpoint, Parsed, Points, Tail, parse_line
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
-from spotsweep.shared.messages import CheckpointSaved, Envelope, MetricPoint, TrialMessage, TrialMetrics, TrialProgress
+from spotsweep.shared.messages import CheckpointSaved, Envelope, TrialMessage, TrialMetrics, TrialProgress
 
 _log = log.get("spotsweep.agent")
 
@@ -110,7 +110,7 @@ def supervise(
     # Final metrics start from what the checkpoint kept: a resumed run need
     # not re-report what was reported before it, even by a run that was lost.
     outcome = Outcome(final=dict(restored or {}))
-    batch: list[MetricPoint] = []
+    batch: list[tuple[int, str, float]] = []  # (step, name, value) not yet published
     oldest = 0.0
     started = last_line = time.monotonic()
     term_sent_at: float | None = None
@@ -120,8 +120,10 @@ def supervise(
     def flush() -> None:
         nonlocal batch
         if batch:
-            publish(TrialMetrics(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, points=batch))
-            objective = [(p.step, p.value) for p in batch if p.name == msg.metric]
+            steps, names, values = (list(column) for column in zip(*batch))
+            publish(TrialMetrics(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, steps=steps, names=names,
+                                 values=values))
+            objective = [(step, value) for step, name, value in batch if name == msg.metric]
             if msg.progress and objective:  # early stopping judges the objective while the trial runs
                 publish(TrialProgress(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, run_id=run_id,
                                       points=objective))
@@ -134,7 +136,7 @@ def supervise(
         if isinstance(parsed, Points):
             if not batch:
                 oldest = time.monotonic()
-            batch.extend(MetricPoint(step=parsed.step, name=k, value=v) for k, v in parsed.values.items())
+            batch.extend((parsed.step, k, v) for k, v in parsed.values.items())
             outcome.final.update(parsed.values)
             outcome.last_step = parsed.step
             if len(batch) >= config.batch_points:

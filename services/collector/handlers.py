@@ -50,10 +50,10 @@ def handle_batch(deliveries: Sequence[Delivery], deps: CollectorDeps) -> None:
 def write_events(events: Sequence[Envelope], db: Database) -> int:
     """Write events idempotently; returns the number of new points."""
     points = [
-        (e.sweep_id, e.trial_id, e.attempt, p.step, p.name, p.value)
+        (e.sweep_id, e.trial_id, e.attempt, step, name, value)
         for e in events
         if isinstance(e, TrialMetrics)
-        for p in e.points
+        for step, name, value in zip(e.steps, e.names, e.values)
     ]
     lifecycle = [
         (e.message_id, e.sweep_id, e.trial_id, e.attempt, getattr(e, "kind", "?"), Jsonb(json_safe(e.model_dump(mode="json"))))

@@ -54,3 +54,29 @@ def test_messages_are_frozen_and_the_schema_is_published() -> None:
         m.sweep_id = "other"  # type: ignore[misc]
     schema = json_schemas()
     assert "trial.finished" in str(schema)
+
+
+def test_metric_points_travel_as_columns_and_the_previous_layout_still_decodes() -> None:
+    import math
+
+    m = TrialMetrics(sweep_id="s", trial_id="s.0", attempt=1, steps=[1, 1, 2], names=["loss", "acc", "loss"],
+                     values=[0.5, math.nan, math.inf])
+    body = encode(m)
+    assert b'"steps":[1,1,2]' in body and b'"points"' not in body
+    back = decode(body)
+    assert isinstance(back, TrialMetrics) and back.steps == [1, 1, 2] and math.isnan(back.values[1])
+    assert [(p.step, p.name) for p in back.points] == [(1, "loss"), (1, "acc"), (2, "loss")]
+    v2 = (b'{"kind": "trial.metrics", "schema_version": 2, "sweep_id": "s", "trial_id": "s.0", "attempt": 1,'
+          b' "points": [{"step": 3, "name": "loss", "value": 0.25}]}')
+    old = decode(v2)
+    assert isinstance(old, TrialMetrics) and (old.steps, old.names, old.values) == ([3], ["loss"], [0.25])
+
+
+def test_metric_columns_of_different_lengths_are_refused() -> None:
+    import pytest
+
+    from spotsweep.shared.errors import DecodeError
+
+    bad = b'{"kind": "trial.metrics", "sweep_id": "s", "trial_id": "s.0", "attempt": 1, "steps": [1], "names": [], "values": []}'
+    with pytest.raises(DecodeError, match="as long as each other"):
+        decode(bad)
