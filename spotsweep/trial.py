@@ -116,16 +116,18 @@ def _check_step(step: object) -> int:
     return value
 
 
-def _encode_value(name: str, value: object) -> float | str:
-    """A metric as a JSON-safe value: a finite float, or "NaN"/"Infinity"/"-Infinity"."""
+def _encode_value(name: str, value: object) -> int | float | str:
+    """A metric as a JSON-safe value: an int, a finite float, or "NaN"/"Infinity"/"-Infinity"."""
     if isinstance(value, (bool, str, bytes)) or not (
         isinstance(value, numbers.Real) or hasattr(type(value), "__float__")
     ):
         raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__} {value!r}")
+    if isinstance(value, numbers.Integral) and abs(int(value)) <= 2**53:
+        return int(value)  # a count or a step stays an integer in the line (``resumed_from``: 10, not 10.0)
     try:
         # __float__ covers numpy scalars and one-element tensors without importing either.
         number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, RuntimeError) as e:
+    except (TypeError, ValueError, RuntimeError, OverflowError) as e:
         raise TypeError(f"metric {name!r} must be a single number: {e}") from None
     if math.isnan(number):
         return "NaN"

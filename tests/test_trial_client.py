@@ -69,7 +69,7 @@ def test_report_appends_exact_lines(tmp_path: Path, managed_env: dict[str, str])
         """
         from spotsweep import trial
         trial.report(10, loss=0.31, val_loss=0.35)
-        trial.report(11, loss=1)
+        trial.report(11, loss=1.0, resumed_from=11)
         trial.checkpoint_saved(11)
         """,
         tmp_path,
@@ -78,7 +78,7 @@ def test_report_appends_exact_lines(tmp_path: Path, managed_env: dict[str, str])
     assert metrics.read_text() == (
         '{"step": 0, "loss": 9.0}\n'
         '{"step": 10, "loss": 0.31, "val_loss": 0.35}\n'
-        '{"step": 11, "loss": 1.0}\n'
+        '{"step": 11, "loss": 1.0, "resumed_from": 11}\n'  # an int stays an int
         '{"checkpoint": 11}\n'
     )
 
@@ -141,7 +141,7 @@ def test_non_finite_metrics_are_json_strings(tmp_path: Path, managed_env: dict[s
         managed_env,
     )
     line = Path(managed_env["SPOTSWEEP_METRICS"]).read_text()
-    assert line == '{"step": 1, "a": "NaN", "b": "Infinity", "c": "-Infinity", "d": 2.0}\n'
+    assert line == '{"step": 1, "a": "NaN", "b": "Infinity", "c": "-Infinity", "d": 2}\n'
 
     def strict(token: str) -> None:
         raise ValueError(f"non-standard JSON token {token}")

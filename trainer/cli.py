@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
-from spotsweep.trainer.config import Threshold, TrainConfig
+from spotsweep.trainer.config import EarlyStopConfig, Threshold, TrainConfig
 from spotsweep.trainer.errors import SetupError
+from spotsweep.trainer.optim import OptimizerName
 from spotsweep.trainer.precision import AMP_MODES
 
 MODELS = ("tinylm",)
@@ -33,25 +34,44 @@ def _threshold(text: str) -> Threshold:
         raise argparse.ArgumentTypeError(str(e).splitlines()[0]) from None
 
 
+def _default(name: str) -> Any:
+    """``TrainConfig``'s default for ``name``: the flags take their defaults from the config, so they cannot drift."""
+    return TrainConfig.model_fields[name].default
+
+
+def _stop_default(name: str) -> Any:
+    return EarlyStopConfig.model_fields[name].default
+
+
 def parser() -> argparse.ArgumentParser:
+    """The flags; ``(default %(default)s)`` in a help text is argparse's, filled from the config's defaults."""
     p = argparse.ArgumentParser(prog="spotsweep train tinylm",
                                 description="Train the tiny DeepSeek-style byte-level language model under the trial contract.")
     g = p.add_argument_group("training (changing these on resume is refused)")
-    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
-    g.add_argument("--lr-horizon", type=int, help="step where the cosine reaches its floor (default: --steps); "
+    g.add_argument("--lr", type=float, default=_default("lr"), help="peak learning rate (default %(default)s)")
+    g.add_argument("--lr-horizon", type=int, default=_default("lr_horizon"),
+                   help="step where the cosine reaches its floor (default: --steps); "
                    "fix it at the largest budget to resume a run with more --steps")
-    g.add_argument("--warmup", type=int, help="linear warmup steps (default: 10%% of the horizon)")
-    g.add_argument("--min-lr-ratio", type=float, default=0.1, help="final lr as a fraction of the peak (default 0.1)")
-    g.add_argument("--batch-size", type=int, default=32, help="sequences per micro-batch (default 32)")
-    g.add_argument("--grad-accum", type=int, default=1,
-                   help="micro-batches per step; the effective batch is batch-size x grad-accum (default 1)")
-    g.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default="adamw", help="(default adamw)")
-    g.add_argument("--weight-decay", type=float, help="default 0.1 for adamw, 0 for adam and sgd")
-    g.add_argument("--momentum", type=float, default=0.9, help="SGD momentum, Nesterov (default 0.9)")
-    g.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm, 0 = off (default 1.0)")
-    g.add_argument("--seed", type=int, default=0, help="initial weights, dropout and data order (default 0)")
-    g.add_argument("--amp", choices=AMP_MODES, default="auto",
-                   help="auto: bf16 autocast on CUDA, fp32 on the CPU; fp16 uses a GradScaler (default auto)")
+    g.add_argument("--warmup", type=int, default=_default("warmup"),
+                   help="linear warmup steps (default: 10%% of the horizon)")
+    g.add_argument("--min-lr-ratio", type=float, default=_default("min_lr_ratio"),
+                   help="final lr as a fraction of the peak (default %(default)s)")
+    g.add_argument("--batch-size", type=int, default=_default("batch_size"),
+                   help="sequences per micro-batch (default %(default)s)")
+    g.add_argument("--grad-accum", type=int, default=_default("grad_accum"),
+                   help="micro-batches per step; the effective batch is batch-size x grad-accum (default %(default)s)")
+    g.add_argument("--optimizer", choices=get_args(OptimizerName), default=_default("optimizer"),
+                   help="(default %(default)s)")
+    g.add_argument("--weight-decay", type=float, default=_default("weight_decay"),
+                   help="default 0.1 for adamw, 0 for adam and sgd")
+    g.add_argument("--momentum", type=float, default=_default("momentum"),
+                   help="SGD momentum, Nesterov (default %(default)s)")
+    g.add_argument("--grad-clip", type=float, default=_default("grad_clip"),
+                   help="max gradient norm, 0 = off (default %(default)s)")
+    g.add_argument("--seed", type=int, default=_default("seed"),
+                   help="initial weights, dropout and data order (default %(default)s)")
+    g.add_argument("--amp", choices=AMP_MODES, default=_default("amp"),
+                   help="auto: bf16 autocast on CUDA, fp32 on the CPU; fp16 uses a GradScaler (default %(default)s)")
     m = p.add_argument_group("model (changing these on resume is refused)")
     m.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
     m.add_argument("--heads", type=int, default=4, help="attention heads; dim / heads must be even (default 4)")
@@ -66,25 +86,38 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--aux-loss-weight", type=float, default=0.01, help="weight of the balance loss (default 0.01)")
     m.add_argument("--data", type=Path, help="a text file to train on, as bytes (default: the built-in corpus)")
     b = p.add_argument_group("budget and cadence (may change on resume)")
-    b.add_argument("--steps", type=int, default=200, help="optimizer steps (default 200)")
-    b.add_argument("--eval-every", type=int, default=10, help="evaluate every N steps and at the end (default 10)")
+    b.add_argument("--steps", type=int, default=_default("steps"), help="optimizer steps (default %(default)s)")
+    b.add_argument("--eval-every", type=int, default=_default("eval_every"),
+                   help="evaluate every N steps and at the end (default %(default)s)")
     b.add_argument("--eval-windows", type=int, default=64, help="validation sequences per evaluation (default 64)")
-    b.add_argument("--ckpt-every", type=int, default=100, help="checkpoint every N steps and at the end (default 100)")
-    b.add_argument("--keep-last", type=int, default=1, help="checkpoints kept in the directory (default 1)")
-    b.add_argument("--log-every", type=int, default=1, help="report loss, lr and tokens/s every N steps (default 1)")
-    b.add_argument("--early-stop-metric", default="val_loss", help="metric for --patience (default val_loss)")
-    b.add_argument("--early-stop-mode", choices=("min", "max"), default="min", help="(default min)")
-    b.add_argument("--patience", type=int, default=0, help="stop after N evaluations without improvement; 0 = off")
-    b.add_argument("--min-delta", type=float, default=0.0, help="smallest change that counts as an improvement")
+    b.add_argument("--ckpt-every", type=int, default=_default("ckpt_every"),
+                   help="checkpoint every N steps and at the end (default %(default)s)")
+    b.add_argument("--keep-last", type=int, default=_default("keep_last"),
+                   help="checkpoints kept in the directory (default %(default)s)")
+    b.add_argument("--log-every", type=int, default=_default("log_every"),
+                   help="report loss, lr and tokens/s every N steps (default %(default)s)")
+    b.add_argument("--early-stop-metric", default=_stop_default("metric"),
+                   help="metric for --patience (default %(default)s)")
+    b.add_argument("--early-stop-mode", choices=get_args(EarlyStopConfig.model_fields["mode"].annotation),
+                   default=_stop_default("mode"), help="(default %(default)s)")
+    b.add_argument("--patience", type=int, default=_stop_default("patience"),
+                   help="stop after N evaluations without improvement; 0 = off")
+    b.add_argument("--min-delta", type=float, default=_stop_default("min_delta"),
+                   help="smallest change that counts as an improvement")
     b.add_argument("--stop-if", type=_threshold, action="append", default=[], metavar="METRIC<VALUE@STEP",
                    help="stop when the rule holds at an evaluation at or after STEP, e.g. 'val_acc<0.3@200' (repeatable)")
-    b.add_argument("--time-budget", type=float, help="stop after this many seconds of training, over all attempts")
+    b.add_argument("--time-budget", type=float, default=_stop_default("max_seconds"),
+                   help="stop after this many seconds of training, over all attempts")
     r = p.add_argument_group("where and how fast (may change on resume)")
-    r.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1... (default auto)")
-    r.add_argument("--compile", action="store_true", help="torch.compile the model")
-    r.add_argument("--grad-checkpointing", action="store_true", help="recompute activations in backward: less memory")
-    r.add_argument("--threads", type=int, default=1, help="CPU threads (default 1: trials run side by side)")
-    r.add_argument("--num-workers", type=int, help="DataLoader workers (default 0 on CPU, 2 on CUDA)")
+    r.add_argument("--device", default=_default("device"),
+                   help="auto (cuda when available), cpu, cuda, cuda:1... (default %(default)s)")
+    r.add_argument("--compile", action="store_true", default=_default("compile"), help="torch.compile the model")
+    r.add_argument("--grad-checkpointing", action="store_true", default=_default("grad_checkpointing"),
+                   help="recompute activations in backward: less memory")
+    r.add_argument("--threads", type=int, default=_default("threads"),
+                   help="CPU threads (default %(default)s: trials run side by side)")
+    r.add_argument("--num-workers", type=int, default=_default("num_workers"),
+                   help="DataLoader workers (default 0 on CPU, 2 on CUDA)")
     r.add_argument("--data-dir", type=Path, help="shared directory of token files (default $SPOTSWEEP_HOME/data)")
     return p
 

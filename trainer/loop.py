@@ -34,7 +34,9 @@ from spotsweep.trainer.config import TrainConfig, check_resume
 from spotsweep.trainer.data import eval_loader, loader_settings, step_batches
 from spotsweep.trainer.errors import SetupError
 from spotsweep.trainer.early_stopping import StopState, observe, out_of_time
-from spotsweep.trainer.precision import autocast, for_device, grad_scaler, memory_metrics, resolve_device
+from spotsweep.trainer.precision import (
+    Precision, autocast, for_device, grad_scaler, memory_metrics, resolve_device, restore_scaler,
+)
 from spotsweep.trainer.schedule import lr_at
 from spotsweep.trainer.task import Batch, Task, evaluate, micro_batches, to_device
 
@@ -98,20 +100,10 @@ def fit(cfg: TrainConfig, build: Callable[[], Task], reporter: Reporter = trial,
     ckpts = CheckpointDir(checkpoint_dir or trial.checkpoint_dir, cfg.keep_last)
     trajectory = {**cfg.trajectory(), **task.identity}
 
-    start, elapsed, stop_state = 0, 0.0, StopState()
     saved = ckpts.load_latest()
-    if saved is None and trial.resume_step is not None:
-        print(f"warning: SPOTSWEEP_RESUME_STEP={trial.resume_step} but no checkpoint in {ckpts.directory}; "
-              "starting from step 0", file=sys.stderr)
+    start, elapsed, stop_state = _resume(saved, ckpts, trajectory, model, opt, scaler, precision, cfg.amp)
     if saved is not None:
-        check_resume(saved["trajectory"], trajectory, str(ckpts.path(saved["step"])))
-        model.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["optimizer"])
-        scaler.load_state_dict(saved["scaler"])
-        rng.restore(saved["rng"])  # last: building and loading must not disturb the restored streams
-        start, elapsed = int(saved["step"]), float(saved["elapsed_s"])
-        stop_state = StopState.from_dict(saved["early_stop"])
-        reporter.report(start, resumed_from=start)
+        reporter.report(start, resumed_from=start)  # integers in the line: {"step": N, "resumed_from": N}
     if cfg.compile:
         model.compile()  # in place: state_dict keys stay those of the plain module
 
@@ -124,7 +116,7 @@ def fit(cfg: TrainConfig, build: Callable[[], Task], reporter: Reporter = trial,
     def save(step: int, stopped: str | None) -> None:
         ckpts.save(step, {
             "format": FORMAT, "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "scaler": scaler.state_dict(), "rng": rng.capture(),
+            "scaler": scaler.state_dict(), "precision": precision.name, "rng": rng.capture(),
             # Batches are a function of the step, so the step is the whole data position.
             "data": {"next_step": step + 1, "samples_seen": step * cfg.effective_batch},
             "trajectory": trajectory, "config": cfg.model_dump(mode="json"), "early_stop": stop_state.to_dict(),
@@ -186,6 +178,36 @@ def fit(cfg: TrainConfig, build: Callable[[], Task], reporter: Reporter = trial,
         if due_log:  # throughput of training alone: evaluation and checkpoints are not counted
             window_start, window_steps = time.perf_counter(), 0
     return Result(cfg.steps, "completed", f"completed {cfg.steps} steps", metrics)
+
+
+def _resume(saved: dict[str, Any] | None, ckpts: CheckpointDir, trajectory: dict[str, Any], model: torch.nn.Module,
+            opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler, precision: Precision,
+            amp: str) -> tuple[int, float, StopState]:
+    """Load ``saved`` (the newest checkpoint, or None) into the run; its step, training time and early-stop state.
+
+    Refuses a checkpoint of other trajectory settings. ``--amp auto`` may
+    resolve to another precision on the new node (fp32 on a CPU, bf16 or
+    fp16 on a GPU): that is allowed, like any change of device, and said on
+    stderr; a scaler state is loaded only where there is one to load.
+    """
+    if saved is None:
+        if trial.resume_step is not None:
+            print(f"warning: SPOTSWEEP_RESUME_STEP={trial.resume_step} but no checkpoint in {ckpts.directory}; "
+                  "starting from step 0", file=sys.stderr)
+        return 0, 0.0, StopState()
+    where = ckpts.path(saved["step"])
+    check_resume(saved["trajectory"], trajectory, str(where))
+    model.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["optimizer"])
+    loaded = restore_scaler(scaler, saved["scaler"])
+    written_in = saved.get("precision")  # absent in checkpoints from before it was recorded
+    if written_in is not None and written_in != precision.name:
+        fresh = " with a fresh GradScaler" if scaler.is_enabled() and not loaded else ""
+        print(f"note: {where} was written in {written_in}; --amp {amp} resolves to {precision.name} here, so "
+              f"training continues in {precision.name}{fresh} and will not match an uninterrupted run exactly",
+              file=sys.stderr)
+    rng.restore(saved["rng"])  # last: building and loading must not disturb the restored streams
+    return int(saved["step"]), float(saved["elapsed_s"]), StopState.from_dict(saved["early_stop"])
 
 
 def _accumulate(task: Task, model: torch.nn.Module, batch: Batch, grad_accum: int, device: torch.device,

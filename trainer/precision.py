@@ -93,6 +93,20 @@ def grad_scaler(device: torch.device, precision: Precision) -> torch.amp.GradSca
     return torch.amp.GradScaler(device.type, enabled=precision.scaler)
 
 
+def restore_scaler(scaler: torch.amp.GradScaler, state: dict[str, Any] | None) -> bool:
+    """Load a checkpoint's GradScaler state when that means something; True when it was loaded.
+
+    A disabled scaler saves ``{}``, and an enabled one refuses ``{}``: a run
+    that wrote its checkpoint in fp32 or bf16 (``--amp auto`` on the CPU, or
+    on a bf16 GPU) and resumes where auto means fp16 starts with a fresh
+    scaler instead of crashing. A disabled scaler has nothing to load into.
+    """
+    if not state or not scaler.is_enabled():
+        return False
+    scaler.load_state_dict(state)
+    return True
+
+
 def memory_metrics(device: torch.device) -> dict[str, float]:
     """Peak GPU memory since the start (MiB); nothing on devices without a caching allocator report."""
     if device.type != "cuda":

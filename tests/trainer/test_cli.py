@@ -6,6 +6,7 @@ the agent records it as the trial's error.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -14,8 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from spotsweep.trainer import cli
+from spotsweep.trainer.config import TrainConfig
+from spotsweep.trainer.models.tinylm_task import fingerprint
 
 
 def test_sigterm_mid_run_then_resume_ends_like_an_uninterrupted_run(tmp_path: Path, trial_process, run_flags) -> None:
@@ -40,11 +44,38 @@ def test_sigterm_mid_run_then_resume_ends_like_an_uninterrupted_run(tmp_path: Pa
 
     resumed = t.run(*flags, attempt=2)
     assert resumed.returncode == 0, resumed.stderr
-    assert {"step": saved[0], "resumed_from": saved[0]} in t.lines()
+    resumed_line = {"step": saved[0], "resumed_from": saved[0]}
+    assert resumed_line in t.lines()
+    assert [type(r["resumed_from"]) for r in t.lines() if "resumed_from" in r] == [int]  # 10, not 10.0
     assert t.lines()[-2]["step"] == 120 and "val_loss" in t.lines()[-2] and t.lines()[-1] == {"checkpoint": 120}
     assert t.last("val_loss") == pytest.approx(reference.metrics["val_loss"], abs=1e-6)
     assert t.last("loss") == pytest.approx(ref_lines.values("loss")[-1][1], abs=1e-6)
     assert resumed.stderr.strip().splitlines()[-1].startswith("completed 120 steps: val_loss")
+
+
+def test_data_flag_trains_on_the_given_text_file(tmp_path: Path, run_flags) -> None:
+    text = tmp_path / "verse.txt"
+    line = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer.\n"
+    text.write_text(line * (20_000 // len(line) + 1))
+    unused = tmp_path / "data"  # where the built-in corpus would be built
+    result, rec = run_flags(tmp_path / "ckpt", "--data", str(text), "--data-dir", str(unused), "--steps", "3",
+                            "--eval-every", "3")
+    assert result.outcome == "completed" and result.step == 3
+    assert [s for s, _ in rec.values("loss")] == [1, 2, 3] and all(math.isfinite(v) for _, v in rec.values("loss"))
+    assert math.isfinite(result.metrics["val_loss"])
+    state = torch.load(tmp_path / "ckpt" / "step-000000003.pt", map_location="cpu", weights_only=True)
+    assert state["trajectory"]["data"] == fingerprint(text) and state["trajectory"]["data"].startswith("verse.txt:")
+    assert not unused.exists()  # the built-in corpus was never needed
+
+
+def test_flag_defaults_and_choices_come_from_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    train, _ = cli.configs(cli.parser().parse_args([]))
+    assert train == TrainConfig()
+    optimizer = next(a for a in cli.parser()._actions if a.dest == "optimizer")
+    assert optimizer.choices == ("adam", "adamw", "sgd") and optimizer.default == "adamw"
+    monkeypatch.setattr(TrainConfig.model_fields["lr"], "default", 0.02)
+    args = cli.parser().parse_args([])
+    assert args.lr == 0.02 and "peak learning rate (default 0.02)" in cli.parser().format_help()
 
 
 @pytest.mark.parametrize(

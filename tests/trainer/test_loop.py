@@ -6,9 +6,12 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
+from spotsweep.trainer import loop
 from spotsweep.trainer.config import ResumeMismatch
 from spotsweep.trainer.loop import Diverged, StopRequest
+from spotsweep.trainer.precision import choose
 
 DENSE = {"experts": 0}
 
@@ -51,6 +54,15 @@ def test_grad_accum_trains_like_the_big_batch(tmp_path: Path, run_tiny) -> None:
     assert abs(half.metrics["val_loss"] - big.metrics["val_loss"]) > 1e-4  # a smaller effective batch is another run
 
 
+def test_batch_32_with_accumulation_2_trains_like_batch_64(tmp_path: Path, run_tiny) -> None:
+    # the issue's own case: dropout 0, fp32, same seed
+    b64, rec_64 = run_tiny(tmp_path / "b64", model=DENSE, amp="fp32", steps=4, batch_size=64, grad_accum=1)
+    b32x2, rec_32x2 = run_tiny(tmp_path / "b32x2", model=DENSE, amp="fp32", steps=4, batch_size=32, grad_accum=2)
+    assert [s for s, _ in rec_32x2.values("loss")] == [1, 2, 3, 4]
+    assert [v for _, v in rec_32x2.values("loss")] == pytest.approx([v for _, v in rec_64.values("loss")], abs=1e-5)
+    assert b32x2.metrics["val_loss"] == pytest.approx(b64.metrics["val_loss"], abs=1e-5)
+
+
 def test_resume_with_more_steps_equals_the_longer_run(tmp_path: Path, run_tiny) -> None:
     full, rec_full = run_tiny(tmp_path / "full", model={"dropout": 0.1}, steps=12, lr_horizon=12)
     first, _ = run_tiny(tmp_path / "grow", model={"dropout": 0.1}, steps=5, lr_horizon=12)
@@ -78,6 +90,23 @@ def test_resume_refuses_a_changed_trajectory_setting(tmp_path: Path, run_tiny) -
     # The horizon defaults to --steps, so more steps without --lr-horizon would change the schedule.
     with pytest.raises(ResumeMismatch, match="pass --lr-horizon explicitly"):
         run_tiny(ckpt, steps=8)
+
+
+def test_auto_precision_may_resolve_differently_on_resume(tmp_path: Path, run_tiny, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = tmp_path / "a"
+    run_tiny(ckpt, steps=4, lr_horizon=8)  # --amp auto on the CPU: fp32, whose disabled GradScaler saves {}
+    written = torch.load(ckpt / "step-000000004.pt", map_location="cpu", weights_only=True)
+    assert (written["precision"], written["scaler"], written["trajectory"]["amp"]) == ("fp32", {}, "auto")
+    # The next node is a GPU without bf16, where auto means fp16 with an enabled GradScaler.
+    monkeypatch.setattr(loop, "for_device", lambda device, amp: choose("cuda", amp, bf16_supported=False))
+    resumed, rec = run_tiny(ckpt, steps=8, lr_horizon=8)
+    assert rec.lines[0] == {"step": 4, "resumed_from": 4}
+    assert resumed.outcome == "completed" and math.isfinite(resumed.metrics["val_loss"])
+    note = capsys.readouterr().err
+    assert "was written in fp32; --amp auto resolves to fp16 here" in note and "fresh GradScaler" in note
+    last = torch.load(ckpt / "step-000000008.pt", map_location="cpu", weights_only=True)
+    assert last["precision"] == "fp16" and last["scaler"]["scale"] > 0
 
 
 def test_resume_may_split_the_batch_differently(tmp_path: Path, run_tiny) -> None:
