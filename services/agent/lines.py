@@ -45,7 +45,10 @@ def _number(value: object) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond a double: not a metric value
+            return None
     if isinstance(value, str) and value in _NON_FINITE:
         return _NON_FINITE[value]
     return None
@@ -67,6 +70,8 @@ def parse_line(line: str) -> Parsed:
         data = json.loads(line)
     except json.JSONDecodeError as e:
         return BadLine(line, f"not JSON: {e.msg}")
+    except ValueError as e:  # an integer literal past Python's digit limit
+        return BadLine(line, f"not JSON: {e}")
     if not isinstance(data, dict):
         return BadLine(line, "not a JSON object")
     if "heartbeat" in data and len(data) == 1:

@@ -27,6 +27,8 @@ def test_bad_lines_say_why() -> None:
         '{"step": 1, "loss": "high"}': "metric 'loss' is not a number: 'high'",
         '{"step": 1, "ok": true}': "metric 'ok' is not a number: True",
         '{"checkpoint": -1}': "checkpoint must be a non-negative integer step",
+        '{"step": 1, "loss": 1' + "0" * 400 + '}': "metric 'loss' is not a number",  # beyond a double
+        '{"step": 1, "loss": 1' + "0" * 5000 + '}': "not JSON",  # beyond Python's integer digit limit
     }
     for line, reason in cases.items():
         parsed = parse_line(line)
