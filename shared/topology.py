@@ -15,7 +15,7 @@ EVENTS_EXCHANGE = "spotsweep.events"  # topic, routing key = event kind
 CONTROL_EXCHANGE = "spotsweep.control"  # fanout: cancellations to every agent
 DEAD_LETTER_EXCHANGE = "spotsweep.dlx"  # fanout to the dead-letter queue
 DEAD_LETTER_QUEUE = "spotsweep.dead"
-COLLECTOR_QUEUE = "spotsweep.collector"  # every event
+COLLECTOR_QUEUE = "spotsweep.collector"  # metric points and checkpoints
 PLANNER_EVENTS_QUEUE = "spotsweep.planner.events"  # lifecycle events only
 
 MAX_PRIORITY = 9
@@ -33,6 +33,10 @@ def event_routing_key(kind: str, sweep_id: str) -> str:
 
 # "#", not "*": a sweep id may contain dots, and "*" matches exactly one word.
 LIFECYCLE_BINDINGS = ("trial.started.#", "trial.finished.#", "trial.lost.#", "trial.progress.#")
+# The collector stores points and journals checkpoints; the planner journals
+# the lifecycle events it decides, so they are not routed to the collector
+# too (two deliveries fewer per trial).
+COLLECTOR_BINDINGS = ("trial.metrics.#", "trial.checkpoint.#")
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ def trial_queue_spec(resource_class: str) -> QueueSpec:
 
 
 def collector_queue() -> QueueSpec:
-    return QueueSpec(COLLECTOR_QUEUE, ((EVENTS_EXCHANGE, "#"),))
+    return QueueSpec(COLLECTOR_QUEUE, tuple((EVENTS_EXCHANGE, k) for k in COLLECTOR_BINDINGS))
 
 
 def planner_events_queue() -> QueueSpec:

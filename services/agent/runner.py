@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from typing import Any
 from spotsweep.services.agent import uploads
 from spotsweep.services.agent.lines import Tail
 from spotsweep.services.agent.supervise import Outcome, RunControl, RunnerConfig, signal_group, supervise
+from spotsweep.services.agent.watchdog import TOKEN_VAR, Watchdog
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.errors import RetryableError
@@ -48,12 +48,14 @@ OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FA
 class DeliveryLost(RetryableError):
     """The delivery died with its channel or connection; the process was killed and the broker hands the attempt out again."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, duration: float | None = None) -> None:
         super().__init__("the broker connection was lost: the trial was stopped and will be redelivered")
         self.run_id = run_id
+        self.duration = duration  # seconds the process ran: timeout.total counts lost runs too
 
 
-_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+# Started on first use; kills every trial's process group if this agent dies (see .watchdog).
+WATCHDOG = Watchdog()
 
 
 def _argv(argv: list[str], env: dict[str, str]) -> list[str]:
@@ -64,13 +66,7 @@ def _argv(argv: list[str], env: dict[str, str]) -> list[str]:
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
     if program is None or not os.access(program, os.X_OK):
         raise FileNotFoundError(2, "No such file or directory (or not executable)", argv[0])
-    if _SETPRIV is None:
-        return argv
-    # Die with the agent: if the agent is killed outright (the OOM killer,
-    # kill -9) its trials must not run on unsupervised while the broker hands
-    # them to another node. util-linux's setpriv sets PR_SET_PDEATHSIG, then execs;
-    # a preexec_fn doing the same is unsafe in a threaded process.
-    return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+    return argv
 
 
 def _tail_text(path: Path, lines: int = ERROR_TAIL_LINES, limit: int = 4000) -> str:
@@ -84,15 +80,9 @@ def _tail_text(path: Path, lines: int = ERROR_TAIL_LINES, limit: int = 4000) -> 
     return "\n".join(text.rstrip().splitlines()[-lines:])[-limit:]
 
 
-_running: set[int] = set()  # process groups of live trials, for kill_all
-_running_lock = threading.Lock()
-
-
 def kill_all() -> None:
     """SIGKILL every live trial's process group (hard stop, before exiting)."""
-    with _running_lock:
-        groups = list(_running)
-    for pgid in groups:
+    for pgid in WATCHDOG.groups():
         try:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -107,6 +97,7 @@ def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int |
         SPOTSWEEP_METRICS=str(metrics), SPOTSWEEP_CHECKPOINT_DIR=str(ckpt_dir),
         PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
     )
+    env[TOKEN_VAR] = WATCHDOG.token
     env.pop("SPOTSWEEP_RESUME_STEP", None)
     if resume is not None:
         env["SPOTSWEEP_RESUME_STEP"] = str(resume)
@@ -179,9 +170,8 @@ def run_trial(
             except OSError as e:
                 return end("failed", failure="exit", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
             started = time.monotonic()
-            with _running_lock:
-                _running.add(proc.pid)
             try:
+                WATCHDOG.add(proc.pid)  # start_new_session: the trial's pid is its process group's id
                 send(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                                   run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses))
                 _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids)
@@ -193,17 +183,16 @@ def run_trial(
                 # delivery is void and RabbitMQ hands the trial to another
                 # agent, so the process must not run on unsupervised.
                 signal_group(proc, signal.SIGKILL)
-                raise DeliveryLost(run_id) from e
+                raise DeliveryLost(run_id, round(time.monotonic() - started, 3)) from e
             except BaseException:
                 signal_group(proc, signal.SIGKILL)  # the agent broke mid-trial: same
                 raise
             finally:
                 proc.wait()
-                with _running_lock:
-                    _running.discard(proc.pid)
+                WATCHDOG.discard(proc.pid)
         duration = time.monotonic() - started
         if outcome.reason == "lost":
-            raise DeliveryLost(run_id)
+            raise DeliveryLost(run_id, round(duration, 3))
         if outcome.reason == "stopped":
             _log.info("run stopped by the planner", reason=outcome.stop_reason, **ids)
             return None

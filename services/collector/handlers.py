@@ -6,9 +6,11 @@ redelivery after a crash, an overlap) fails that COPY inside a savepoint; the
 batch then goes through a temporary staging table and one ``INSERT ... ON
 CONFLICT DO NOTHING``, so nothing is inserted twice and the first value of a
 key stays. The fast path skips the staging copy, which halves PostgreSQL's
-work per point (bench/ingest.py); redeliveries are rare. Lifecycle
-events are kept in ``trial_events`` keyed by message id. The batch is acked
-only after the commit (see ``BatchingHandler``).
+work per point (bench/ingest.py); redeliveries are rare. Checkpoint
+events are journaled in ``trial_events`` by message id (lifecycle events are
+journaled by the planner, which decides them: the collector's queue is bound
+to metrics and checkpoints only). The batch is acked only after the commit
+(see ``BatchingHandler``).
 """
 
 from __future__ import annotations
@@ -18,12 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
-
 from spotsweep.shared import log
 from spotsweep.shared.broker.port import Delivery
 from spotsweep.shared.db import Conn, Database
-from spotsweep.shared.messages import Envelope, TrialMetrics, TrialProgress, decode, json_safe
+from spotsweep.shared.db.journal import journal
+from spotsweep.shared.messages import Envelope, TrialMetrics, TrialProgress, decode
 
 _log = log.get("spotsweep.collector")
 
@@ -55,23 +56,13 @@ def write_events(events: Sequence[Envelope], db: Database) -> int:
         if isinstance(e, TrialMetrics)
         for step, name, value in zip(e.steps, e.names, e.values)
     ]
-    lifecycle = [
-        (e.message_id, e.sweep_id, e.trial_id, e.attempt, getattr(e, "kind", "?"), Jsonb(json_safe(e.model_dump(mode="json"))))
-        for e in events
-        # progress repeats the objective's points for the planner; they are stored as points already
-        if not isinstance(e, (TrialMetrics, TrialProgress))
-    ]
+    # Progress repeats the objective's points for the planner: they are stored as points already.
+    other = [e for e in events if not isinstance(e, (TrialMetrics, TrialProgress))]
     inserted = 0
     with db.transaction() as conn:
         if points:
             inserted = _write_points(conn, points)
-        if lifecycle:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO trial_events (message_id, sweep_id, trial_id, attempt, kind, body)"
-                    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    lifecycle,
-                )
+        journal(conn, other)
     if points:
         _log.debug("points written", new=inserted, received=len(points))
     return inserted

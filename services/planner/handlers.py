@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,8 +32,9 @@ from spotsweep.services.planner.outbox import publish_pending, trial_message
 from spotsweep.services.planner.search import Search
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
-from spotsweep.shared.db import Database
-from spotsweep.shared.errors import DecodeError, SpecError
+from spotsweep.shared.db import Conn, Database
+from spotsweep.shared.db.journal import journal
+from spotsweep.shared.errors import DecodeError, PermanentError, SpecError
 from spotsweep.shared.messages import (
     CancelSweep, StopTrial, TrialFinished, TrialLost, TrialProgress, TrialStarted, decode, encode,
 )
@@ -80,6 +82,18 @@ class PlannerDeps:
 
     def search(self, sweep_id: str, raw: dict[str, Any], version: int = 0) -> Search:
         return self._cached(self._searches, (sweep_id, version), lambda: Search(self.spec(sweep_id, raw, version)))
+
+    def stored_spec(self, conn: Conn, sweep_id: str, version: int) -> tuple[SweepSpec, Search]:
+        """The spec and search of a sweep at ``version``, read from the database only when not cached."""
+        with self._lock:
+            spec, search = self._specs.get((sweep_id, version)), self._searches.get((sweep_id, version))
+        if spec is not None and search is not None:
+            return spec, search
+        stored = store.get_spec(conn, sweep_id)
+        if stored is None:
+            raise PermanentError(f"sweep {sweep_id!r} has no spec, yet trials of it wait to be published")
+        raw, current = stored  # extend may have moved on since the row was read: cache what was read, under its version
+        return self.spec(sweep_id, raw, current), self.search(sweep_id, raw, current)
 
     def _cached(self, cache: dict[Any, Any], key: tuple[str, int], make: Any) -> Any:
         with self._lock:
@@ -192,13 +206,19 @@ def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps) ->
             return
         version = sweep["spec_version"]
         spec, search = deps.spec(sweep_id, sweep["spec"], version), deps.search(sweep_id, sweep["spec"], version)
+        trials = store.get_trials(conn, [e.trial_id for e in events])  # one round trip, locked in a fixed order
+        left = Counter(e.trial_id for e in events)
         for event in events:
             with log.bound(trial_id=event.trial_id, attempt=event.attempt):
-                found = store.get_trial(conn, event.trial_id)
+                found = trials.get(event.trial_id)
+                left[event.trial_id] -= 1
                 if found is None:
                     _log.warning("event for an unknown trial", kind=event.kind)
                     continue
                 applied.append((event, apply(conn, sweep, found[0], found[1], event, spec, search)))
+                if left[event.trial_id]:  # another event of this trial follows in the batch: it must see this one's effect
+                    trials[event.trial_id] = store.get_trial(conn, event.trial_id) or found
+        journal(conn, [e for e in events if not isinstance(e, TrialProgress)])  # with the decisions, once
         failed = top_up(conn, sweep_id, spec, search, deps.window).failed is not None
     if failed or any(a.recancel for _, a in applied):
         _broadcast_cancel(deps, sweep_id)

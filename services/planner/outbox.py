@@ -55,9 +55,8 @@ def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
                 return published
             out = []
             for row in rows:
-                spec = deps.spec(row["sweep_id"], row["spec"], row["spec_version"])
+                spec, search = deps.stored_spec(conn, row["sweep_id"], row["spec_version"])
                 deps.ensure_queue(spec.resources.resource_class)
-                search = deps.search(row["sweep_id"], row["spec"], row["spec_version"])
                 msg = trial_message(row, spec, progress=search.wants_progress and row["idx"] >= 0)
                 out.append(
                     Outgoing(

@@ -81,13 +81,27 @@ def sweep_state(conn: Conn, sweep: Row, max_concurrent: int, policy: RetryPolicy
     )
 
 
+def _view(row: Row) -> TrialView:
+    return TrialView(TrialState(row["state"]), row["attempt"], row["failures"], row["preemptions"], row["run_id"],
+                     dict(row["params"]))
+
+
 def get_trial(conn: Conn, trial_id: str) -> tuple[Row, TrialView] | None:
     row = conn.execute("SELECT * FROM trials WHERE trial_id = %s FOR UPDATE", (trial_id,)).fetchone()
-    if row is None:
-        return None
-    view = TrialView(TrialState(row["state"]), row["attempt"], row["failures"], row["preemptions"], row["run_id"],
-                     dict(row["params"]))
-    return row, view
+    return None if row is None else (row, _view(row))
+
+
+def get_trials(conn: Conn, trial_ids: list[str]) -> dict[str, tuple[Row, TrialView]]:
+    """Several trials, locked, in one round trip (a batch of events); missing ids are left out."""
+    rows = conn.execute("SELECT * FROM trials WHERE trial_id = ANY(%s) ORDER BY trial_id FOR UPDATE",
+                        (list(set(trial_ids)),)).fetchall()
+    return {row["trial_id"]: (row, _view(row)) for row in rows}
+
+
+def get_spec(conn: Conn, sweep_id: str) -> tuple[dict[str, Any], int] | None:
+    """A sweep's spec and its version (what the outbox renders trial messages from, on a cache miss)."""
+    row = conn.execute("SELECT spec, spec_version FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+    return None if row is None or row["spec"] is None else (row["spec"], int(row["spec_version"]))
 
 
 NewTrial = tuple[int, str, dict[str, Any], dict[str, Any]]  # index, name, params, search attrs
@@ -204,8 +218,10 @@ def pending_trials(conn: Conn, sweep_id: str | None, limit: int = PENDING_PAGE) 
     """
     where = "t.state = 'pending'" + (" AND t.sweep_id = %s" if sweep_id else "")
     args: tuple[Any, ...] = (sweep_id, limit) if sweep_id else (limit,)
+    # The spec itself is not joined in: every row would carry (and decode) the
+    # whole spec; the planner keeps parsed specs by (sweep, version) instead.
     return conn.execute(
-        f"SELECT t.*, s.spec, s.spec_version FROM trials t JOIN sweeps s USING (sweep_id) WHERE {where}"
+        f"SELECT t.*, s.spec_version FROM trials t JOIN sweeps s USING (sweep_id) WHERE {where}"
         " ORDER BY t.sweep_id, t.idx LIMIT %s FOR UPDATE OF t SKIP LOCKED",
         args,
     ).fetchall()

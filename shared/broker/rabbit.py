@@ -49,6 +49,24 @@ T = TypeVar("T")
 IO_TICK_S = 1.0  # the loop re-checks its stop flag at least this often (a flag set from a signal handler)
 
 
+def _done(fn: Callable[[], T]) -> Future[T]:
+    """``fn()`` run here, as a completed Future (its exception kept for ``result()``)."""
+    fut: Future[T] = Future()
+    try:
+        fut.set_result(fn())
+    except BaseException as e:  # re-raised by result(), on the caller's thread
+        fut.set_exception(e)
+    return fut
+
+
+def _copy(source: Future[None], target: Future[None]) -> None:
+    error = source.exception()
+    if error is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(None)
+
+
 def _queue_arguments(spec: QueueSpec) -> dict[str, Any]:
     args: dict[str, Any] = dict(spec.arguments)
     if spec.max_priority:
@@ -101,13 +119,18 @@ class RabbitBroker(Broker):
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` (which touches pika) on the thread that may: see the module docstring."""
+        return self.submit(fn).result()
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """Like :meth:`call`, without waiting: a Future of ``fn``'s result (done
+        already when this thread may drive the connection itself)."""
         if self._io_thread is threading.current_thread():
-            return fn()
+            return _done(fn)
         with self._direct:
             if self._closed.is_set():
                 raise RetryableError(f"connection to {self.url} is closed")
             if self._io_thread is None:
-                return fn()
+                return _done(fn)
             fut: Future[T] = Future()
             self._pending.add(fut)
             try:
@@ -115,7 +138,7 @@ class RabbitBroker(Broker):
             except Exception as e:  # the connection is going away
                 self._pending.discard(fut)
                 raise RetryableError(f"connection to {self.url} is closing") from e
-        return fut.result()
+        return fut
 
     def _run_callback(self, fut: Future[T], fn: Callable[[], T]) -> None:
         with self._direct:
@@ -126,6 +149,11 @@ class RabbitBroker(Broker):
             fut.set_result(fn())
         except BaseException as e:  # handed to the waiting thread, which translates it
             fut.set_exception(e)
+
+    @property
+    def stopping(self) -> bool:
+        """A stop was requested (the loop is draining or about to close)."""
+        return self._stop_requested
 
     def wake(self) -> None:
         """Make the loop re-check its state now rather than at the next tick."""
@@ -192,20 +220,38 @@ class RabbitBroker(Broker):
         self.publish_async(messages).result()
 
     def publish_async(self, messages: Sequence[Outgoing]) -> Future[None]:
+        # Decided on the caller's thread: ``send`` itself always runs on the
+        # thread that drives the connection, which must not wait there for the
+        # confirms (that would hold every other publish, ack and delivery of
+        # the connection behind one broker round trip and fsync), unless the
+        # caller is that thread (a callback of the loop) or nobody runs the
+        # loop: then nobody else would ever complete the Future.
+        caller_drives = threading.current_thread() is self._io_thread
+
         def send() -> Future[None]:
             publisher = self._confirm_publisher()
             confirmed = publisher.send(messages)
-            if self._io_thread in (None, threading.current_thread()):
-                publisher.wait_here(confirmed)  # nobody else drives the connection
+            if caller_drives or self._io_thread is None:
+                publisher.wait_here(confirmed)
             return confirmed
 
+        # The caller does not wait for the I/O thread to write the frames
+        # either (one thread hop fewer per publish): the Future it gets
+        # completes, on the I/O thread, when the broker has confirmed them.
+        result: Future[None] = Future()
+
+        def sent(written: Future[Future[None]]) -> None:
+            try:
+                with translated(f"publish to {self.url}"):
+                    written.result().add_done_callback(lambda confirmed: _copy(confirmed, result))
+            except BaseException as e:  # translated above; anything else still reaches the waiter
+                result.set_exception(e)
+
         try:
-            with translated(f"publish to {self.url}"):
-                return self.call(send)
+            self.submit(send).add_done_callback(sent)
         except SpotsweepError as e:
-            failed: Future[None] = Future()
-            failed.set_exception(e)
-            return failed
+            result.set_exception(e)
+        return result
 
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1) -> Consumer:
         consumer = RabbitConsumer(self, queue, handler, concurrency)

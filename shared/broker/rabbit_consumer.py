@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -90,6 +91,12 @@ class RabbitDelivery(Delivery):
 class RabbitConsumer(Consumer):
     """A channel with its prefetch, and ``concurrency`` worker threads fed from a buffer."""
 
+    # When cancelled, buffered deliveries not yet started are nacked with
+    # requeue, which marks them redelivered. A consumer whose handler can
+    # settle them without doing the work (the agent republishes a trial
+    # unmarked, then acks) sets this: the workers then hand them to it instead.
+    finish_buffered: bool = False
+
     def __init__(self, broker: RabbitBroker, queue: str, handler: Handler, concurrency: int) -> None:
         self._broker = broker
         self.queue = queue
@@ -155,7 +162,8 @@ class RabbitConsumer(Consumer):
             finally:
                 with self._cond:
                     self.running -= 1
-                self._broker.wake()  # a draining loop re-checks
+                if self._broker.stopping:
+                    self._broker.wake()  # a draining loop re-checks now (a stop after this point wakes it itself)
 
     def settle(self, delivery: RabbitDelivery, what: str, op: Callable[[], None]) -> None:
         if not delivery.claim():
@@ -168,13 +176,29 @@ class RabbitConsumer(Consumer):
             finally:
                 self._forget(delivery, on_io=True)
 
-        try:
-            with translated(f"{what} on {self._broker.url}"):
-                self._broker.call(do)
-        except SpotsweepError as e:
+        def failed(error: BaseException) -> None:
             # The channel is gone, so the broker redelivers the message: at-least-once holds.
-            _log.warning("settle_failed", queue=self.queue, message_id=delivery.message_id, op=what, error=str(e))
+            _log.warning("settle_failed", queue=self.queue, message_id=delivery.message_id, op=what, error=str(error))
             self._forget(delivery, on_io=False)
+
+        # Sent without waiting for the I/O thread (a thread hop fewer per
+        # message): it goes out after whatever this thread published before.
+        self._submit(do, what, failed)
+
+    def _submit(self, do: Callable[[], None], what: str, failed: Callable[[BaseException], None]) -> None:
+        """Run ``do`` on the I/O thread; ``failed`` with the translated error if it or the hand-over fails."""
+
+        def check(fut: Future[None]) -> None:
+            try:
+                with translated(f"{what} on {self._broker.url}"):
+                    fut.result()
+            except SpotsweepError as e:
+                failed(e)
+
+        try:
+            self._broker.submit(do).add_done_callback(check)
+        except SpotsweepError as e:
+            failed(e)
 
     def ack_many(self, deliveries: list[RabbitDelivery]) -> None:
         """Ack them all in one call onto the I/O thread."""
@@ -193,13 +217,12 @@ class RabbitConsumer(Consumer):
                 for d in fresh:
                     self._forget(d, on_io=True)
 
-        try:
-            with translated(f"ack on {self._broker.url}"):
-                self._broker.call(do)
-        except SpotsweepError as e:
-            _log.warning("settle_failed", queue=self.queue, deliveries=len(fresh), op="ack", error=str(e))
+        def failed(error: BaseException) -> None:
+            _log.warning("settle_failed", queue=self.queue, deliveries=len(fresh), op="ack", error=str(error))
             for d in fresh:
                 self._forget(d, on_io=False)
+
+        self._submit(do, "ack", failed)
 
     def _forget(self, delivery: RabbitDelivery, *, on_io: bool) -> None:
         with self._cond:
@@ -218,13 +241,15 @@ class RabbitConsumer(Consumer):
             self.release()  # the connection is closed: nothing more will come anyway
 
     def cancel_on_io(self) -> None:
-        """Stop deliveries; buffered ones not yet started go back to the queue."""
+        """Stop deliveries; buffered ones not yet started go back to the queue (or, with
+        ``finish_buffered``, to the workers, which end once the buffer is empty)."""
         with self._cond:
             if self.cancelled:
                 return
             self.cancelled = True
-            buffered = list(self.buffer)
-            self.buffer.clear()
+            buffered = [] if self.finish_buffered else list(self.buffer)
+            if not self.finish_buffered:
+                self.buffer.clear()
             self._cond.notify_all()
         if self._channel is None or not self._channel.is_open:
             return

@@ -6,7 +6,7 @@ import math
 
 from spotsweep.services.collector.handlers import write_events
 from spotsweep.shared.db import Database
-from spotsweep.shared.messages import MetricPoint, TrialFinished, TrialMetrics
+from spotsweep.shared.messages import CheckpointSaved, MetricPoint, TrialMetrics
 
 
 def _metrics(attempt: int, steps: range, trial: str = "s.0") -> TrialMetrics:
@@ -43,15 +43,15 @@ def test_attempts_keep_their_own_points_and_non_finite_values_survive(database_u
     assert math.isnan(value)
 
 
-def test_lifecycle_events_are_kept_once_by_message_id(database_url: str) -> None:
+def test_checkpoint_events_are_journaled_once_by_message_id(database_url: str) -> None:
     db = Database(database_url)
     db.migrate()
-    ev = TrialFinished(sweep_id="s", trial_id="s.0", attempt=1, outcome="completed", metrics={"loss": 0.1})
+    ev = CheckpointSaved(sweep_id="s", trial_id="s.0", attempt=1, step=20, uri="s3://b/s/s.0/20")
     write_events([ev], db)
-    write_events([ev], db)
+    write_events([ev], db)  # redelivered
     with db.transaction() as conn:
         rows = conn.execute("SELECT kind, body FROM trial_events").fetchall()
-    assert len(rows) == 1 and rows[0]["kind"] == "trial.finished" and rows[0]["body"]["metrics"] == {"loss": 0.1}
+    assert len(rows) == 1 and rows[0]["kind"] == "trial.checkpoint" and rows[0]["body"]["step"] == 20
 
 
 def test_migration_is_safe_to_run_concurrently(database_url: str) -> None:

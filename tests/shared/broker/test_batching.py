@@ -60,7 +60,7 @@ class Recorder:
 
 
 def publish_events(broker: Broker, *bodies: bytes) -> None:
-    broker.publish_many([Outgoing(EVENTS_EXCHANGE, "trial.metric.s1", b) for b in bodies])
+    broker.publish_many([Outgoing(EVENTS_EXCHANGE, "trial.metrics.s1", b) for b in bodies])
 
 
 def dead_inbox(broker: Broker) -> queue.Queue[Delivery]:

@@ -1,0 +1,133 @@
+"""Trials die with their agent: a watchdog process kills them when the agent is gone.
+
+If the agent is killed outright (the OOM killer, kill -9 of the agent alone)
+while its trials run on, the broker hands those trials to another node and
+each would run twice, unsupervised here. The watchdog prevents that.
+
+Why not ``PR_SET_PDEATHSIG`` (``setpriv --pdeathsig KILL`` before each
+trial's command, as earlier versions did): it costs a second exec per trial
+(~0.9 ms of CPU, most of what a short trial costs the agent), and it reaches
+only the trial's first process, so a script's own children (torchrun ranks,
+data-loader workers) ran on. The watchdog kills whole process groups.
+
+How: one small process per agent (``python -m
+spotsweep.services.agent.watchdog``), in its own session so that a kill of
+the agent's process group does not take it along, reads lines from a pipe
+whose write end only the agent holds: ``+PGID`` when a trial's group starts,
+``-PGID`` once it has been reaped. When the pipe reaches end of file (the
+agent exited, however it died: the kernel closes its descriptors) it
+SIGKILLs every group still registered, and on Linux also every process that
+carries the agent's token in its environment (a trial started in the
+instant before its ``+PGID`` was written, or a child that left its group),
+then exits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+TOKEN_VAR = "SPOTSWEEP_AGENT_TOKEN"
+
+
+class Watchdog:
+    """The agent's side: starts the watchdog process on first use, and again if it died."""
+
+    def __init__(self) -> None:
+        self.token = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._groups: set[int] = set()
+
+    def add(self, pgid: int) -> None:
+        self._send(f"+{pgid}\n", lambda: self._groups.add(pgid))
+
+    def discard(self, pgid: int) -> None:
+        self._send(f"-{pgid}\n", lambda: self._groups.discard(pgid))
+
+    def groups(self) -> list[int]:
+        """The process groups of the trials running now."""
+        with self._lock:
+            return list(self._groups)
+
+    def close(self) -> None:
+        """End the watchdog (its registered groups are killed): the agent is exiting."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is not None and proc.stdin is not None:
+            proc.stdin.close()
+            proc.wait()
+
+    def _send(self, line: str, note: object) -> None:
+        with self._lock:
+            note()  # type: ignore[operator]
+            for _ in range(2):
+                proc = self._ensure()
+                try:
+                    assert proc.stdin is not None
+                    proc.stdin.write(line.encode())
+                    proc.stdin.flush()
+                    return
+                except (BrokenPipeError, ValueError):  # it died (or was closed): start another
+                    self._proc = None
+
+    def _ensure(self) -> subprocess.Popen[bytes]:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "spotsweep.services.agent.watchdog", self.token], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, start_new_session=True,
+            )
+            assert self._proc.stdin is not None
+            # A new watchdog knows nothing yet: tell it every live group.
+            self._proc.stdin.write("".join(f"+{g}\n" for g in self._groups).encode())
+            self._proc.stdin.flush()
+        return self._proc
+
+
+def _kill(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _carriers(token: str) -> list[int]:
+    """Processes whose environment holds ``token`` (Linux: /proc/PID/environ of our own user)."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc/self/environ").exists() else ():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass  # gone, or not ours
+    return found
+
+
+def serve(token: str) -> None:
+    """Read ``+PGID``/``-PGID`` lines until end of file, then kill what is left."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the agent: the agent cleans up itself
+    groups: set[int] = set()
+    for raw in sys.stdin.buffer:
+        line = raw.strip()
+        if line[:1] in (b"+", b"-") and line[1:].isdigit():
+            (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+    for pgid in groups:
+        _kill(pgid)
+    me = os.getpid()
+    for pid in _carriers(token):
+        if pid != me:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

@@ -1,0 +1,117 @@
+"""Trials die with their agent: kill -9 of the agent alone leaves no trial process running.
+
+The "agent" here is a real process running one attempt through the real
+runner; the trial script starts a child of its own (as torchrun or a data
+loader would), and both must be gone soon after the agent is SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from spotsweep.services.agent.watchdog import Watchdog
+
+NO_SUCH_GROUP = 2**22 + 12345  # above Linux's default pid_max: never a live group
+
+AGENT = """
+import sys
+from pathlib import Path
+from spotsweep.services.agent.runner import RunControl, RunnerConfig, run_trial
+from spotsweep.shared.artifacts.local import LocalArtifactStore
+from spotsweep.shared.messages import TrialMessage
+
+tmp = Path(sys.argv[1])
+script = sys.argv[2]
+msg = TrialMessage(sweep_id="sw", trial_id="sw.0", attempt=1, trial_name="t0", index=0, params={},
+                   argv=["python", "-c", script], metric="loss")
+run_trial(msg, LocalArtifactStore(tmp / "artifacts"), lambda e: None, RunnerConfig("a", tmp / "work"), RunControl())
+"""
+
+TRIAL = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+with open({pids!r} + ".tmp", "w") as f:
+    f.write(f"{{os.getpid()}} {{child.pid}}")
+os.rename({pids!r} + ".tmp", {pids!r})
+time.sleep(120)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0): it is dead, just not reaped by its (re-)parent yet.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_until(check: object, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_kill_9_of_the_agent_kills_the_trial_and_its_children(tmp_path: Path) -> None:
+    pids_file = tmp_path / "pids"
+    agent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(AGENT), str(tmp_path),
+                              textwrap.dedent(TRIAL.format(pids=str(pids_file)))])
+    try:
+        assert wait_until(pids_file.exists), "the trial did not start"
+        trial, child = (int(p) for p in pids_file.read_text().split())
+        assert alive(trial) and alive(child)
+        agent.send_signal(signal.SIGKILL)  # the agent alone, as the OOM killer would
+        agent.wait()
+        assert wait_until(lambda: not alive(trial) and not alive(child)), "a trial process outlived its agent"
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def test_a_trial_started_but_not_yet_registered_dies_too(tmp_path: Path) -> None:
+    """The instant between starting a trial and telling the watchdog: the agent's token in its environment covers it."""
+    dog = Watchdog()
+    dog.add(NO_SUCH_GROUP)  # any registration starts the watchdog process
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                            env={**os.environ, "SPOTSWEEP_AGENT_TOKEN": dog.token})
+    try:
+        dog.close()  # what the agent's death does to the pipe
+        assert wait_until(lambda: proc.poll() is not None), "an unregistered trial with the token outlived the agent"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_watchdog_that_died_is_replaced_and_told_every_live_group(tmp_path: Path) -> None:
+    dog = Watchdog()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        dog.add(proc.pid)
+        first = dog._proc
+        assert first is not None
+        first.kill()  # the OOM killer took the watchdog
+        first.wait()
+        other = subprocess.Popen(["sleep", "120"], start_new_session=True)
+        try:
+            dog.add(other.pid)  # finds it dead, starts another, re-registers both groups
+            assert dog._proc is not first
+            dog.close()
+            assert wait_until(lambda: proc.poll() is not None and other.poll() is not None)
+        finally:
+            other.kill()
+            other.wait()
+    finally:
+        proc.kill()
+        proc.wait()

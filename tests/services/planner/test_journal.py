@@ -1,0 +1,42 @@
+"""The planner journals the lifecycle events it decides, in the same transaction, once each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spotsweep.shared.messages import TrialLost, TrialProgress
+
+SPEC: dict[str, Any] = {
+    "name": "j",
+    "command": ["true"],
+    "metric": {"name": "loss", "mode": "min"},
+    "space": {"x": [1, 2]},
+    "max_concurrent": 2,
+    "resources": {"gpus": 0, "class": "cpu"},
+}
+
+
+def journal(h: Any, sweep_id: str) -> list[tuple[str, str, int]]:
+    with h.db.transaction() as conn:
+        rows = conn.execute("SELECT trial_id, kind, attempt FROM trial_events WHERE sweep_id = %s ORDER BY recorded_at, kind",
+                            (sweep_id,)).fetchall()
+    return [(r["trial_id"], r["kind"], r["attempt"]) for r in rows]
+
+
+def test_lifecycle_events_are_journaled_once_even_when_redelivered(h: Any) -> None:
+    h.submit(SPEC, "j1")
+    first, second = h.published(2)
+    h.start(first)
+    started = h.start(second)
+    h.finish(first, metrics={"loss": 0.5})
+    lost = TrialLost(sweep_id="j1", trial_id=second.trial_id, attempt=second.attempt, agent="a", reason="gone")
+    h.event(lost)
+    h.event(lost, redelivered=True)  # at-least-once delivery: the same message again
+    h.event(TrialProgress(sweep_id="j1", trial_id=first.trial_id, attempt=1, run_id="r", points=[(1, 0.5)]))
+    kinds = sorted(journal(h, "j1"))
+    assert kinds == sorted([(first.trial_id, "trial.started", 1), (second.trial_id, "trial.started", 1),
+                            (first.trial_id, "trial.finished", 1), (second.trial_id, "trial.lost", 1)])
+    assert started.settled == "ack"
+    with h.db.transaction() as conn:
+        body = conn.execute("SELECT body FROM trial_events WHERE kind = 'trial.finished' AND sweep_id = 'j1'").fetchone()["body"]
+    assert body["metrics"] == {"loss": 0.5} and body["outcome"] == "completed"
