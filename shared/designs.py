@@ -8,6 +8,10 @@
   grid: memory is O(n x dims) whatever the grid size, except for ``n`` over
   half the grid, where the design is the complement of a balanced design of
   the rest (then the grid is at most ``2n`` points).
+* :func:`extend_subset`: a design already run, grown to ``n`` rows (``spotsweep
+  extend``): its rows stay first and unchanged, the new ones are drawn with
+  per-level quotas so that the whole is as balanced as a design of ``n``
+  rows, and distinct from every row before them.
 * :func:`sobol_point`: point ``index`` of a scrambled Sobol' sequence, by
   fast-forwarding scipy's engine (no earlier points are kept).
 
@@ -59,15 +63,81 @@ def balanced_subset(sizes: tuple[int, ...], n: int, seed: int) -> Design:
     return tuple(tuple(row) for row in design)
 
 
-def _make_distinct(design: list[list[int]], rng: random.Random) -> None:
-    """Swap entries within columns (which keeps every column's balance) until rows differ."""
-    seen: set[tuple[int, ...]] = set()
+@functools.lru_cache(maxsize=32)
+def extend_subset(sizes: tuple[int, ...], rows: Design, n: int, seed: int) -> Design:
+    """``rows`` (distinct, already run) followed by ``n - len(rows)`` new distinct
+    rows, each level of each dimension used ``n // L`` or ``n // L + 1`` times
+    over all ``n`` whenever ``rows`` was itself that balanced for its size.
+
+    Each column of the new rows gets the quota that tops its levels up to that
+    balance (the levels already used one time more than ``n // L`` count among
+    the ``n % L`` that get one more), the rows are made distinct from each
+    other and from ``rows`` by swaps within new columns and by moving an entry
+    between two levels whose counts are ``n // L + 1`` and ``n // L`` (neither
+    breaks the balance), and pairs are evened out among the new rows. When no
+    distinct rows can be found that way (a design covering much of its grid),
+    the new rows are those of :func:`balanced_subset` of size ``n`` not in
+    ``rows``: distinct, but only as balanced as that allows.
+    """
+    prev = len(rows)
+    if not prev <= n <= math.prod(sizes):
+        raise ValueError(f"a subset of {prev} configurations cannot grow to {n} in a grid of {math.prod(sizes)}")
+    if n == prev:
+        return rows
+    rng = random.Random(f"spotsweep:subset-extend:{seed}:{sizes}:{prev}:{n}")
+    columns = [_topped_column(levels, [row[j] for row in rows], n, rng) for j, levels in enumerate(sizes)]
+    design = [list(row) for row in rows] + [list(row) for row in zip(*columns)] if sizes else [[] for _ in range(n)]
+    try:
+        _make_distinct(design, rng, start=prev, sizes=sizes)
+    except RuntimeError:
+        taken = set(rows)
+        return rows + tuple(row for row in balanced_subset(sizes, n, seed) if row not in taken)[:n - prev]
+    _even_out_pairs(design, sizes, rng, start=prev)
+    return tuple(tuple(row) for row in design)
+
+
+def _topped_column(levels: int, used: list[int], n: int, rng: random.Random) -> list[int]:
+    """The entries ``n - len(used)`` new rows need in one column so that every
+    level is used ``n // levels`` or ``n // levels + 1`` times in all."""
+    base, extra = divmod(n, levels)
+    counts = [used.count(level) for level in range(levels)]
+    # Levels already past the base must be among the ``extra`` ones; the rest at random.
+    order = sorted(range(levels), key=lambda level: (-min(counts[level], base + 1), rng.random()))
+    target = [base + (1 if level in order[:extra] else 0) for level in range(levels)]
+    column = [level for level in range(levels) for _ in range(max(0, target[level] - counts[level]))]
+    while len(column) < n - len(used):  # only if ``used`` was not balanced: top up the least used levels
+        column.append(min(range(levels), key=lambda level: counts[level] + column.count(level)))
+    rng.shuffle(column)
+    return column[:n - len(used)]
+
+
+def _make_distinct(design: list[list[int]], rng: random.Random, start: int = 0,
+                   sizes: tuple[int, ...] | None = None) -> None:
+    """Swap entries within columns (which keeps every column's balance) until
+    rows differ; rows before ``start`` are fixed (and taken). With ``sizes``,
+    an entry may also move from a level used ``n // L + 1`` times to one used
+    ``n // L`` times, which keeps the balance too."""
+    seen: set[tuple[int, ...]] = {tuple(row) for row in design[:start]}
     dims = len(design[0])
-    for r, row in enumerate(design):
+    n = len(design)
+    counts = [[sum(1 for row in design if row[j] == level) for level in range(size)] for j, size in enumerate(sizes or ())]
+    for r in range(start, n):
+        row = design[r]
         for _ in range(_REPAIR_TRIES):
             if tuple(row) not in seen:
                 break
-            j, s = rng.randrange(dims), rng.randrange(len(design))
+            if sizes and rng.random() < 0.5:
+                j = rng.randrange(dims)
+                base = n // sizes[j]
+                if counts[j][row[j]] == base + 1:
+                    lower = [level for level in range(sizes[j]) if counts[j][level] == base]
+                    if lower:
+                        level = rng.choice(lower)
+                        counts[j][row[j]] -= 1
+                        counts[j][level] += 1
+                        row[j] = level
+                continue
+            j, s = rng.randrange(dims), rng.randrange(start, n)
             other = design[s]
             if s == r or other[j] == row[j]:
                 continue
@@ -80,16 +150,17 @@ def _make_distinct(design: list[list[int]], rng: random.Random) -> None:
                 seen.add(new_other)
             row[j], other[j] = other[j], row[j]
         else:
-            raise RuntimeError("could not make the subset's rows distinct")  # not reached while n <= grid / 2
+            raise RuntimeError("could not make the subset's rows distinct")  # for a new design, not reached while n <= grid / 2
         seen.add(tuple(row))
 
 
-def _even_out_pairs(design: list[list[int]], sizes: tuple[int, ...], rng: random.Random) -> None:
-    """Local search on pair balance: accept a within-column swap of two rows when
-    it lowers sum over dimension pairs of sum_ab count(a, b)^2 / expected (the
-    chi-square distance from an orthogonal array) and keeps rows distinct."""
+def _even_out_pairs(design: list[list[int]], sizes: tuple[int, ...], rng: random.Random, start: int = 0) -> None:
+    """Local search on pair balance: accept a within-column swap of two rows
+    (both at or after ``start``: earlier rows are fixed) when it lowers sum
+    over dimension pairs of sum_ab count(a, b)^2 / expected (the chi-square
+    distance from an orthogonal array) and keeps rows distinct."""
     n, dims = len(design), len(sizes)
-    if dims < 2 or n < 4:
+    if dims < 2 or n - start < 4:
         return
     counts = {(j, k): [[0] * sizes[k] for _ in range(sizes[j])] for j in range(dims) for k in range(dims) if j != k}
     for row in design:
@@ -97,8 +168,8 @@ def _even_out_pairs(design: list[list[int]], sizes: tuple[int, ...], rng: random
             table[row[j]][row[k]] += 1
     weight = {(j, k): sizes[j] * sizes[k] / n for j, k in counts}
     seen = {tuple(row) for row in design}
-    for _ in range(min(_IMPROVE_PER_ROW * n, _IMPROVE_MAX)):
-        j, r, s = rng.randrange(dims), rng.randrange(n), rng.randrange(n)
+    for _ in range(min(_IMPROVE_PER_ROW * (n - start), _IMPROVE_MAX)):
+        j, r, s = rng.randrange(dims), rng.randrange(start, n), rng.randrange(start, n)
         row, other = design[r], design[s]
         a, b = row[j], other[j]
         if a == b:

@@ -184,6 +184,7 @@ class TrialLost(Envelope):
     agent: str
     run_id: str = ""
     reason: str
+    duration: float | None = None  # seconds the lost run's process ran (counted in the trial's running time)
 
 
 class CancelSweep(Envelope):
@@ -192,14 +193,15 @@ class CancelSweep(Envelope):
     kind: Literal["sweep.cancel"] = "sweep.cancel"
 
 
-StopReason = Literal["duplicate", "ended", "pruned"]
+StopReason = Literal["duplicate", "ended", "pruned", "stale"]
 
 
 class StopTrial(Envelope):
     """Broadcast by the planner: stop run ``run_id`` of an attempt, without a
     report. ``duplicate``: another run of the same attempt is the one that
     counts; ``ended``: the trial already ended (a redelivery of a finished run);
-    ``pruned``: early stopping ended the trial (it is recorded as pruned)."""
+    ``pruned``: early stopping ended the trial (it is recorded as pruned);
+    ``stale``: a run of an earlier attempt (the trial has moved on to a later one)."""
 
     kind: Literal["trial.stop"] = "trial.stop"
     trial_id: str

@@ -34,7 +34,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from spotsweep.shared.designs import balanced_subset, sobol_point
+from spotsweep.shared.designs import balanced_subset, extend_subset, sobol_point
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec import GRID_CONTINUOUS, Choice, IntRange, LogUniform, Param, SweepSpec, Uniform
 
@@ -151,18 +151,13 @@ def _sobol_params(spec: SweepSpec, seed: int, config: int) -> dict[str, Any]:
 @functools.lru_cache(maxsize=32)
 def _extended_subset(sizes: tuple[int, ...], stages: tuple[int, ...], seed: int) -> tuple[tuple[int, ...], ...]:
     """A subset grown by ``spotsweep extend``: the design of the first size, then
-    the rows of each larger size's design not chosen yet, in their order. The
-    trials already run keep their configs, and none repeats."""
-    rows: list[tuple[int, ...]] = []
-    used: set[tuple[int, ...]] = set()
-    for n in stages:
-        for row in balanced_subset(sizes, n, seed):
-            if len(rows) >= n:
-                break
-            if row not in used:
-                rows.append(row)
-                used.add(row)
-    return tuple(rows)
+    grown to each later size by :func:`.designs.extend_subset` (new rows
+    balanced with the ones before them, none repeating). The trials already
+    run keep their configs."""
+    rows = balanced_subset(sizes, stages[0], seed)
+    for n in stages[1:]:
+        rows = extend_subset(sizes, rows, n, seed)
+    return rows
 
 
 def _subset_params(spec: SweepSpec, trials: int, seed: int, config: int) -> dict[str, Any]:

@@ -4,11 +4,16 @@ No I/O, no clock: the handlers read the state from PostgreSQL, call these,
 and apply the result in the same transaction. Tests feed plain values.
 
 Fencing lives here. An event whose attempt is not the trial's current
-attempt, or about a trial already in a terminal state, changes nothing. Within
-an attempt, runs are told apart by ``run_id``: the broker may hand one attempt
-out twice (redelivery after its agent vanished, or a duplicate publish), and
-only one run counts. A second run that starts while the first is alive is
-stopped; a redelivered one replaces a run whose agent is gone.
+attempt, or about a trial already in a terminal state, changes nothing; a
+run that starts for an earlier attempt (an agent published its end and died
+before its ack, so the broker handed the old attempt out again) or for an
+ended trial is stopped, since it would only redo work and move the trial's
+checkpoint. Within an attempt, runs are told apart by ``run_id``: the broker
+may hand one attempt out twice (redelivery after its agent vanished, or a
+duplicate publish), and only one run counts. A second run that starts while
+the first is alive is stopped; a redelivered one replaces a run whose agent
+is gone; while a trial runs, the end or loss of any other run of its attempt
+is ignored.
 """
 
 from __future__ import annotations
@@ -133,14 +138,22 @@ def decide(sweep: SweepState, trial: TrialView, event: TrialStarted | TrialFinis
     ``run_end``: for a completed run, the search's decision at its end; None
     when the sweep has no such decision (the trial then completes).
     """
+    starts = isinstance(event, TrialStarted) and bool(event.run_id) and event.attempt <= trial.attempt
     if trial.state.is_terminal:
-        if isinstance(event, TrialStarted) and event.attempt == trial.attempt and event.run_id:
+        if starts:
             # A run of an ended trial (its finished run's ack was lost with
             # the agent): it would only redo finished work.
             return Decision(stop=Stop(event.attempt, event.run_id, "ended"), reason=f"trial already {trial.state.value}")
         return Decision(reason=f"trial already {trial.state.value}")
     if event.attempt != trial.attempt:
-        return Decision(reason=f"stale attempt {event.attempt} (current {trial.attempt})")
+        reason = f"stale attempt {event.attempt} (current {trial.attempt})"
+        if starts:
+            # The broker handed an earlier attempt out again (its agent died
+            # before the ack): the current attempt is the one that counts.
+            return Decision(stop=Stop(event.attempt, event.run_id, "stale"), reason=reason)
+        return Decision(reason=reason)
+    if not isinstance(event, TrialStarted) and not counted_run(trial, event):
+        return Decision(reason=f"run {event.run_id} is not the trial's current run {trial.run_id}")
 
     if isinstance(event, TrialStarted):
         return _started(sweep, trial, event)
@@ -149,6 +162,13 @@ def decide(sweep: SweepState, trial: TrialView, event: TrialStarted | TrialFinis
     update = _finished(sweep, trial, event, run_end)
     check_transition(trial.state, update.state)
     return Decision(update=update)
+
+
+def counted_run(trial: TrialView, event: TrialFinished | TrialLost) -> bool:
+    """Whether an end or loss of the current attempt is about the run that
+    counts: while the trial runs, only its current run's (an event or a
+    trial without a run id, from an older agent, is not told apart)."""
+    return trial.state != TrialState.RUNNING or not event.run_id or not trial.run_id or event.run_id == trial.run_id
 
 
 def prune(trial: TrialView, reason: str, metrics: dict[str, float], rungs: dict[int, float] | None = None) -> Decision:
@@ -183,11 +203,14 @@ def _started(sweep: SweepState, trial: TrialView, event: TrialStarted) -> Decisi
 
 def _lost(trial: TrialView, event: TrialLost) -> Decision:
     note = f"attempt {event.attempt} lost on {event.agent}: {event.reason}"
-    current = trial.state == TrialState.RUNNING and event.run_id == (trial.run_id or "")
+    if trial.state != TrialState.RUNNING or event.run_id != (trial.run_id or ""):
+        # Told again (a redelivered event), or not about the run we know: only note it.
+        return Decision(update=TrialUpdate(trial.state, trial.attempt, trial.failures, trial.preemptions, error=note))
     # The broker already put the attempt back: it is queued until another
-    # agent starts it (a later run may have started already: then only note it).
-    state = TrialState.QUEUED if current else trial.state
-    return Decision(update=TrialUpdate(state, trial.attempt, trial.failures, trial.preemptions, error=note))
+    # agent starts it. The lost run's time counts towards timeout.total and
+    # the budgets, once: on this transition.
+    return Decision(update=TrialUpdate(TrialState.QUEUED, trial.attempt, trial.failures, trial.preemptions, error=note,
+                                       add_seconds=event.duration or 0.0))
 
 
 def _halved(trial: TrialView, policy: RetryPolicy) -> dict[str, Any] | None:

@@ -2,9 +2,11 @@
 
 Lifecycle events (started, finished, lost) go through :func:`~.decide.decide`;
 a completed run first asks the search whether successive halving promotes
-it, prunes it or lets it complete. Progress events (the objective's points
-of a running trial) feed early stopping: the curve is recorded and the
-search may prune the trial, which the planner then stops on its agent.
+it, prunes it or lets it complete; a promotion the budget caps refuse
+completes the trial at the rung it reached (and the sweep launches no new
+trials: it could not promote them either). Progress events (the objective's
+points of a running trial) feed early stopping: the curve is recorded and
+the search may prune the trial, which the planner then stops on its agent.
 The caller tops the sweep up once after a batch of events
 (:func:`~.launch.top_up`).
 """
@@ -15,11 +17,13 @@ import math
 from dataclasses import dataclass, replace
 
 from spotsweep.services.planner import store
-from spotsweep.services.planner.decide import Decision, RunEnd, SweepState, TrialView, decide, prune, record_rungs
+from spotsweep.services.planner.decide import (
+    Decision, RunEnd, SweepState, TrialView, counted_run, decide, prune, record_rungs,
+)
 from spotsweep.services.planner.launch import retry_policy
-from spotsweep.services.planner.search import Action, Search
+from spotsweep.services.planner.search import Action, Search, StepDecision
 from spotsweep.services.planner.search.history import objective_values
-from spotsweep.services.planner.searching import history, record_of
+from spotsweep.services.planner.searching import history, record_of, usage
 from spotsweep.shared import log
 from spotsweep.shared.db import Conn, Row
 from spotsweep.shared.messages import TrialFinished, TrialLost, TrialProgress, TrialStarted
@@ -59,11 +63,12 @@ def apply(conn: Conn, sweep: Row, row: Row, view: TrialView, event: LifecycleEve
 
 
 def _current(view: TrialView, event: TrialFinished) -> bool:
-    return not view.state.is_terminal and event.attempt == view.attempt
+    return not view.state.is_terminal and event.attempt == view.attempt and counted_run(view, event)
 
 
 def _run_end(conn: Conn, row: Row, event: TrialFinished, spec: SweepSpec, search: Search) -> RunEnd | None:
-    """Successive halving's decision at the end of a run that reached its budget."""
+    """Successive halving's decision at the end of a run that reached its budget;
+    a promotion must fit the budget caps, else the trial completes at its rung."""
     if search.budget_param is None or search.stopper is None:
         return None
     values = objective_values(spec, {**(row["metrics"] or {}), **event.metrics})
@@ -73,8 +78,26 @@ def _run_end(conn: Conn, row: Row, event: TrialFinished, spec: SweepSpec, search
     if record is None:
         return None
     verdict = search.on_run_end(regular, record, value)
+    if verdict.action == Action.PROMOTE and verdict.relaunch and verdict.budget is not None and spec.budget is not None:
+        verdict = _within_budget(conn, row, event, spec, search, verdict)
     _log.info("successive halving", action=verdict.action.value, budget=verdict.budget, reason=verdict.reason)
     return RunEnd(verdict, value, search.budget_param)
+
+
+def _within_budget(conn: Conn, row: Row, event: TrialFinished, spec: SweepSpec, search: Search,
+                   verdict: StepDecision) -> StepDecision:
+    """The promotion, or COMPLETE at the rung reached when it would pass a cap
+    (the sweep then launches no new trial: it could not promote them either)."""
+    assert search.budget_param is not None and verdict.budget is not None
+    reached = int(row["params"][search.budget_param])
+    used = usage(conn, row["sweep_id"], spec, search.budget_param, ended=(row["trial_id"], event.duration))
+    check = search.may_promote(used, reached, verdict.budget)
+    if check.ok:
+        return verdict
+    sweep = store.get_sweep(conn, row["sweep_id"])  # as this transaction left it
+    if sweep is not None and int(sweep["total_trials"]) > int(sweep["next_index"]):
+        store.cap_sweep(conn, row["sweep_id"], int(sweep["next_index"]), check.reason)
+    return StepDecision(Action.COMPLETE, verdict.rung, reason=f"not promoted past {reached}: {check.reason}")
 
 
 def _progress(conn: Conn, row: Row, view: TrialView, event: TrialProgress, spec: SweepSpec, search: Search) -> Decision:

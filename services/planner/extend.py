@@ -5,8 +5,10 @@ trials and the budget caps replaced, validated like any spec (errors name
 the field and the value). The history stays: trials already launched keep
 their rows and params, the search sees them, and the new trials take the
 next indexes. Static designs stay consistent: random and Sobol points are
-per index; a subset grows by the rows of a larger balanced design that were
-not chosen yet; a grid grows up to its size.
+per index; a subset keeps its rows and grows by new ones drawn so that the
+whole is balanced for its new size, none repeating; a grid grows up to its
+size. The time a finished sweep waited for the extension does not count
+against ``wall_time`` (it counts the sweep's running time).
 """
 
 from __future__ import annotations

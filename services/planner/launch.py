@@ -56,7 +56,8 @@ def top_up(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, window: i
     state = store.sweep_state(conn, sweep, spec.max_concurrent, retry_policy(spec), window)
     regular: list[TrialRecord] = []
     if search.model is not None or spec.smoke is not None:
-        regular, smoke = history(conn, sweep_id, spec)
+        # Model-based samplers read pruned trials' curves (Optuna ranks them by their intermediate values).
+        regular, smoke = history(conn, sweep_id, spec, pruned_curves=search.model is not None)
         if spec.smoke is not None:
             stage = search.smoke(smoke)
             if stage.failed:
@@ -84,21 +85,23 @@ def _launch(conn: Conn, sweep: Row, spec: SweepSpec, search: Search, n: int, reg
     sweep_id, first, total = sweep["sweep_id"], int(sweep["next_index"]), int(sweep["total_trials"])
     if n <= 0:
         return 0, total
-    used = usage(conn, sweep_id, spec) if spec.budget is not None else None
+    used = usage(conn, sweep_id, spec, search.budget_param) if spec.budget is not None else None
     study: dict[str, Any] | None = None
     study_attrs = sweep["search_attrs"]
     batch: list[store.NewTrial] = []
+    batch_seconds = 0.0  # what the trials of this batch are expected to take
     seen = list(regular)
     for index in range(first, first + n):
         if used is not None:
-            per_trial = (used.trial_seconds or 0.0) * used.gpus
-            verdict = search.may_launch(replace(used, launched=used.launched + len(batch),
-                                                committed_gpu_seconds=used.committed_gpu_seconds + len(batch) * per_trial))
+            expected = search.run_seconds(used, index)
+            verdict = search.may_launch(replace(used, launched=used.launched + len(batch), trial_seconds=expected,
+                                                committed_gpu_seconds=used.committed_gpu_seconds + batch_seconds * used.gpus))
             if not verdict.ok:
                 store.cap_sweep(conn, sweep_id, index, verdict.reason)
                 _log.info("budget reached: no more trials", reason=verdict.reason)
                 total = index
                 break
+            batch_seconds += expected or 0.0
         proposal = search.propose(index, seen, study if study is not None else study_attrs)
         if proposal.study_attrs is not None:
             study = proposal.study_attrs

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spotsweep.services.planner.search import TrialRecord, Usage, estimate_trial_seconds, expected_remaining
+from spotsweep.services.planner.search import TrialRecord, Usage, committed, estimate_trial_seconds, estimate_unit_seconds
 from spotsweep.services.planner.search.history import objective_values
 from spotsweep.shared.db import Conn
 from spotsweep.shared.spec import SweepSpec
@@ -26,20 +26,21 @@ def _floats(data: dict[str, Any] | None) -> dict[int, float]:
 
 
 def history(conn: Conn, sweep_id: str, spec: SweepSpec, *, steps: Sequence[int] | None = None,
-            full_curve: str | None = None, all_curves: bool = False) -> tuple[list[TrialRecord], list[TrialRecord]]:
+            full_curve: str | None = None, pruned_curves: bool = False) -> tuple[list[TrialRecord], list[TrialRecord]]:
     """The sweep's regular trials and its smoke trials (numbered 0, 1, ... by smoke order).
 
-    Curves: every point for ``all_curves`` (model-based samplers want pruned
-    trials' curves), else only at ``steps`` (median stopping compares one
-    step), plus the whole curve of trial ``full_curve``.
+    Curves: only at ``steps`` (median stopping compares one step), plus the
+    whole curve of trial ``full_curve``, and with ``pruned_curves`` the whole
+    curves of the pruned trials (model-based samplers: Optuna ranks a pruned
+    trial by its intermediate values, and reads no other trial's).
     """
     rows = conn.execute(
         "SELECT trial_id, idx, params, state, metrics, rungs, search_attrs, failures, error,"
-        " CASE WHEN %(all)s OR trial_id = %(full)s THEN curve"
+        " CASE WHEN (%(pruned)s AND state = 'pruned') OR trial_id = %(full)s THEN curve"
         " ELSE (SELECT COALESCE(jsonb_object_agg(key, value), '{}'::jsonb) FROM jsonb_each(curve) WHERE key = ANY(%(steps)s))"
         " END AS curve"
         " FROM trials WHERE sweep_id = %(sweep)s ORDER BY idx",
-        {"all": all_curves, "full": full_curve, "steps": [str(s) for s in steps or ()], "sweep": sweep_id},
+        {"pruned": pruned_curves, "full": full_curve, "steps": [str(s) for s in steps or ()], "sweep": sweep_id},
     ).fetchall()
     regular: list[TrialRecord] = []
     smoke: list[TrialRecord] = []
@@ -57,31 +58,74 @@ def record_of(records: Sequence[TrialRecord], index: int) -> TrialRecord | None:
     return next((r for r in records if r.index == index), None)
 
 
-def usage(conn: Conn, sweep_id: str, spec: SweepSpec) -> Usage:
+def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,
+          ended: tuple[str, float | None] | None = None) -> Usage:
     """What the sweep used so far, with the clock read from PostgreSQL (one clock for every planner).
 
-    A CPU-only trial (``resources.gpus: 0``) counts as one GPU: it holds a slot.
+    A CPU-only trial (``resources.gpus: 0``) counts as one GPU: it holds a
+    slot. ``budget_param``: successive halving's budget parameter; runs are
+    then estimated per budget unit. ``ended``: ``(trial_id, seconds)`` of a
+    run that has just ended but is not recorded yet (a promotion is being
+    decided): it counts as used, no longer in flight, and in the estimate.
+    The elapsed time is the time the sweep has been running: the union of
+    its trials' lifetimes, so the time between its end and an ``extend``
+    does not count against ``wall_time``.
     """
     gpus = max(1, spec.resources.gpus)
+    args = {"sweep": sweep_id, "param": budget_param or ""}
     row = conn.execute(
-        "SELECT count(*) FILTER (WHERE t.idx >= 0) AS launched,"
-        " COALESCE(sum(t.run_seconds), 0) AS done_s,"
-        " COALESCE(array_agg(extract(epoch FROM now() - t.run_started_at)::float8)"
-        "   FILTER (WHERE t.state = 'running' AND t.run_started_at IS NOT NULL), '{}') AS running_for,"
-        " count(*) FILTER (WHERE t.state IN ('pending', 'queued')) AS waiting,"
-        " COALESCE(array_agg(t.run_seconds) FILTER (WHERE t.state = 'completed' AND t.idx >= 0), '{}') AS durations,"
-        " (SELECT extract(epoch FROM now() - s.created_at)::float8 FROM sweeps s WHERE s.sweep_id = %(sweep)s) AS elapsed"
-        " FROM trials t WHERE t.sweep_id = %(sweep)s",
-        {"sweep": sweep_id},
+        "SELECT count(*) FILTER (WHERE idx >= 0) AS launched, COALESCE(sum(run_seconds), 0) AS done_s,"
+        " COALESCE(array_agg(run_seconds) FILTER (WHERE state = 'completed' AND idx >= 0), '{}') AS durations,"
+        " COALESCE(array_agg(ARRAY[run_seconds, (params ->> %(param)s)::float8]) FILTER (WHERE state IN ('completed', 'pruned')"
+        "   AND idx >= 0 AND jsonb_typeof(params -> %(param)s) = 'number'), '{}') AS reached"
+        " FROM trials WHERE sweep_id = %(sweep)s", args,
     ).fetchone()
     assert row is not None
-    running_for = [float(x) for x in row["running_for"]]
+    flying = conn.execute(
+        "SELECT trial_id, run_seconds, rungs, CASE WHEN jsonb_typeof(params -> %(param)s) = 'number'"
+        "   THEN (params ->> %(param)s)::float8 END AS budget,"
+        " CASE WHEN state = 'running' AND run_started_at IS NOT NULL"
+        "   THEN extract(epoch FROM now() - run_started_at)::float8 ELSE 0 END AS ran"
+        " FROM trials WHERE sweep_id = %(sweep)s AND state IN ('pending', 'queued', 'running')", args,
+    ).fetchall()
+    used = float(row["done_s"])
+    reached = [(float(s), float(u)) for s, u in row["reached"]]
+    runs: list[tuple[float | None, float]] = []  # in flight: (budget units its current run trains or None, seconds run)
+    for r in flying:
+        ran = float(r["ran"])
+        if ended is not None and r["trial_id"] == ended[0]:
+            ran = ran if ended[1] is None else ended[1]
+            if r["budget"] is not None:
+                reached.append((float(r["run_seconds"]) + ran, float(r["budget"])))
+            used += ran
+            continue
+        used += ran
+        units = None if r["budget"] is None else float(r["budget"]) - max(_floats(r["rungs"]), default=0)
+        runs.append((units, ran))
+    per_unit = estimate_unit_seconds(reached) if budget_param is not None else None
     per_trial = estimate_trial_seconds([float(x) for x in row["durations"]])
+    expected = [(per_unit * units if per_unit is not None and units is not None else per_trial, ran) for units, ran in runs]
     return Usage(
         launched=int(row["launched"]),
-        gpu_seconds=gpus * (float(row["done_s"]) + sum(running_for)),
-        elapsed_seconds=float(row["elapsed"] or 0.0),
+        gpu_seconds=gpus * used,
+        elapsed_seconds=_running_seconds(conn, sweep_id) if spec.budget is not None and spec.budget.wall_time else 0.0,
         trial_seconds=per_trial,
         gpus=gpus,
-        committed_gpu_seconds=expected_remaining(per_trial, running_for, int(row["waiting"]), gpus),
+        committed_gpu_seconds=committed(expected, gpus),
+        unit_seconds=per_unit,
     )
+
+
+def _running_seconds(conn: Conn, sweep_id: str) -> float:
+    """Seconds the sweep has been running: the length of the union of its trials'
+    lifetimes (written to ended, or to now while in flight). A running sweep
+    always has a trial in flight, so only the time it spent ended is left out."""
+    row = conn.execute(
+        "SELECT COALESCE(sum(GREATEST(0, extract(epoch FROM e - GREATEST(s, COALESCE(reach, s))))), 0)::float8 AS seconds"
+        " FROM (SELECT s, e, max(e) OVER (ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach"
+        "   FROM (SELECT created_at AS s, CASE WHEN state IN ('pending', 'queued', 'running') THEN now()"
+        "     ELSE GREATEST(created_at, COALESCE(finished_at, created_at)) END AS e"
+        "     FROM trials WHERE sweep_id = %s) lifetimes) ordered",
+        (sweep_id,),
+    ).fetchone()
+    return float(row["seconds"]) if row else 0.0

@@ -1,7 +1,9 @@
 """The search end to end over real RabbitMQ, PostgreSQL and S3 (moto), every
 service a separate process: ASHA promotes trials by resuming them from their
-checkpoints with a larger budget and ends with exact results; sweeps of equal
-priority take turns on the agents, and a higher priority goes first."""
+checkpoints with a larger budget and ends with exact results; a TPE sweep
+whose planner is killed half way suggests what an uninterrupted one would;
+sweeps of equal priority take turns on the agents, and a higher priority
+goes first."""
 
 from __future__ import annotations
 
@@ -56,6 +58,49 @@ def test_asha_promotes_by_resuming_from_the_checkpoint_and_ends_exact(cluster: C
     points = rows(database_url, "SELECT count(*), count(DISTINCT (trial_id, step)) FROM metric_points"
                                 " WHERE sweep_id = %s AND name = 'loss'", sweep_id)[0]
     assert points[0] == points[1] == sum(t[2] for t in trials)  # every step once, none redone
+
+
+QUADRATIC = """
+from spotsweep import trial
+trial.report(1, loss=(trial.params["x"] - 0.3) ** 2)
+"""
+
+
+def test_a_killed_planner_restarts_a_tpe_sweep_from_the_database_and_suggests_the_same(cluster: Cluster,
+                                                                                        database_url: str) -> None:
+    from spotsweep.services.planner.search import Search, TrialRecord
+    from spotsweep.shared.spec import parse_spec
+    from spotsweep.shared.states import TrialState
+
+    spec = {
+        "name": "tpe-restart",
+        "command": ["python", "-c", QUADRATIC.replace("{", "{{").replace("}", "}}")],
+        "metric": {"name": "loss", "mode": "min"},
+        "space": {"x": {"type": "uniform", "low": 0.0, "high": 1.0}},
+        "strategy": {"type": "tpe", "trials": 8, "seed": 3, "startup_trials": 2},
+        "max_concurrent": 1,  # one at a time: trial i is suggested from trials 0..i-1, all completed
+        "resources": {"gpus": 0, "class": "cpu"},
+    }
+    cluster.start("planner", "planner")
+    cluster.start("collector", "collector")
+    cluster.start("agent", "agent", "--slots", "1", "--class", "cpu")
+    sweep_id = cluster.submit(spec)
+    done = "SELECT count(*) FROM trials WHERE sweep_id = %s AND state = 'completed'"
+    assert wait_for(database_url, done, (sweep_id,), lambda n: n >= 3) >= 3, cluster.logs()
+    cluster.kill9("planner")  # past TPE's startup: the next suggestions come from the model
+    assert rows(database_url, done, sweep_id)[0][0] < 8
+    cluster.start("planner2", "planner")
+    state = wait_for(database_url, "SELECT state FROM sweeps WHERE sweep_id = %s", (sweep_id,), lambda s: s != "running",
+                     timeout=120)
+    assert state == "completed", cluster.logs()
+    trials = rows(database_url, "SELECT idx, params, (metrics->>'loss')::float8 FROM trials WHERE sweep_id = %s ORDER BY idx",
+                  sweep_id)
+    assert [t[0] for t in trials] == list(range(8))
+    search = Search(parse_spec(spec))
+    history = [TrialRecord(i, params, TrialState.COMPLETED, (loss,)) for i, params, loss in trials]
+    # What an uninterrupted planner would have suggested for each trial, from the trials before it.
+    assert [search.propose(i, history[:i]).params for i in range(8)] == [t[1] for t in trials]
+    assert len({t[1]["x"] for t in trials}) == 8
 
 
 def sleeper(name: str, n: int, priority: int = 0) -> dict[str, Any]:

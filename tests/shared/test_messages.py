@@ -80,3 +80,18 @@ def test_metric_columns_of_different_lengths_are_refused() -> None:
     bad = b'{"kind": "trial.metrics", "sweep_id": "s", "trial_id": "s.0", "attempt": 1, "steps": [1], "names": [], "values": []}'
     with pytest.raises(DecodeError, match="as long as each other"):
         decode(bad)
+
+
+def test_a_stale_run_can_be_stopped_and_a_lost_run_carries_its_duration() -> None:
+    from spotsweep.shared.messages import StopTrial, TrialLost
+
+    stop = StopTrial(sweep_id="s", trial_id="s.0", attempt=1, run_id="r1", reason="stale")
+    assert decode(encode(stop)) == stop
+    lost = TrialLost(sweep_id="s", trial_id="s.0", attempt=1, agent="a", run_id="r1", reason="connection closed", duration=12.5)
+    back = decode(encode(lost))
+    assert isinstance(back, TrialLost) and back.duration == 12.5
+    # What agents sent before the field existed still decodes, with no duration.
+    old = (b'{"kind": "trial.lost", "schema_version": 3, "sweep_id": "s", "trial_id": "s.0", "attempt": 1,'
+           b' "agent": "a", "run_id": "r1", "reason": "consumer_timeout"}')
+    decoded = decode(old)
+    assert isinstance(decoded, TrialLost) and decoded.duration is None

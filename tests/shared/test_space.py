@@ -236,6 +236,38 @@ def test_subset_of_a_huge_grid_never_enumerates_it() -> None:
         assert min(counts.values()) == 20 == max(counts.values()), key
 
 
+def test_an_extended_subset_keeps_its_rows_and_stays_distinct_and_balanced() -> None:
+    from spotsweep.services.planner.extend import extended
+
+    first = make(DEEPSEEK, {"type": "subset", "trials": 40, "seed": 0})
+    grown = extended(first, trials=40)  # spotsweep extend SWEEP --trials 40
+    assert total_trials(grown) == 80
+    rows = [params_at(grown, i) for i in range(80)]
+    assert rows[:40] == [params_at(first, i) for i in range(40)]  # the trials already run keep their configs
+    assert len({tuple(r.values()) for r in rows}) == 80
+    for key, counts in _levels(grown, rows).items():
+        assert min(counts.values()) >= 80 // 3 and max(counts.values()) <= -(-80 // 3), (key, counts)
+    again = extended(grown, trials=1)  # grown again by one: still balanced for 81
+    rows = [params_at(again, i) for i in range(81)]
+    assert rows[:80] == [params_at(grown, i) for i in range(80)] and len({tuple(r.values()) for r in rows}) == 81
+    assert all(set(counts.values()) == {27} for counts in _levels(again, rows).values())
+
+
+MIXED = {**DEEPSEEK, "a": [1, 2, 3], "b": [1, 2], "c": list(range(5))}
+
+
+@pytest.mark.parametrize("space, stages", [(MIXED, (10, 20, 30)), (MIXED, (5, 6, 7, 8, 9)), (MIXED, (100, 364, 500, 729)),
+                                           (DEEPSEEK, (100, 364, 500, 700, 729))])  # the last: most of the grid
+def test_a_subset_grown_in_stages_is_balanced_at_every_stage(space: dict[str, Any], stages: tuple[int, ...]) -> None:
+    for n in range(1, len(stages)):
+        spec = make(space, {"type": "subset", "trials": stages[n], "seed": 4, "extends": list(stages[:n])})
+        rows = [params_at(spec, i) for i in range(stages[n])]
+        assert len({tuple(r.values()) for r in rows}) == stages[n]
+        for key, counts in _levels(spec, rows).items():
+            levels = len(counts)
+            assert stages[n] // levels <= min(counts.values()) <= max(counts.values()) <= -(-stages[n] // levels), (key, counts)
+
+
 def test_subset_larger_than_the_grid_is_refused() -> None:
     with pytest.raises(SpecError) as info:
         make(DEEPSEEK, {"type": "subset", "trials": 730})

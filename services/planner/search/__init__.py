@@ -8,8 +8,9 @@ the budget caps. See docs/search.md for the strategies and for what the
 planner persists and sends.
 """
 
-from spotsweep.services.planner.search.budget import Cost, Usage, Verdict, estimate_trial_seconds, expected_remaining
-from spotsweep.services.planner.search.budget import may_launch, sweep_cost
+from spotsweep.services.planner.search.budget import Cost, Usage, Verdict, committed, estimate_trial_seconds
+from spotsweep.services.planner.search.budget import estimate_unit_seconds, expected_remaining, may_continue, may_launch
+from spotsweep.services.planner.search.budget import sweep_cost
 from spotsweep.services.planner.search.history import TrialRecord, objective_names, objective_values
 from spotsweep.services.planner.search.median import Median
 from spotsweep.services.planner.search.model import GP_NEEDS_TORCH, ModelSearch, Suggestion
@@ -33,8 +34,11 @@ __all__ = [
     "Usage",
     "Verdict",
     "bracket_rungs",
+    "committed",
     "estimate_trial_seconds",
+    "estimate_unit_seconds",
     "expected_remaining",
+    "may_continue",
     "may_launch",
     "objective_names",
     "objective_values",

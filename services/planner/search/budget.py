@@ -8,6 +8,15 @@ GPU-hours (or cost) used, plus what the trials in flight are still expected
 to use, plus one more trial's expected use would pass the cap, or when it
 could not finish before ``wall_time``. Before any trial has finished there
 is no estimate, and only the counts and the time used so far are checked.
+:func:`may_continue` is the same check for a trial in flight that asks to
+run on (a successive-halving promotion): it is not a new trial, so
+``max_trials`` does not apply.
+
+Under successive halving with a budget parameter a trial's cost grows with
+the budget it reaches, so the estimate is per budget unit
+(:func:`estimate_unit_seconds`: seconds run over budget units reached, by the
+trials that ended) times the budget a run trains; otherwise it is one whole
+trial (:func:`estimate_trial_seconds`).
 
 :func:`sweep_cost` turns GPU-seconds into GPU-hours, cost and on-demand cost
 for the report. Times are passed in; nothing here reads a clock.
@@ -28,10 +37,11 @@ class Usage:
 
     launched: int  # trials launched so far (each counted once, whatever its attempts)
     gpu_seconds: float  # GPU-seconds used by every attempt so far (running ones up to now)
-    elapsed_seconds: float  # since the sweep started
-    trial_seconds: float | None = None  # expected wall-clock seconds of one trial (None: no estimate yet)
+    elapsed_seconds: float  # the time the sweep has been running (not the time between its end and an extend)
+    trial_seconds: float | None = None  # expected seconds of the run asked for: a trial, or a promotion (None: no estimate yet)
     gpus: int = 1  # GPUs per trial
-    committed_gpu_seconds: float = 0.0  # still expected from the trials in flight (:func:`expected_remaining`)
+    committed_gpu_seconds: float = 0.0  # still expected from the trials in flight (:func:`committed`)
+    unit_seconds: float | None = None  # expected seconds per budget unit (successive halving with a budget parameter)
 
 
 @dataclass(frozen=True)
@@ -45,35 +55,62 @@ def estimate_trial_seconds(durations: Sequence[float]) -> float | None:
     return statistics.median(durations) if durations else None
 
 
+def estimate_unit_seconds(ended: Sequence[tuple[float, float]]) -> float | None:
+    """Expected seconds per budget unit from trials that ended, each as
+    ``(seconds run over all its attempts, budget units it reached)``: the
+    total time over the total units, so short low-rung trials and long
+    promoted ones weigh by what they trained."""
+    units = sum(u for _, u in ended if u > 0)
+    return sum(s for s, u in ended if u > 0) / units if units > 0 else None
+
+
+def committed(runs: Sequence[tuple[float | None, float]], gpus: int) -> float:
+    """GPU-seconds the trials in flight are still expected to use, each as
+    ``(expected seconds of its current run or None, seconds it ran so far)``
+    (0 for one that waits): what each has left of its estimate."""
+    return gpus * sum(max(0.0, expected - ran) for expected, ran in runs if expected is not None)
+
+
 def expected_remaining(trial_seconds: float | None, running_for: Sequence[float], waiting: int, gpus: int) -> float:
-    """GPU-seconds the trials in flight are still expected to use: what each
-    running one has left of the estimate, and a whole trial for each waiting one."""
-    if trial_seconds is None:
-        return 0.0
-    return gpus * (sum(max(0.0, trial_seconds - r) for r in running_for) + waiting * trial_seconds)
+    """:func:`committed` when every run is expected to take ``trial_seconds``:
+    what each running one has left of it, and all of it for each waiting one."""
+    return committed([(trial_seconds, r) for r in running_for] + [(trial_seconds, 0.0)] * waiting, gpus)
 
 
 def may_launch(budget: Budget | None, pricing: Pricing | None, usage: Usage) -> Verdict:
-    """Whether one more trial may launch without passing a cap."""
+    """Whether one more trial (expected to take ``usage.trial_seconds``) may launch without passing a cap."""
     if budget is None:
         return Verdict(True)
     if budget.max_trials is not None and usage.launched >= budget.max_trials:
         return Verdict(False, f"budget.max_trials: {usage.launched} trial(s) launched, the cap is {budget.max_trials}")
+    return _within(budget, pricing, usage, "one more trial", "a trial")
+
+
+def may_continue(budget: Budget | None, pricing: Pricing | None, usage: Usage) -> Verdict:
+    """Whether a trial in flight may run on for ``usage.trial_seconds`` more (a
+    successive-halving promotion) without passing the GPU-hour, cost or
+    wall-time cap. ``max_trials`` counts trials, not runs: it does not apply."""
+    if budget is None:
+        return Verdict(True)
+    return _within(budget, pricing, usage, "the promotion", "the promotion")
+
+
+def _within(budget: Budget, pricing: Pricing | None, usage: Usage, more: str, run: str) -> Verdict:
     expected = usage.gpu_seconds + usage.committed_gpu_seconds + (usage.trial_seconds or 0.0) * usage.gpus
     if budget.max_gpu_hours is not None:
         cap = budget.max_gpu_hours * 3600
         if usage.gpu_seconds >= cap or expected > cap:
-            return Verdict(False, f"budget.max_gpu_hours: {_h(usage.gpu_seconds)} GPU-h used, {_h(expected)} expected with one "
-                           f"more trial, the cap is {budget.max_gpu_hours:g}")
+            return Verdict(False, f"budget.max_gpu_hours: {_h(usage.gpu_seconds)} GPU-h used, {_h(expected)} expected with "
+                           f"{more}, the cap is {budget.max_gpu_hours:g}")
     if budget.max_cost is not None and pricing is not None:
         used, would = usage.gpu_seconds / 3600 * pricing.gpu_hour, expected / 3600 * pricing.gpu_hour
         if used >= budget.max_cost or would > budget.max_cost:
-            return Verdict(False, f"budget.max_cost: {used:.2f} spent, {would:.2f} expected with one more trial, "
+            return Verdict(False, f"budget.max_cost: {used:.2f} spent, {would:.2f} expected with {more}, "
                            f"the cap is {budget.max_cost:g}")
     if budget.wall_time is not None:
         finish = usage.elapsed_seconds + (usage.trial_seconds or 0.0)
         if usage.elapsed_seconds >= budget.wall_time or finish > budget.wall_time:
-            return Verdict(False, f"budget.wall_time: {usage.elapsed_seconds:.0f}s elapsed, a trial takes about "
+            return Verdict(False, f"budget.wall_time: {usage.elapsed_seconds:.0f}s elapsed, {run} takes about "
                            f"{usage.trial_seconds or 0:.0f}s, the cap is {budget.wall_time:.0f}s")
     return Verdict(True)
 

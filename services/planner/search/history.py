@@ -39,12 +39,20 @@ def objective_names(spec: SweepSpec) -> list[str]:
     return [m.name for m in spec.objectives] if spec.objectives else [spec.metric.name]
 
 
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}  # as the metrics column stores them
+
+
 def objective_values(spec: SweepSpec, metrics: Mapping[str, Any] | None) -> tuple[float, ...] | None:
     """A trial's final metrics (the ``metrics`` column) as objective values;
-    None when one is missing or not a number (the trial counts as failed)."""
+    None when one is missing or not a number (the trial counts as failed).
+    NaN and infinities, stored as the trial contract's strings, are read back
+    as floats: a diverged trial reported its objective, and the decisions
+    see what it was."""
     out = []
     for name in objective_names(spec):
         value = (metrics or {}).get(name)
+        if isinstance(value, str) and value in _NON_FINITE:
+            value = _NON_FINITE[value]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
         out.append(float(value))

@@ -25,10 +25,14 @@ from spotsweep.shared.states import TrialState
 
 
 def _first_in_interval(step: int, steps: Sequence[int], warmup: int, interval: int) -> bool:
-    """Optuna's rule: judge ``step`` only if no earlier report fell in its interval."""
+    """Optuna's rule: judge ``step`` only if no earlier report fell in its interval.
+
+    Only steps before ``step`` count: the planner records a whole progress
+    event's points before judging each, so the curve may already hold later ones.
+    """
     nearest_lower = (step - warmup) // interval * interval + warmup
-    second_last = max((s for s in steps if s != step), default=-1)
-    return second_last < nearest_lower
+    before = max((s for s in steps if s < step), default=-1)
+    return before < nearest_lower
 
 
 class Median:
@@ -40,8 +44,9 @@ class Median:
     def decide(self, history: Sequence[TrialRecord], trial: TrialRecord, step: int, value: float) -> StepDecision:
         """Whether ``trial`` goes on after reporting ``value`` at ``step``.
 
-        ``trial.curve`` may or may not already hold this report; both work.
-        Returns CONTINUE or PRUNE.
+        ``trial.curve`` may or may not already hold this report, and may hold
+        later steps (a progress event's points are recorded before each is
+        judged): only steps up to ``step`` count. Returns CONTINUE or PRUNE.
         """
         stop = self.stop
         completed = [r for r in history if r.state == TrialState.COMPLETED and r.index != trial.index]
@@ -49,7 +54,7 @@ class Median:
             return StepDecision(Action.CONTINUE, reason=f"{len(completed)} of {stop.startup_trials} startup trials completed")
         if step < stop.warmup_steps:
             return StepDecision(Action.CONTINUE, reason=f"step {step} is in the warm-up ({stop.warmup_steps} steps)")
-        curve = {**trial.curve, step: value}
+        curve = {k: v for k, v in trial.curve.items() if k < step} | {step: value}
         if not _first_in_interval(step, list(curve), stop.warmup_steps, stop.interval_steps):
             return StepDecision(Action.CONTINUE, reason=f"step {step} is not judged (interval {stop.interval_steps})")
         finite = [sign(self.mode) * v for v in curve.values() if not math.isnan(v)]

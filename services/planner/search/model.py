@@ -23,6 +23,7 @@ suggestion does not depend on how many suggestions a planner made before.
 from __future__ import annotations
 
 import hashlib
+import math
 import importlib.util
 import warnings
 from collections.abc import Mapping, Sequence
@@ -141,7 +142,9 @@ class ModelSearch:
             values=values,
             params=to_optuna(self._space, record.params),
             distributions=self._distributions,
-            intermediate_values={int(step): float(v) for step, v in record.curve.items()},
+            # A pruned trial's values as it reported them: at each step while
+            # running, or at each successive-halving rung decided.
+            intermediate_values={int(step): float(v) for step, v in {**record.rungs, **record.curve}.items()},
             system_attrs=dict(record.attrs),
         )
 
@@ -152,11 +155,13 @@ def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 def _state(record: TrialRecord, objectives: int) -> tuple[OptunaState, list[float] | None]:
     """Our trial state as Optuna's: in flight -> RUNNING (what constant liar sees);
-    completed without the objective(s) or failed -> FAIL (samplers skip it)."""
+    completed without the objective(s), with a NaN (Optuna's tell fails such a
+    trial) or an infinite one (a diverged run), or failed -> FAIL (samplers skip it)."""
     if record.state in IN_FLIGHT:
         return OptunaState.RUNNING, None
     if record.state == TrialState.PRUNED:
         return OptunaState.PRUNED, None
-    if record.state == TrialState.COMPLETED and record.values is not None and len(record.values) == objectives:
+    if (record.state == TrialState.COMPLETED and record.values is not None and len(record.values) == objectives
+            and all(math.isfinite(v) for v in record.values)):
         return OptunaState.COMPLETE, list(record.values)
     return OptunaState.FAIL, None

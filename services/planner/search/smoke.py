@@ -4,7 +4,8 @@ With ``smoke: {trials: 2, budget: 2}`` the planner first launches only the
 smoke trials (configs 0 and 1 with the budget parameter set to 2), holds
 the rest back, and then:
 * if any smoke trial fails (its first crash: smoke trials are not retried),
-  is cancelled, or completes without reporting every objective, the sweep
+  is cancelled, or completes without reporting every objective or with one
+  that is NaN or infinite (a diverged run), the sweep
   stops with that trial's error before anything else is launched;
 * when every smoke trial has completed with its objectives, the rest is
   released. Smoke trials are not part of the search: they are left out of
@@ -16,6 +17,7 @@ trials' records, so a restarted planner decides the same.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -61,4 +63,8 @@ def _failure(record: TrialRecord, objectives: Sequence[str]) -> str | None:
         return f"was {record.state.value}{error}"
     if record.state == TrialState.COMPLETED and record.values is None:
         return f"completed without reporting {', '.join(objectives)}"
+    if record.state == TrialState.COMPLETED and record.values is not None:
+        bad = [f"{name} = {value}" for name, value in zip(objectives, record.values) if not math.isfinite(value)]
+        if bad:
+            return f"completed with {', '.join(bad)}: not a finite number (did the run diverge?)"
     return None

@@ -16,16 +16,18 @@ planner reads from its database:
   Hyperband with a budget parameter: relaunch it with the next budget, or
   prune it, or it is complete).
 * :meth:`Search.smoke` and :meth:`Search.smoke_params` -- the smoke stage.
-* :meth:`Search.may_launch` -- the budget caps.
+* :meth:`Search.may_launch`, :meth:`Search.may_promote` and
+  :meth:`Search.run_seconds` -- the budget caps, for a new trial and for a
+  promotion, and what either is expected to take.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from spotsweep.services.planner.search.budget import Usage, Verdict, may_launch
+from spotsweep.services.planner.search.budget import Usage, Verdict, may_continue, may_launch
 from spotsweep.services.planner.search.history import TrialRecord, objective_names
 from spotsweep.services.planner.search.median import Median
 from spotsweep.services.planner.search.model import ModelSearch
@@ -142,6 +144,22 @@ class Search:
             params[param] = spec.smoke.budget
         return params
 
+    def run_seconds(self, usage: Usage, index: int) -> float | None:
+        """Expected seconds of new trial ``index``'s first run: with a
+        successive-halving budget parameter, its first rung's budget times
+        the seconds per budget unit; otherwise a whole trial."""
+        if usage.unit_seconds is not None and isinstance(self.stopper, Asha) and self.budget_param is not None:
+            return usage.unit_seconds * self.stopper.initial_budget(index)
+        return usage.trial_seconds
+
     def may_launch(self, usage: Usage) -> Verdict:
+        """Whether one more trial, expected to take ``usage.trial_seconds``, fits the caps."""
         return may_launch(self.spec.budget, self.spec.pricing, usage)
+
+    def may_promote(self, usage: Usage, budget: int, to: int) -> Verdict:
+        """Whether a trial that ran to ``budget`` may be relaunched to ``to``
+        (it resumes from its checkpoint: ``to - budget`` units more) without
+        passing a GPU-hour, cost or wall-time cap."""
+        seconds = None if usage.unit_seconds is None else usage.unit_seconds * max(0, to - budget)
+        return may_continue(self.spec.budget, self.spec.pricing, replace(usage, trial_seconds=seconds))
 

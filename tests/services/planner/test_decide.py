@@ -123,4 +123,40 @@ def test_a_lost_run_puts_the_trial_back_to_queued_with_the_reason() -> None:
     d = decide(sweep(), TrialView(TrialState.RUNNING, 1, run_id="r1"), lost)
     assert d.update is not None and d.update.state == TrialState.QUEUED and "consumer_timeout" in (d.update.error or "")
     d = decide(sweep(), TrialView(TrialState.RUNNING, 1, run_id="r2"), lost)  # a later run already started
-    assert d.update is not None and d.update.state == TrialState.RUNNING
+    assert d.update is None and d.stop is None  # fenced off: r2 is the run that counts
+    d = decide(sweep(), TrialView(TrialState.QUEUED, 1, run_id="r1"), lost)  # the same notice, delivered again
+    assert d.update is not None and d.update.state == TrialState.QUEUED and d.update.add_seconds == 0
+
+
+def test_a_start_of_an_earlier_attempt_is_stopped_as_stale() -> None:
+    # Attempt 1 was preempted and its agent died before the ack: the broker hands attempt 1 out again.
+    for state in (TrialState.PENDING, TrialState.QUEUED, TrialState.RUNNING):
+        d = decide(sweep(), TrialView(state, 2, run_id="r2"), started("r1-again", redelivered=True, attempt=1))
+        assert d.update is None and d.stop is not None
+        assert (d.stop.attempt, d.stop.run_id, d.stop.reason) == (1, "r1-again", "stale")
+    d = decide(sweep(), TrialView(TrialState.COMPLETED, 2, run_id="r2"), started("r1-again", attempt=1))
+    assert d.stop is not None and d.stop.reason == "ended"  # the trial ended meanwhile
+    assert decide(sweep(), TrialView(TrialState.QUEUED, 2), started("", attempt=1)).stop is None  # no run id: nothing to stop
+
+
+def test_the_end_of_a_run_that_does_not_count_changes_nothing() -> None:
+    # A duplicate copy r2 (stopped) reports before its stop arrived; or the vanished r1 reports after r2 replaced it.
+    running = TrialView(TrialState.RUNNING, 1, run_id="r1")
+    for outcome in ("completed", "preempted", "failed"):
+        d = decide(sweep(), running, finished(outcome, run_id="r2", metrics={"loss": 0.1}, duration=5.0))
+        assert d.update is None and d.stop is None
+    d = decide(sweep(), running, finished("completed", run_id="r1", metrics={"loss": 0.2}))
+    assert d.update is not None and d.update.state == TrialState.COMPLETED  # the run that counts
+    d = decide(sweep(), TrialView(TrialState.RUNNING, 1, run_id="r1"), finished("preempted"))  # an older agent: no run id
+    assert d.update is not None and d.update.state == TrialState.PENDING
+
+
+def test_a_lost_run_adds_its_running_time_once() -> None:
+    lost = TrialLost(attempt=1, agent="a", run_id="r1", reason="connection closed", duration=42.5, **S)
+    d = decide(sweep(), TrialView(TrialState.RUNNING, 1, run_id="r1"), lost)
+    assert d.update is not None and d.update.state == TrialState.QUEUED and d.update.add_seconds == 42.5
+    d = decide(sweep(), TrialView(TrialState.QUEUED, 1, run_id="r1"), lost)  # redelivered: not counted again
+    assert d.update is not None and d.update.add_seconds == 0
+    old = TrialLost(attempt=1, agent="a", run_id="r1", reason="connection closed", **S)  # an agent that sends no duration
+    d = decide(sweep(), TrialView(TrialState.RUNNING, 1, run_id="r1"), old)
+    assert d.update is not None and d.update.add_seconds == 0

@@ -78,3 +78,40 @@ def test_a_trial_that_kills_its_agents_fails_without_a_retry_and_the_sweep_goes_
     row = h.trial(msg.trial_id)
     assert (row["state"], row["failures"]) == ("failed", 1)
     assert h.published(1)[0].index == 1
+
+
+def test_a_run_of_an_earlier_attempt_is_stopped_and_a_run_that_does_not_count_is_ignored(h: Any) -> None:
+    h.submit(SPEC)
+    msg = h.published(1)[0]
+    h.start(msg, run_id="r1")
+    h.start(msg, run_id="r2", agent="b")  # a duplicate copy, told to stop...
+    assert isinstance(h.told(), StopTrial)
+    h.finish(msg, "preempted", run_id="r2", agent="b", duration=5.0)  # ...which was preempted before the stop arrived
+    row = h.trial(msg.trial_id)
+    assert (row["state"], row["attempts"], row["preemptions"], row["run_seconds"]) == ("running", 1, 0, 0.0)
+    assert h.published(timeout=0.3) == []  # no second attempt while r1 goes on
+    h.finish(msg, "preempted", run_id="r1", duration=60.0)  # r1 is preempted: attempt 2
+    second = h.published(1)[0]
+    assert second.attempt == 2
+    # r1's agent died before its ack: the broker hands attempt 1 out again.
+    h.start(msg, run_id="r1-again", agent="c", redelivered=True)
+    stop = h.told()
+    assert isinstance(stop, StopTrial) and (stop.attempt, stop.run_id, stop.reason) == (1, "r1-again", "stale")
+    h.start(second, run_id="s1")
+    h.finish(second, "completed", run_id="s1", metrics={"loss": 0.25})
+    assert h.trial(msg.trial_id)["state"] == "completed"
+
+
+def test_the_time_of_a_lost_run_counts_towards_the_total_timeout(h: Any) -> None:
+    h.submit(SPEC)
+    msg = h.published(1)[0]
+    h.start(msg, run_id="r1")
+    lost = TrialLost(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=1, agent="a", run_id="r1",
+                     reason="connection closed", duration=100.0)
+    h.event(lost)
+    h.event(lost, redelivered=True)  # the same notice again: counted once
+    assert h.trial(msg.trial_id)["run_seconds"] == 100.0
+    h.start(msg, run_id="r2", agent="b", redelivered=True, losses=1)
+    h.finish(msg, "preempted", run_id="r2", agent="b", duration=50.0)
+    again = h.published(1)[0]
+    assert (again.attempt, again.elapsed) == (2, 150.0)  # the agent kills it at timeout.total less this

@@ -68,3 +68,28 @@ def test_sweep_cost_against_on_demand() -> None:
     assert cost.cost == pytest.approx(9.0) and cost.on_demand == pytest.approx(41.0) and cost.saved == pytest.approx(32.0)
     assert sweep_cost(3600, None).cost is None
     assert sweep_cost(3600, Pricing(gpu_hour=1.0)).saved is None
+
+
+def test_successive_halving_is_estimated_per_budget_unit() -> None:
+    from spotsweep.services.planner.search import committed, estimate_unit_seconds
+
+    # Ended trials as (seconds over all attempts, budget reached): 9 pruned at 1 unit, one completed at 9 units.
+    ended = [(100.0, 1.0)] * 9 + [(900.0, 9.0)]
+    assert estimate_unit_seconds(ended) == 100.0  # not the median trial, nor the full-budget one
+    assert estimate_unit_seconds([]) is None and estimate_unit_seconds([(5.0, 0.0)]) is None
+    # In flight: a run expected to take 300 s that ran 100, one waiting for 100 s, one with no estimate.
+    assert committed([(300.0, 100.0), (100.0, 0.0), (None, 50.0)], gpus=2) == 2 * (200 + 100)
+
+
+def test_a_promotion_is_checked_against_every_cap_but_max_trials() -> None:
+    from spotsweep.services.planner.search import may_continue
+
+    hour = 3600.0
+    budget = Budget(max_trials=3, max_gpu_hours=10)
+    assert may_continue(budget, None, Usage(3, 4 * hour, 0, trial_seconds=6 * hour)).ok  # 3 trials launched: still fine
+    verdict = may_continue(budget, None, Usage(3, 4 * hour, 0, trial_seconds=7 * hour))
+    assert not verdict.ok
+    assert verdict.reason == "budget.max_gpu_hours: 4.00 GPU-h used, 11.00 expected with the promotion, the cap is 10"
+    verdict = may_continue(Budget(wall_time=3600), None, Usage(1, 0, 3000, trial_seconds=900))
+    assert verdict.reason.startswith("budget.wall_time: 3000s elapsed, the promotion takes about 900s")
+    assert may_continue(None, None, Usage(1, 1e12, 1e9, trial_seconds=1e9)).ok

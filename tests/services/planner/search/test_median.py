@@ -71,3 +71,30 @@ def test_agrees_with_optuna_median_pruner(seed: int) -> None:
         assert ours == _optuna_prunes(stop, history, me, step, value), (stop, step, value, past)
         agree += 1
     assert agree == 40
+
+
+def test_a_progress_event_of_several_steps_is_judged_at_its_first_step_in_each_interval() -> None:
+    # The planner records an event's points (steps 1..7) in the trial's curve before judging each of them.
+    stop = MedianStop(startup_trials=1, interval_steps=10, min_trials=1)
+    others = [completed(0, {s: 1.0 for s in range(1, 30)})]
+    event = {s: 2.0 for s in range(1, 8)}  # worse than the median at every step
+    me = TrialRecord(1, {}, TrialState.RUNNING, curve=event)
+    verdicts = [Median(stop, "min").decide(others, me, s, v).action for s, v in event.items()]
+    assert verdicts[0] == Action.PRUNE and _optuna_prunes(stop, others, TrialRecord(1, {}, TrialState.RUNNING), 1, 2.0)
+    assert verdicts[1:] == [Action.CONTINUE] * 6  # 2..7 are not the first report in [0, 10)
+    # Later points of the same event do not count as the trial's best value so far.
+    better_later = TrialRecord(1, {}, TrialState.RUNNING, curve={1: 2.0, 2: 0.1})
+    assert Median(MedianStop(startup_trials=1, min_trials=1), "min").decide(others, better_later, 1, 2.0).action == Action.PRUNE
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_agrees_with_optuna_when_the_curve_already_holds_the_rest_of_the_event(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    stop = MedianStop(startup_trials=1, warmup_steps=rng.choice([0, 2]), interval_steps=rng.choice([2, 3, 5, 10]), min_trials=1)
+    history = [completed(i, {s: rng.random() + 1 / (s + 1) for s in range(0, 40)}) for i in range(3)]
+    event = {s: rng.random() + 1 / (s + 1) for s in sorted(rng.sample(range(40), 12))}
+    me = TrialRecord(9, {}, TrialState.RUNNING, curve=event)
+    for step, value in event.items():
+        before = TrialRecord(9, {}, TrialState.RUNNING, curve={s: v for s, v in event.items() if s < step})
+        ours = Median(stop, "min").decide(history, me, step, value).action == Action.PRUNE
+        assert ours == _optuna_prunes(stop, history, before, step, value), (stop, step)

@@ -145,3 +145,23 @@ def test_gp_without_torch_names_the_strategy_and_the_install(monkeypatch: pytest
         ModelSearch(make("gp"))
     assert info.value.errors == [("strategy.type", "gp needs torch, which is not installed where the planner runs: "
                                   "pip install 'spotsweep[gp]' (the CPU build is enough), or use strategy tpe")]
+
+
+def test_a_pruned_trial_enters_the_study_with_its_rungs_and_its_curve() -> None:
+    search = ModelSearch(make("tpe"))
+    base = run(search, 4)
+    history = [*base,
+               TrialRecord(4, base[0].params, TrialState.PRUNED, rungs={1: 7.0, 3: 6.5}),  # successive halving
+               TrialRecord(5, base[1].params, TrialState.PRUNED, curve={1: 9.0, 2: 8.0}, rungs={1: 9.0})]  # while running
+    trials = search.study(history, 6).get_trials()
+    assert trials[4].intermediate_values == {1: 7.0, 3: 6.5}
+    assert trials[5].intermediate_values == {1: 9.0, 2: 8.0}
+
+
+def test_a_completed_trial_with_a_nan_objective_is_a_failed_one_for_the_sampler() -> None:
+    search = ModelSearch(make("tpe"))
+    base = run(search, 3)
+    history = [*base, TrialRecord(3, base[0].params, TrialState.COMPLETED, (math.nan,)),
+               TrialRecord(4, base[1].params, TrialState.COMPLETED, (math.inf,))]
+    assert [t.state.name for t in search.study(history, 5).get_trials()[3:]] == ["FAIL", "FAIL"]
+    assert search.suggest(history, 5).params  # and suggesting still works

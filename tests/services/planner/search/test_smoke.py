@@ -48,3 +48,11 @@ def test_a_failure_stops_the_sweep_with_its_error() -> None:
 def test_a_preempted_smoke_trial_is_not_a_failure() -> None:
     d = smoke_stage(SMOKE, [rec(0, TrialState.PENDING, failures=0, error="preempted"), rec(1, TrialState.RUNNING)], OBJ)
     assert not d.failed and d.hold
+
+
+def test_a_smoke_trial_whose_objective_is_nan_or_infinite_fails_the_stage() -> None:
+    for value, shown in ((float("nan"), "val_loss = nan"), (float("inf"), "val_loss = inf")):
+        d = smoke_stage(SMOKE, [rec(0, TrialState.COMPLETED, (value,)), rec(1, TrialState.COMPLETED, (1.0,))], OBJ)
+        assert d.failed and not d.passed
+        assert d.error == (f"smoke trial 0 completed with {shown}: not a finite number (did the run diverge?); "
+                           "the sweep stopped before its other trials")

@@ -131,3 +131,22 @@ def test_smoke_params_and_budget_verdicts() -> None:
     assert search.may_launch(Usage(5, 0, 0)).reason == "budget.max_trials: 5 trial(s) launched, the cap is 5"
     tpe = Search(make({"type": "tpe", "trials": 9}, smoke={"trials": 1, "param": "depth", "budget": 2}, command=["t", "{lr}", "{depth}"]))
     assert tpe.smoke_params(0)["depth"] == 2 and 1e-4 <= tpe.smoke_params(0)["lr"] <= 1e-1
+
+
+def test_asha_runs_are_estimated_per_budget_unit_for_launches_and_promotions() -> None:
+    from spotsweep.shared.spec import Budget
+
+    spec = make({"type": "random", "trials": 40, "seed": 1}, budget={"max_gpu_hours": 10},
+                early_stop={"type": "hyperband", "budget": {"param": "steps", "min": 1, "max": 27}})
+    search = Search(spec)
+    used = Usage(10, 0, 0, trial_seconds=27 * 60.0, unit_seconds=60.0)  # a minute per step; whole trials took 27
+    for i in range(8):  # a new trial is charged its first rung, whatever its bracket
+        assert search.run_seconds(used, i) == 60.0 * search.stopper.initial_budget(i)  # type: ignore[union-attr]
+    plain = {"type": "random", "trials": 4}
+    assert Search(make(plain, command=["t", "{lr}", "{depth}"])).run_seconds(used, 0) == 27 * 60.0  # no budget parameter
+    hour = 3600.0
+    assert search.may_promote(Usage(10, 9 * hour, 0, unit_seconds=hour / 3), 1, 3).ok  # 2 steps: 40 more minutes
+    verdict = search.may_promote(Usage(10, 9 * hour, 0, unit_seconds=hour / 3), 3, 9)  # 6 steps: 2 more hours
+    assert not verdict.ok and verdict.reason.startswith("budget.max_gpu_hours: 9.00 GPU-h used, 11.00 expected")
+    capped = Search(make(plain, budget={"max_trials": 1}, command=["t", "{lr}", "{depth}"]))
+    assert capped.spec.budget == Budget(max_trials=1) and capped.may_promote(Usage(1, 0, 0), 1, 3).ok
