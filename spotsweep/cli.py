@@ -88,7 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--metadata-url", help="instance metadata endpoint for --preemption-notice (default: the cloud's)")
     a.add_argument("--notice-interval", type=float, default=5.0, help="seconds between metadata polls (default 5)")
     a.add_argument("--max-node-failures", type=int, default=5,
-                   help="stop taking trials after this many different trials failed here in a row (a broken node; 0: never)")
+                   help="stop taking trials after this many different trials of at least 2 sweeps failed here in a row "
+                        "(a broken node; 0: never)")
+    a.add_argument("--node-cooldown", type=float, default=600.0,
+                   help="seconds a node found broken takes no trials before it tries again (default 600)")
+    a.add_argument("--after-grace", type=float, default=30.0,
+                   help="seconds a drain may take past --grace (uploads, reports, acks) before the agent stops at once "
+                        "with 137 (default 30)")
 
     # Only listed here: main() hands `train ...` to the trainer's own parser before this one runs.
     sub.add_parser("train", help="train a built-in model under the trial contract (needs torch): "
@@ -203,7 +209,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from spotsweep.services.agent.main import main as agent_main
 
         return agent_main(settings, args.slots, args.resource_class, args.grace, args.workdir, args.gpus_per_slot,
-                          args.preemption_notice, args.metadata_url, args.max_node_failures, args.notice_interval)
+                          args.preemption_notice, args.metadata_url, args.max_node_failures, args.notice_interval,
+                          args.node_cooldown, args.after_grace)
     raise AssertionError(cmd)  # argparse refuses unknown commands
 
 

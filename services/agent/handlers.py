@@ -11,8 +11,11 @@ A delivery that comes back ``redelivered`` was lost with its previous holder
 such loss is counted in the artifact store; past the spec's
 ``retries.max_lost`` the attempt is reported failed and dead-lettered, so a
 trial that takes its agents down cannot circle forever. The agent never hands
-a trial back with a requeue (which would look like a loss): a draining agent
-republishes it with a confirm, then acks.
+a trial back with a requeue (which would look like a loss): a draining agent,
+or one whose node looks broken, republishes it with a confirm, then acks.
+That includes deliveries prefetched but not yet started when the trials
+consumer is cancelled: the consumer passes them to this handler (see
+:func:`~.main.consume_trials`), which hands them back the same way.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ class AgentDeps:
     lost: threading.Event = field(default_factory=threading.Event)  # set when this connection is gone
     lost_reason: str = "the connection to RabbitMQ was lost"
     trials_consumer: Consumer | None = None
+    resume: Callable[[], object] | None = None  # subscribe to the trials queue again (set by main.start)
     _busy: int = 0  # trial handlers running on this connection
     _idle: threading.Condition = field(default_factory=threading.Condition)
 
@@ -165,9 +169,11 @@ def _handle_trial(delivery: Delivery, deps: AgentDeps) -> None:
             _log.warning("hard stop: trial left unacked for redelivery")
             return
         deps.publish_event(final)
-        delivery.ack()
         if deps.state.health.record(final):
+            # Stop the consumer before the ack: the ack frees a prefetch slot,
+            # and a trial the broker put there would only be handed back.
             _trip(deps)
+        delivery.ack()
 
 
 def _run(delivery: Delivery, msg: TrialMessage, deps: AgentDeps, losses: int) -> TrialFinished | None:
@@ -183,7 +189,7 @@ def _run(delivery: Delivery, msg: TrialMessage, deps: AgentDeps, losses: int) ->
                              redelivered=delivery.redelivered, losses=losses)
         except DeliveryLost as e:
             notice = TrialLost(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
-                               agent=deps.config.agent_id, run_id=e.run_id, reason="")
+                               agent=deps.config.agent_id, run_id=e.run_id, reason="", duration=e.duration)
             with deps.state.lock:
                 deps.state.notices.append((notice, lambda: deps.lost_reason))
             raise
@@ -207,14 +213,37 @@ def _dead_letter(delivery: Delivery, msg: TrialMessage, deps: AgentDeps, losses:
 
 
 def _trip(deps: AgentDeps) -> None:
-    """The node looks broken: stop taking trials (running ones go on) and say so."""
-    _log.error("agent stops taking trials: every recent trial failed on this node (a broken GPU or driver?); "
-               "fix the node and restart the agent", agent=deps.config.agent_id, detail=deps.state.health.summary())
+    """The node looks broken: stop taking trials for the cooldown (running ones go on), say so, try again after."""
+    health = deps.state.health
+    _log.error(f"agent stops taking trials for {health.cooldown:g} s: recent trials of several sweeps all failed "
+               "on this node (a broken GPU, driver or disk?); it takes trials again after that, and stops again at the "
+               "next failure if the node is still broken", agent=deps.config.agent_id, detail=health.summary())
     if deps.trials_consumer is not None:
         try:
             deps.trials_consumer.cancel()
         except RetryableError:
             pass  # the connection is gone; start() will not consume again either
+    resume_after_cooldown(deps)
+
+
+def resume_after_cooldown(deps: AgentDeps) -> None:
+    """Subscribe to the trials queue again once the breaker's cooldown is over."""
+    timer = threading.Timer(deps.state.health.remaining(), _resume, args=(deps,))
+    timer.daemon = True
+    timer.start()
+
+
+def _resume(deps: AgentDeps) -> None:
+    if deps.lost.is_set() or deps.control.preempt.is_set() or deps.control.kill.is_set() or deps.resume is None:
+        return  # a new connection's start() decides; a draining agent takes nothing more
+    if deps.state.health.tripped:  # a clock that woke a little early
+        resume_after_cooldown(deps)
+        return
+    _log.warning("breaker cooldown over: taking trials again", agent=deps.config.agent_id)
+    try:
+        deps.resume()
+    except RetryableError:
+        pass  # the connection is gone: the next connection's start() consumes
 
 
 def _failed(msg: TrialMessage, deps: AgentDeps, error: str, outcome: str = "failed", failure: str | None = None) -> TrialFinished:

@@ -18,15 +18,17 @@ from functools import partial
 from pathlib import Path
 
 from spotsweep.services.agent import notice
-from spotsweep.services.agent.handlers import AgentDeps, AgentState, Slots, handle_control, handle_trial, send_notices
-from spotsweep.services.agent.health import Health
+from spotsweep.services.agent.handlers import (
+    AgentDeps, AgentState, Slots, handle_control, handle_trial, resume_after_cooldown, send_notices,
+)
+from spotsweep.services.agent.health import DEFAULT_COOLDOWN_S, Health
 from spotsweep.services.agent.runner import RunControl, RunnerConfig, kill_all
 from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts import open_store
 from spotsweep.shared.artifacts.port import ArtifactStore
-from spotsweep.shared.broker.port import Broker
+from spotsweep.shared.broker.port import Broker, Consumer
 from spotsweep.shared.middleware import Backoff, guarded
-from spotsweep.shared.runtime import Cleanup, broker_factory, serve, with_startup_retries
+from spotsweep.shared.runtime import Cleanup, ExitCode, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
 
 _log = log.get("spotsweep.agent")
@@ -60,17 +62,34 @@ def start(
     control_queue = broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
     broker.consume(control_queue, guarded(partial(handle_control, deps=deps), "control"), prefetch=10)
     send_notices(deps)
+
+    deps.resume = partial(consume_trials, broker, deps, resource_class, slots.count, slots.count)
     if deps.state.health.tripped:
-        _log.error("not taking trials: this node failed every recent trial", detail=deps.state.health.summary())
+        _log.error(f"not taking trials for another {deps.state.health.remaining():.0f} s: recent trials of several "
+                   "sweeps all failed on this node", detail=deps.state.health.summary())
+        resume_after_cooldown(deps)
         return deps
-    deps.trials_consumer = broker.consume(
+    deps.resume()
+    _log.info("agent ready", agent=agent_id, slots=slots.count, resource_class=resource_class)
+    return deps
+
+
+def consume_trials(broker: Broker, deps: AgentDeps, resource_class: str, prefetch: int, concurrency: int) -> Consumer:
+    """Subscribe ``handle_trial`` to the class's trials queue (at start, and after a breaker's cooldown)."""
+    consumer = broker.consume(
         # No in-place retry: a trial handler that raised has lost its delivery
         # (the broker went away) and the trial is redelivered to some agent.
         topology.trials_queue(resource_class), guarded(partial(handle_trial, deps=deps), "trial", Backoff(attempts=1)),
-        prefetch=slots.count, concurrency=slots.count,
+        prefetch=prefetch, concurrency=concurrency,
     )
-    _log.info("agent ready", agent=agent_id, slots=slots.count, resource_class=resource_class)
-    return deps
+    # Deliveries prefetched but not started when this consumer is cancelled (a
+    # drain, a breaker trip) go to handle_trial, which hands them back unmarked,
+    # instead of being requeued marked "redelivered": the next agent would count
+    # each as a loss. (An adapter without the option requeues them.)
+    if hasattr(consumer, "finish_buffered"):
+        consumer.finish_buffered = True
+    deps.trials_consumer = consumer
+    return consumer
 
 
 CONSUMER_TIMEOUT_HINT = (
@@ -108,15 +127,47 @@ def gpu_groups(gpus: list[str], per_slot: int) -> list[str]:
     return [",".join(gpus[i:i + per_slot]) for i in range(0, len(gpus) - per_slot + 1, per_slot)]
 
 
+AFTER_GRACE_S = 30.0
+
+
+def bound_drain(seconds: float, kill: Callable[[], None], done: threading.Event,
+                exit_now: Callable[[int], None] = os._exit) -> threading.Thread:
+    """Give a drain a deadline: still draining ``seconds`` after it began, stop as on a second signal.
+
+    After the grace a drain only has short steps left (upload the logs,
+    publish the final events, ack), but each waits on S3 or RabbitMQ: a hung
+    S3 endpoint or a RabbitMQ resource alarm (which blocks publishers) would
+    keep the node busy long after the platform expects it gone. Past the
+    deadline the trials are killed and the agent exits 137; its unacked
+    trials go back to the queue (a loss each), as on a second SIGTERM.
+    """
+
+    def watchdog() -> None:
+        if done.wait(seconds):
+            return
+        _log.error(f"drain not done {seconds:g} s after it began (--grace + --after-grace): stopping now; "
+                   "unacked trials go back to the queue and count as lost")
+        kill()
+        exit_now(ExitCode.KILLED)
+
+    thread = threading.Thread(target=watchdog, name="drain-deadline", daemon=True)
+    thread.start()
+    return thread
+
+
 def main(settings: Settings, slots: int | None, resource_class: str, grace: float, workdir: Path | None,
          gpus_per_slot: int = 1, preemption_notice: str = "signal", metadata_url: str | None = None,
-         max_node_failures: int = 5, notice_interval: float = 5.0) -> int:
+         max_node_failures: int = 5, notice_interval: float = 5.0, node_cooldown: float = DEFAULT_COOLDOWN_S,
+         after_grace: float = AFTER_GRACE_S) -> int:
     gpus = gpu_groups(detect_gpus(), gpus_per_slot)
     pool = Slots(slots or max(1, len(gpus)), gpus)
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
     control = RunControl(grace=grace)
-    state = AgentState(control=control, health=Health(limit=max_node_failures))
+    state = AgentState(control=control, health=Health(limit=max_node_failures, cooldown=node_cooldown))
     agent_id = f"{socket.gethostname()}-{os.getpid()}"
+    done = threading.Event()  # serve() returned: the drain deadline has nothing left to bound
+    deadline_lock = threading.Lock()
+    deadline: list[threading.Thread] = []
 
     def start_on(broker: Broker) -> Cleanup:
         deps = start(broker, store, pool, resource_class, workdir, agent_id, state)
@@ -136,9 +187,13 @@ def main(settings: Settings, slots: int | None, resource_class: str, grace: floa
 
     def drain() -> None:
         # Preemption: running trials get SIGTERM and up to --grace seconds to
-        # checkpoint; each is then reported preempted and acked, and the
-        # planner puts it back for another node to resume.
+        # checkpoint (then SIGKILL); each is then reported preempted and acked,
+        # and the planner puts it back for another node to resume. The whole
+        # drain is bounded by --grace + --after-grace.
         control.preempt.set()
+        with deadline_lock:  # a notice, then the platform's SIGTERM: one deadline, from the first
+            if not deadline:
+                deadline.append(bound_drain(grace + after_grace, kill, done))
 
     def kill() -> None:
         control.kill.set()
@@ -148,4 +203,5 @@ def main(settings: Settings, slots: int | None, resource_class: str, grace: floa
         return serve(broker_factory(settings), start_on, drain, kill,
                      watch=notice_watcher(preemption_notice, metadata_url, control, notice_interval))
     finally:
+        done.set()
         kill_all()  # whatever way we leave, no trial runs on unsupervised

@@ -16,7 +16,9 @@ and while it runs injects, on a seeded schedule:
 Then it checks what a user depends on: every trial completed exactly once,
 with the exact final metric; interrupted trials resumed from their
 checkpoints, not from step 0; every reported step is stored, with the exact
-value, and none twice; nothing left in the dead-letter queue. It prints a
+value, and none twice; nothing left in the dead-letter queue; and that the
+graceful path really ran: a preempted agent's trials were counted as
+preemptions and the agent itself drained and exited 0. It prints a
 table of what it injected and one of what it found, and exits 0 only if
 every check holds.
 """
@@ -78,6 +80,7 @@ class Chaos:
     rng: random.Random
     injected: list[Injection] = field(default_factory=list)
     agent_no: int = 0
+    codes: dict[str, int | None] = field(default_factory=dict)  # exit code of every process, at the end
 
     def setup(self) -> None:
         self.rabbit = PrivateRabbit(self.root / "rabbit")
@@ -169,11 +172,15 @@ class Chaos:
         final = wait_for(self.pg.url, state, (sweep_id,), lambda s: s != "running", timeout=self.plan.timeout)
         if final != "running":
             time.sleep(2.0)  # the collector's last batch
-        codes = self.cluster.stop(timeout=60)
-        bad = {n: c for n, c in codes.items() if c not in (0, -9)}
+        self.codes = self.cluster.stop(timeout=60)
+        bad = {n: c for n, c in self.codes.items() if c not in (0, -9)}
         if bad:
             print(f"chaos: services exited badly: {bad}", file=sys.stderr)
         return sweep_id
+
+    def drained(self) -> dict[str, int | None]:
+        """Exit code of each agent preempted by the run (a SIGTERM it had to drain)."""
+        return {name: self.codes.get(name) for name in sorted(self.draining)}
 
 
 def print_tables(chaos: Chaos, findings: list[Finding]) -> None:
@@ -208,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     chaos.setup()
     try:
         sweep_id = chaos.run()
-        findings = check(chaos.pg.url, sweep_id, plan.trials, plan.steps, plan.ckpt_every, chaos.rabbit)
+        findings = check(chaos.pg.url, sweep_id, plan.trials, plan.steps, plan.ckpt_every, chaos.rabbit,
+                         preempts=sum(i.kind == "preempt" for i in chaos.injected), drained=chaos.drained())
     finally:
         chaos.teardown()
     print_tables(chaos, findings)

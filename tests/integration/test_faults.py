@@ -1,13 +1,18 @@
 """Faults end to end, every service a separate process over real RabbitMQ,
 PostgreSQL and S3 (moto): a preemption notice drains an agent and another
-resumes the trial; a trial that keeps killing its agents is dead-lettered and
-failed; RabbitMQ's consumer_timeout cutting a long trial is named and cannot
-loop forever (on a private broker, where the timeout can be set)."""
+resumes the trial; a second SIGTERM stops a draining agent at once (137) and
+its trial runs to the end elsewhere; a drain that cannot finish (S3 hung) is
+cut off after --grace + --after-grace; a trial that keeps killing its agents
+is dead-lettered and failed; RabbitMQ's consumer_timeout cutting a long
+trial is named and cannot loop forever (on a private broker, where the
+timeout can be set)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +20,11 @@ from typing import Any
 import pika
 import psycopg
 import pytest
-from cluster import Cluster, wait_for  # tests/support
+from cluster import Cluster, descendants, wait_for  # tests/support
 from metadata import FakeMetadata
-from servers import PrivateRabbit
+from servers import MotoS3, PrivateRabbit
+
+from spotsweep.shared.runtime import ExitCode
 
 pytestmark = pytest.mark.integration
 CHAOS_TRIAL = Path(__file__).parents[1] / "chaos" / "chaos_trial.py"
@@ -66,6 +73,105 @@ def test_a_preemption_notice_drains_the_agent_and_another_resumes_the_trial(clus
                                 " AND kind = 'trial.started' AND attempt = 2", sweep_id)[0]
     assert resumed >= 8  # from the checkpoint taken on the notice, not from step 0
     assert "AWS spot interruption notice" in (cluster.tmp / "spot.log").read_text()
+
+
+# A trial that ignores the drain's SIGTERM (as one stuck in a long step does):
+# it notes the signal as a metric, then stops advancing until it is killed.
+STUBBORN = """
+import signal, time
+from spotsweep import trial
+print("training", flush=True)
+termed = []
+signal.signal(signal.SIGTERM, lambda *_: termed.append(1))
+for step in range(1, 31):
+    time.sleep(0.1)
+    trial.report(step, loss=1.0 / step)
+    if termed:
+        trial.report(step, sigterm=1.0)
+        while True:
+            time.sleep(0.05)
+"""
+
+
+def stubborn_spec(tmp: Path) -> dict[str, Any]:
+    script = tmp / "stubborn.py"
+    script.write_text(STUBBORN)
+    return {"name": "stubborn", "command": ["python", str(script)], "metric": {"name": "loss"}, "space": {"k": [1]},
+            "resources": {"gpus": 0, "class": "cpu"}}
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def all_gone(pids: list[int], patience: float = 10.0) -> bool:
+    """Whether the processes are gone, allowing the kernel a moment (far less than any grace here)."""
+    deadline = time.monotonic() + patience
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(running(pid) for pid in pids)
+
+
+def trial_pids(agent_pid: int) -> list[int]:
+    """The trial processes under an agent (their command names the stubborn script)."""
+    out = []
+    for pid in descendants(agent_pid):
+        try:
+            if b"stubborn.py" in (Path("/proc") / str(pid) / "cmdline").read_bytes():
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def test_a_second_sigterm_stops_a_draining_agent_at_once_and_the_trial_completes_elsewhere(
+        cluster: Cluster, database_url: str, tmp_path: Path) -> None:
+    cluster.start("planner", "planner")
+    cluster.start("collector", "collector")
+    first = cluster.start("first", "agent", "--class", "cpu", "--grace", "300")
+    sweep_id = cluster.submit(stubborn_spec(tmp_path))
+    at_step = "SELECT max(step) FROM metric_points WHERE sweep_id = %s AND name = 'loss'"
+    assert (wait_for(database_url, at_step, (sweep_id,), lambda s: s >= 3) or 0) >= 3, cluster.logs()
+    trials = trial_pids(first.pid)
+    assert trials, cluster.logs()
+    cluster.term("first")  # the node is going away: drain
+    termed = "SELECT count(*) FROM metric_points WHERE sweep_id = %s AND name = 'sigterm'"
+    assert wait_for(database_url, termed, (sweep_id,), lambda n: n >= 1) == 1, cluster.logs()
+    assert first.poll() is None  # still draining: the trial ignores SIGTERM and the grace is 300 s
+    cluster.term("first")  # the platform is out of patience
+    assert first.wait(30) == ExitCode.KILLED, cluster.logs()
+    assert all_gone(trials), trials  # killed with the agent, not left to run out its grace
+    cluster.start("second", "agent", "--class", "cpu")
+    state = wait_for(database_url, "SELECT state FROM trials WHERE sweep_id = %s", (sweep_id,), lambda s: s == "completed")
+    assert state == "completed", cluster.logs()
+    r = row(database_url, "SELECT (metrics->>'loss')::float8, attempts, preemptions, losses, failures FROM trial_results"
+                          " WHERE sweep_id = %s", sweep_id)
+    assert r == (1.0 / 30, 1, 0, 1, 0)  # the same attempt, redelivered: a loss, not a preemption or a failure
+
+
+def test_a_drain_that_cannot_finish_is_cut_off_after_the_grace(rabbit_url: str, database_url: str, tmp_path: Path) -> None:
+    s3 = MotoS3()  # a private one, to hang
+    env = {**os.environ, "SPOTSWEEP_AMQP_URL": rabbit_url, "SPOTSWEEP_DATABASE_URL": database_url,
+           "SPOTSWEEP_HOME": str(tmp_path / "home"), **s3.env("hang")}
+    cluster = Cluster(env, tmp_path)
+    try:
+        cluster.start("planner", "planner")
+        agent = cluster.start("agent", "agent", "--class", "cpu", "--grace", "1", "--after-grace", "2")
+        sweep_id = cluster.submit(stubborn_spec(tmp_path))
+        started = "SELECT state FROM trials WHERE sweep_id = %s"
+        assert wait_for(database_url, started, (sweep_id,), lambda s: s == "running") == "running", cluster.logs()
+        os.kill(s3.proc.pid, signal.SIGSTOP)  # S3 accepts connections and never answers: the log upload hangs
+        cluster.term("agent")
+        assert agent.wait(60) == ExitCode.KILLED, cluster.logs()  # not stuck for S3's minutes-long timeouts
+        assert "--after-grace" in (tmp_path / "agent.log").read_text()
+    finally:
+        os.kill(s3.proc.pid, signal.SIGCONT)
+        s3.stop()
+        cluster.kill_all()
 
 
 KILLER = "import os, signal, time\ntime.sleep(0.3)\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(30)"

@@ -2,7 +2,10 @@
 
 Until ``noticed`` is set it says "nothing scheduled"; then each cloud's
 endpoint announces a preemption, as the real services do ahead of taking a
-spot VM back.
+spot VM back. Azure's Scheduled Events name the VMs they affect
+(``azure_resources``, by default this VM, ``vm_name``, which the instance
+endpoint reports unless ``serves_name`` is off); ``garbled`` makes every
+answer a broken HTTP response.
 """
 
 from __future__ import annotations
@@ -13,10 +16,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 AWS_NOTICE = json.dumps({"action": "terminate", "time": "2026-12-02T18:00:00Z"}).encode()
-AZURE_EVENTS = json.dumps({"DocumentIncarnation": 2, "Events": [
-    {"EventId": "1", "EventType": "Freeze", "EventStatus": "Scheduled", "NotBefore": ""},
-    {"EventId": "2", "EventType": "Preempt", "EventStatus": "Scheduled", "NotBefore": "Mon, 02 Dec 2026 18:00:30 GMT"},
-]}).encode()
+VM_NAME = "spot-vm-7"
+AZURE_NAME_PATH = "/metadata/instance/compute/name?api-version=2021-02-01&format=text"
+
+
+def azure_events(resources: list[str]) -> bytes:
+    """Scheduled Events as Azure lists them: a Freeze of this VM, and a Preempt of ``resources``."""
+    return json.dumps({"DocumentIncarnation": 2, "Events": [
+        {"EventId": "1", "EventType": "Freeze", "EventStatus": "Scheduled", "NotBefore": "", "Resources": [VM_NAME],
+         "ResourceType": "VirtualMachine"},
+        {"EventId": "2", "EventType": "Preempt", "EventStatus": "Scheduled", "NotBefore": "Mon, 02 Dec 2026 18:00:30 GMT",
+         "Resources": resources, "ResourceType": "VirtualMachine"},
+    ]}).encode()
+
+
+AZURE_EVENTS = azure_events([VM_NAME])
 
 
 class FakeMetadata:
@@ -24,6 +38,10 @@ class FakeMetadata:
 
     def __init__(self) -> None:
         self.noticed = False
+        self.vm_name = VM_NAME
+        self.serves_name = True
+        self.azure_resources = [VM_NAME]
+        self.garbled = False
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         outer = self
 
@@ -43,12 +61,18 @@ class FakeMetadata:
 
             def do_GET(self) -> None:  # noqa: N802
                 outer.requests.append(("GET", self.path, dict(self.headers)))
+                if outer.garbled:
+                    self.wfile.write(b"NOT HTTP AT ALL\r\n\r\n")
+                    self.close_connection = True
+                    return None
                 if self.path == "/latest/meta-data/spot/instance-action":
                     if self.headers.get("X-aws-ec2-metadata-token") != "tok-123":
                         return self.reply(401)
                     return self.reply(200, AWS_NOTICE) if outer.noticed else self.reply(404)
                 if self.path.startswith("/metadata/scheduledevents") and self.headers.get("Metadata") == "true":
-                    return self.reply(200, AZURE_EVENTS if outer.noticed else b'{"Events": []}')
+                    return self.reply(200, azure_events(outer.azure_resources) if outer.noticed else b'{"Events": []}')
+                if self.path == AZURE_NAME_PATH and self.headers.get("Metadata") == "true" and outer.serves_name:
+                    return self.reply(200, outer.vm_name.encode())
                 if self.path == "/computeMetadata/v1/instance/preempted" and self.headers.get("Metadata-Flavor") == "Google":
                     return self.reply(200, b"TRUE" if outer.noticed else b"FALSE")
                 self.reply(404)

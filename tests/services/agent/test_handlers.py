@@ -1,7 +1,8 @@
 """The agent's trial handler called directly (in-memory broker, local artifact
 store, real trial processes): lost deliveries counted and bounded, draining
-agents hand trials back without a loss, a broken node stops taking trials,
-and the planner's stop messages reach running trials."""
+agents hand trials back without a loss, a broken node stops taking trials for
+a cooldown (but one broken sweep does not make a node broken), and the
+planner's stop messages reach running trials."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import pytest
 
 from spotsweep.services.agent.handlers import AgentDeps, AgentState, Slots, handle_control, handle_trial
 from spotsweep.services.agent.health import Health
+from spotsweep.services.agent.main import start
 from spotsweep.services.agent.runner import RunnerConfig
 from spotsweep.shared import topology
 from spotsweep.shared.artifacts.checkpoint_layout import loss_prefix
 from spotsweep.shared.artifacts.local import LocalArtifactStore
+from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.messages import StopTrial, TrialFinished, TrialMessage, TrialStarted, decode, encode
 
@@ -27,7 +30,8 @@ class Agent:
         self.broker = MemoryBroker()
         self.broker.declare(topology.service_queues(("cpu",)))
         self.events: queue.Queue[Any] = queue.Queue()
-        self.broker.consume(topology.COLLECTOR_QUEUE, lambda d: (self.events.put(decode(d.body)), d.ack()), prefetch=100)
+        every_event = self.broker.declare_private_queue([(topology.EVENTS_EXCHANGE, "#")])
+        self.broker.consume(every_event, lambda d: (self.events.put(decode(d.body)), d.ack()), prefetch=100)
         self.store = LocalArtifactStore(tmp / "artifacts")
         self.deps = AgentDeps(broker=self.broker, store=self.store, slots=Slots(1, None),
                               config=RunnerConfig(agent_id="a1", workdir=tmp / "work"),
@@ -46,8 +50,8 @@ class Agent:
         return out
 
 
-def trial(index: int = 0, script: str = "print(1)", max_lost: int = 2) -> TrialMessage:
-    return TrialMessage(sweep_id="sw", trial_id=f"sw.{index}", attempt=1, trial_name=f"t{index}", index=index, params={},
+def trial(index: int = 0, script: str = "print(1)", max_lost: int = 2, sweep: str = "sw") -> TrialMessage:
+    return TrialMessage(sweep_id=sweep, trial_id=f"{sweep}.{index}", attempt=1, trial_name=f"t{index}", index=index, params={},
                         argv=["python", "-c", script], metric="loss", max_lost=max_lost, resource_class="cpu")
 
 
@@ -91,17 +95,53 @@ def test_a_draining_agent_hands_the_trial_back_without_it_looking_lost(agent: Ag
     assert agent.seen(TrialStarted, timeout=0.3) == []
 
 
+NO_GPU = "raise SystemExit('no CUDA-capable device is detected')"
+
+
 def test_a_node_that_fails_every_trial_stops_taking_them(tmp_path: Path, delivery: Any) -> None:
     agent = Agent(tmp_path, Health(limit=2))
     agent.deps.trials_consumer = agent.broker.consume(topology.trials_queue("cpu"), lambda d: None)
-    for i in range(2):
-        handle_trial(delivery(encode(trial(i, "raise SystemExit('no CUDA-capable device is detected')"))), agent.deps)
+    for i, sweep in enumerate(("sw", "other")):  # trials of two sweeps: the node, not a sweep, is broken
+        handle_trial(delivery(encode(trial(i, NO_GPU, sweep=sweep))), agent.deps)
     assert agent.deps.state.health.tripped and agent.deps.trials_consumer.cancelled  # type: ignore[attr-defined]
     d = delivery(encode(trial(5)))
     back: queue.Queue[Any] = queue.Queue()
     agent.broker.consume(topology.trials_queue("cpu"), lambda x: (back.put(x), x.ack()), prefetch=10)
     handle_trial(d, agent.deps)  # one already buffered goes back, not run here
     assert d.settled == "ack" and decode(back.get(timeout=2).body).trial_id == "sw.5"
+
+
+def test_one_sweep_whose_script_fails_everywhere_does_not_stop_the_agent(tmp_path: Path, delivery: Any) -> None:
+    agent = Agent(tmp_path, Health(limit=2))
+    agent.deps.trials_consumer = agent.broker.consume(topology.trials_queue("cpu"), lambda d: None)
+    for i in range(4):
+        handle_trial(delivery(encode(trial(i, "import nosuchmodule", sweep="broken"))), agent.deps)
+    assert not agent.deps.trials_consumer.cancelled  # type: ignore[attr-defined]
+    d = delivery(encode(trial(9, "print('fine')", sweep="good")))
+    handle_trial(d, agent.deps)
+    finished = [e for e in agent.seen(TrialFinished, n=5) if e.trial_id == "good.9"]
+    assert d.settled == "ack" and [e.outcome for e in finished] == ["completed"]
+
+
+def test_a_tripped_agent_takes_trials_again_after_its_cooldown(tmp_path: Path) -> None:
+    agent = Agent(tmp_path)
+    deps = start(agent.broker, agent.store, Slots(1, None), "cpu", tmp_path / "work", "a1",
+                 AgentState(health=Health(limit=2, cooldown=0.5)))
+
+    def submit(msg: TrialMessage) -> None:
+        agent.broker.publish(Outgoing(topology.TRIALS_EXCHANGE, "cpu", encode(msg), message_id=msg.trial_id))
+
+    submit(trial(0, NO_GPU, sweep="a"))
+    submit(trial(1, NO_GPU, sweep="b"))
+    assert len(agent.seen(TrialFinished, n=2)) == 2
+    first = deps.trials_consumer
+    assert first is not None and first.cancelled  # type: ignore[attr-defined]
+    submit(trial(2, "print('fine')", sweep="c"))  # waits in the queue for the cooldown, then runs here
+    finished = agent.seen(TrialFinished, timeout=30)
+    assert [(e.trial_id, e.outcome) for e in finished] == [("c.2", "completed")]
+    assert deps.trials_consumer is not first and not deps.state.health.tripped
+    deps.control.preempt.set()
+    agent.broker.stop()
 
 
 def test_stop_messages_reach_the_runs_they_name(agent: Agent, delivery: Any) -> None:
