@@ -25,7 +25,7 @@ def _scrub(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[s
     for key, value in list(event.items()):
         if _SECRET_KEYS.search(key):
             event[key] = "***"
-        elif isinstance(value, str):
+        elif isinstance(value, str) and ("@" in value or "=" in value):  # what either pattern needs: most values skip both
             event[key] = _KV_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", value))
     return event
 

@@ -208,17 +208,20 @@ def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps) ->
         spec, search = deps.spec(sweep_id, sweep["spec"], version), deps.search(sweep_id, sweep["spec"], version)
         trials = store.get_trials(conn, [e.trial_id for e in events])  # one round trip, locked in a fixed order
         left = Counter(e.trial_id for e in events)
-        for event in events:
-            with log.bound(trial_id=event.trial_id, attempt=event.attempt):
-                found = trials.get(event.trial_id)
-                left[event.trial_id] -= 1
-                if found is None:
-                    _log.warning("event for an unknown trial", kind=event.kind)
-                    continue
-                applied.append((event, apply(conn, sweep, found[0], found[1], event, spec, search)))
-                if left[event.trial_id]:  # another event of this trial follows in the batch: it must see this one's effect
-                    trials[event.trial_id] = store.get_trial(conn, event.trial_id) or found
-        journal(conn, [e for e in events if not isinstance(e, TrialProgress)])  # with the decisions, once
+        # Pipeline mode: the updates go out without a round trip each; a read
+        # (a re-read trial, the search's history) waits for what was sent before it.
+        with conn.pipeline():
+            for event in events:
+                with log.bound(trial_id=event.trial_id, attempt=event.attempt):
+                    found = trials.get(event.trial_id)
+                    left[event.trial_id] -= 1
+                    if found is None:
+                        _log.warning("event for an unknown trial", kind=event.kind)
+                        continue
+                    applied.append((event, apply(conn, sweep, found[0], found[1], event, spec, search)))
+                    if left[event.trial_id]:  # another event of this trial follows in the batch: it must see this one's effect
+                        trials[event.trial_id] = store.get_trial(conn, event.trial_id) or found
+            journal(conn, [e for e in events if not isinstance(e, TrialProgress)])  # with the decisions, once
         failed = top_up(conn, sweep_id, spec, search, deps.window).failed is not None
     if failed or any(a.recancel for _, a in applied):
         _broadcast_cancel(deps, sweep_id)
