@@ -189,6 +189,10 @@ def run_trial(
                 raise
             finally:
                 proc.wait()
+                # The trial is over when its main process is: whatever it left
+                # running in its group (data-loader workers, a forgotten
+                # background job holding GPU memory) goes with it.
+                signal_group(proc, signal.SIGKILL)
                 WATCHDOG.discard(proc.pid)
         duration = time.monotonic() - started
         if outcome.reason == "lost":

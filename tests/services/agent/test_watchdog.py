@@ -115,3 +115,20 @@ def test_a_watchdog_that_died_is_replaced_and_told_every_live_group(tmp_path: Pa
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_what_a_trial_leaves_running_in_its_group_ends_with_it(tmp_path: Path) -> None:
+    """A completed trial's background children (a data loader, a forgotten job) do not outlive it."""
+    from spotsweep.services.agent.runner import RunControl, RunnerConfig, run_trial
+    from spotsweep.shared.artifacts.local import LocalArtifactStore
+    from spotsweep.shared.messages import TrialMessage
+
+    pid_file = tmp_path / "child"
+    script = ("import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(c.pid))")
+    msg = TrialMessage(sweep_id="sw", trial_id="sw.0", attempt=1, trial_name="t0", index=0, params={},
+                       argv=["python", "-c", script], metric="loss")
+    final = run_trial(msg, LocalArtifactStore(tmp_path / "a"), lambda e: None, RunnerConfig("a", tmp_path / "w"), RunControl())
+    assert final is not None and final.outcome == "completed"
+    child = int(pid_file.read_text())
+    assert wait_until(lambda: not alive(child)), "a background child outlived its completed trial"
