@@ -15,6 +15,7 @@ from typing import Any
 import pika
 import pytest
 
+from inbox import take
 from spotsweep.services.agent.handlers import AgentDeps, AgentState, Slots
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.main import consume_trials, start
@@ -55,16 +56,7 @@ class Node:
             self.broker.publish(Outgoing(topology.TRIALS_EXCHANGE, "cpu", encode(t), message_id=f"{t.trial_id}#1"))
 
     def seen(self, kind: type, n: int, timeout: float = 30.0) -> list[Any]:
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < n and time.monotonic() < deadline:
-            try:
-                e = self.events.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if isinstance(e, kind):
-                out.append(e)
-        return out
+        return take(self.events, kind, n, timeout)
 
     def waiting(self) -> list[tuple[str, bool]]:
         """(trial id, redelivered) of each trial left on the queue, taken off it."""

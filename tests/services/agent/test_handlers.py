@@ -7,12 +7,12 @@ planner's stop messages reach running trials."""
 from __future__ import annotations
 
 import queue
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from inbox import take
 from spotsweep.services.agent.handlers import AgentDeps, AgentState, Slots, handle_control, handle_trial
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.main import start
@@ -38,16 +38,7 @@ class Agent:
                               state=AgentState(health=health or Health()))
 
     def seen(self, kind: type, n: int = 1, timeout: float = 3.0) -> list[Any]:
-        out: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < n and time.monotonic() < deadline:
-            try:
-                e = self.events.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if isinstance(e, kind):
-                out.append(e)
-        return out
+        return take(self.events, kind, n, timeout)
 
 
 def trial(index: int = 0, script: str = "print(1)", max_lost: int = 2, sweep: str = "sw") -> TrialMessage:
