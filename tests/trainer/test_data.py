@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import pickle
-import time
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,22 +15,29 @@ from spotsweep.trainer.data import TokenFile, TrainWindows, ValWindows, check_si
 from spotsweep.trainer.errors import SetupError
 
 
-def _slow_build(log: str) -> bytes:
-    with open(log, "a") as f:
-        f.write(f"{os.getpid()}\n")
+RACER = """
+import os, sys, time
+from pathlib import Path
+from spotsweep.trainer.data import ensure_file
+
+def slow_build() -> bytes:
+    with open(sys.argv[2], "a") as f:
+        f.write(f"{os.getpid()}\\n")
     time.sleep(0.3)  # wide window: every racer arrives while the first one is still writing
     return bytes(range(256)) * 64
 
-
-def _race(directory: str, log: str) -> str:
-    return str(ensure_file(Path(directory), "tokens.u8", lambda: _slow_build(log)))
+print(ensure_file(Path(sys.argv[1]), "tokens.u8", slow_build))
+"""
 
 
 def test_many_trials_starting_at_once_build_the_file_once(tmp_path: Path) -> None:
+    # Separate interpreters, as trials are (a forked pool would inherit the
+    # test process's threads and can deadlock on a lock one of them held).
     log = tmp_path / "builds.log"
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(4) as pool:
-        paths = pool.starmap(_race, [(str(tmp_path / "data"), str(log))] * 4)
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path / "data"), str(log)], stdout=subprocess.PIPE,
+                               text=True) for _ in range(4)]
+    paths = [r.communicate(timeout=120)[0].strip() for r in racers]
+    assert [r.returncode for r in racers] == [0] * 4
     assert len(set(paths)) == 1
     assert len(log.read_text().split()) == 1  # built by one process; the others waited and reused it
     path = Path(paths[0])
