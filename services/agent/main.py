@@ -80,14 +80,12 @@ def consume_trials(broker: Broker, deps: AgentDeps, resource_class: str, prefetc
         # No in-place retry: a trial handler that raised has lost its delivery
         # (the broker went away) and the trial is redelivered to some agent.
         topology.trials_queue(resource_class), guarded(partial(handle_trial, deps=deps), "trial", Backoff(attempts=1)),
-        prefetch=prefetch, concurrency=concurrency,
+        # Deliveries prefetched but not started when this consumer is cancelled
+        # (a drain, a breaker trip) go to handle_trial, which hands them back
+        # unmarked, instead of being requeued marked "redelivered": the next
+        # agent would count each as a loss.
+        prefetch=prefetch, concurrency=concurrency, finish_buffered=True,
     )
-    # Deliveries prefetched but not started when this consumer is cancelled (a
-    # drain, a breaker trip) go to handle_trial, which hands them back unmarked,
-    # instead of being requeued marked "redelivered": the next agent would count
-    # each as a loss. (An adapter without the option requeues them.)
-    if hasattr(consumer, "finish_buffered"):
-        consumer.finish_buffered = True
     deps.trials_consumer = consumer
     return consumer
 

@@ -52,7 +52,9 @@ class MemoryDelivery(Delivery):
 
 
 class _MemoryConsumer(Consumer):
-    def __init__(self, conn: MemoryBroker, queue: str, handler: Handler, prefetch: int, concurrency: int) -> None:
+    def __init__(self, conn: MemoryBroker, queue: str, handler: Handler, prefetch: int, concurrency: int,
+                 finish_buffered: bool = False) -> None:
+        self.finish_buffered = finish_buffered  # on cancel, buffered deliveries go to the workers, not back
         self._conn = conn
         self._server = conn.server
         self.queue = queue
@@ -113,14 +115,15 @@ class _MemoryConsumer(Consumer):
             self.cancel_locked()
 
     def cancel_locked(self) -> None:
-        """No new deliveries; pushed-but-unstarted ones go back; running ones stay unacked."""
+        """No new deliveries; pushed-but-unstarted ones go back (or, with
+        ``finish_buffered``, to the workers); running ones stay unacked."""
         if self.cancelled:
             return
         self.cancelled = True
         queue = self._server.queues.get(self.queue)
         if queue is not None and self in queue.consumers:
             queue.consumers.remove(self)
-        while self.buffer:
+        while self.buffer and not self.finish_buffered:
             delivery = self.buffer.popleft()
             self.unacked.discard(delivery)
             self._server.requeue_locked(self.queue, delivery._msg)
@@ -191,13 +194,14 @@ class MemoryBroker(Broker):
             self._check_open_locked(closing_ok=True)  # a draining handler still publishes its results
             self.server.route_locked(msg)
 
-    def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1) -> Consumer:
+    def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
+                finish_buffered: bool = False) -> Consumer:
         with self.server.lock:
             self._check_open_locked()
             q = self.server.queues.get(queue)
             if q is None:
                 raise PermanentError(f"queue {queue!r} does not exist; declare it first")
-            consumer = _MemoryConsumer(self, queue, handler, prefetch, concurrency)
+            consumer = _MemoryConsumer(self, queue, handler, prefetch, concurrency, finish_buffered)
             self._consumers.append(consumer)
             q.consumers.append(consumer)
             for t in consumer.threads:

@@ -157,8 +157,14 @@ class Broker(ABC):
         return done
 
     @abstractmethod
-    def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1) -> Consumer:
-        """Deliver messages of ``queue`` to ``handler`` on ``concurrency`` worker threads."""
+    def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
+                finish_buffered: bool = False) -> Consumer:
+        """Deliver messages of ``queue`` to ``handler`` on ``concurrency`` worker threads.
+
+        ``finish_buffered``: when the consumer is cancelled, deliveries it
+        fetched but has not started still go to ``handler`` (which may settle
+        them without doing the work) instead of back to the queue, where they
+        would come back marked redelivered."""
 
     @abstractmethod
     def declare_private_queue(self, bindings: Iterable[tuple[str, str]]) -> str:

@@ -253,8 +253,9 @@ class RabbitBroker(Broker):
             result.set_exception(e)
         return result
 
-    def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1) -> Consumer:
-        consumer = RabbitConsumer(self, queue, handler, concurrency)
+    def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
+                finish_buffered: bool = False) -> Consumer:
+        consumer = RabbitConsumer(self, queue, handler, concurrency, finish_buffered)
 
         def do() -> tuple[BlockingChannel, str]:
             ch = self._conn.channel()

@@ -91,13 +91,13 @@ class RabbitDelivery(Delivery):
 class RabbitConsumer(Consumer):
     """A channel with its prefetch, and ``concurrency`` worker threads fed from a buffer."""
 
-    # When cancelled, buffered deliveries not yet started are nacked with
-    # requeue, which marks them redelivered. A consumer whose handler can
-    # settle them without doing the work (the agent republishes a trial
-    # unmarked, then acks) sets this: the workers then hand them to it instead.
-    finish_buffered: bool = False
-
-    def __init__(self, broker: RabbitBroker, queue: str, handler: Handler, concurrency: int) -> None:
+    def __init__(self, broker: RabbitBroker, queue: str, handler: Handler, concurrency: int,
+                 finish_buffered: bool = False) -> None:
+        # When cancelled, buffered deliveries not yet started are nacked with
+        # requeue, which marks them redelivered; with ``finish_buffered`` (a
+        # handler that can settle them without doing the work: the agent
+        # republishes a trial unmarked, then acks) the workers get them instead.
+        self.finish_buffered = finish_buffered
         self._broker = broker
         self.queue = queue
         self._handler = handler

@@ -328,6 +328,32 @@ def test_cancel_stops_new_deliveries(broker: Broker) -> None:
     assert other.get().body == b"after"
 
 
+def test_a_cancelled_consumer_may_finish_what_it_fetched(connect: Connect) -> None:
+    """``finish_buffered``: prefetched deliveries go to the handler (which may hand them
+    back itself), not back to the queue marked redelivered."""
+    broker = connect()
+    first_started, release = threading.Event(), threading.Event()
+    seen: queue.Queue[tuple[bytes, bool]] = queue.Queue()
+
+    def handler(d: Delivery) -> None:
+        seen.put((d.body, d.redelivered))
+        if d.body == b"first":
+            first_started.set()
+            release.wait(10)
+        d.ack()
+
+    for body in (b"first", b"second", b"third"):
+        send(broker, "", SWEEPS_QUEUE, body)
+    consumer = broker.consume(SWEEPS_QUEUE, handler, prefetch=3, concurrency=1, finish_buffered=True)
+    assert first_started.wait(10)
+    time.sleep(0.2)  # the other two arrive in the consumer's buffer
+    consumer.cancel()
+    release.set()
+    got = [seen.get(timeout=10) for _ in range(3)]
+    assert got == [(b"first", False), (b"second", False), (b"third", False)]
+    assert_queue_empty(connect, SWEEPS_QUEUE)
+
+
 def test_handler_may_publish(broker: Broker) -> None:
     def relay(d: Delivery) -> None:
         send(broker, EVENTS_EXCHANGE, event_routing_key("trial.metrics", "s9"), d.body)
