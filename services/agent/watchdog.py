@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 TOKEN_VAR = "SPOTSWEEP_AGENT_TOKEN"
@@ -63,9 +64,9 @@ class Watchdog:
             proc.stdin.close()
             proc.wait()
 
-    def _send(self, line: str, note: object) -> None:
+    def _send(self, line: str, note: Callable[[], None]) -> None:
         with self._lock:
-            note()  # type: ignore[operator]
+            note()
             for _ in range(2):
                 proc = self._ensure()
                 try:

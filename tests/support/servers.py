@@ -21,6 +21,8 @@ import time
 import uuid
 from pathlib import Path
 
+from waiting import alive
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -104,7 +106,7 @@ class PrivateRabbit:
             except ProcessLookupError:
                 pass
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and _alive(pid):
+            while time.monotonic() < deadline and alive(pid):
                 time.sleep(0.1)
         (self.root / "pid").unlink(missing_ok=True)
 
@@ -116,18 +118,6 @@ class PrivateRabbit:
     def stop(self) -> None:
         if self.ctl("stop", timeout=60).returncode != 0:
             self.kill9()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); it is dead for our purpose
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def _pg_bin() -> Path:

@@ -9,7 +9,7 @@ planner persists and sends.
 """
 
 from spotsweep.services.planner.search.budget import Cost, Usage, Verdict, committed, estimate_trial_seconds
-from spotsweep.services.planner.search.budget import estimate_unit_seconds, expected_remaining, may_continue, may_launch
+from spotsweep.services.planner.search.budget import estimate_unit_seconds, may_continue, may_launch
 from spotsweep.services.planner.search.budget import sweep_cost
 from spotsweep.services.planner.search.history import TrialRecord, objective_names, objective_values
 from spotsweep.services.planner.search.median import Median
@@ -37,7 +37,6 @@ __all__ = [
     "committed",
     "estimate_trial_seconds",
     "estimate_unit_seconds",
-    "expected_remaining",
     "may_continue",
     "may_launch",
     "objective_names",

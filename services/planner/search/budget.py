@@ -71,12 +71,6 @@ def committed(runs: Sequence[tuple[float | None, float]], gpus: int) -> float:
     return gpus * sum(max(0.0, expected - ran) for expected, ran in runs if expected is not None)
 
 
-def expected_remaining(trial_seconds: float | None, running_for: Sequence[float], waiting: int, gpus: int) -> float:
-    """:func:`committed` when every run is expected to take ``trial_seconds``:
-    what each running one has left of it, and all of it for each waiting one."""
-    return committed([(trial_seconds, r) for r in running_for] + [(trial_seconds, 0.0)] * waiting, gpus)
-
-
 def may_launch(budget: Budget | None, pricing: Pricing | None, usage: Usage) -> Verdict:
     """Whether one more trial (expected to take ``usage.trial_seconds``) may launch without passing a cap."""
     if budget is None:

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
 
-from inbox import take
+from waiting import take, wait_until
 from spotsweep.services.agent.handlers import AgentDeps, AgentState, Slots
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.main import consume_trials, start
@@ -86,19 +85,12 @@ def node(rabbit_url: str, tmp_path: Path) -> Iterator[Node]:
     n.observer.stop(drain=False)
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return condition()
-
-
 def test_a_node_found_broken_leaves_the_trials_behind_unmarked(node: Node, tmp_path: Path) -> None:
     deps = start(node.broker, node.store, Slots(1, None), "cpu", tmp_path / "work", "a1",
                  AgentState(health=Health(limit=2)))
     node.submit(trial("a", 0, NO_GPU), trial("b", 1, NO_GPU), *(trial("c", i, "print(1)") for i in (2, 3, 4)))
     assert len(node.seen(TrialFinished, n=2)) == 2
-    assert wait_until(lambda: deps.state.health.tripped)
+    assert wait_until(lambda: deps.state.health.tripped, timeout=30)
     node.broker.stop(drain=True)  # everything this connection held is settled by now
     assert node.waiting() == [("c.2", False), ("c.3", False), ("c.4", False)]  # none looks lost to the next agent
 
@@ -111,7 +103,7 @@ def test_a_draining_agent_hands_back_trials_it_had_prefetched_but_not_started(no
     consumer = consume_trials(node.broker, deps, "cpu", prefetch=3, concurrency=1)
     node.submit(trial("sw", 0, FOREVER), trial("sw", 1, "print(1)"), trial("sw", 2, "print(1)"))
     assert [e.trial_id for e in node.seen(TrialStarted, n=1)] == ["sw.0"]
-    assert wait_until(lambda: len(consumer.buffer) == 2)  # type: ignore[attr-defined]
+    assert wait_until(lambda: len(consumer.buffer) == 2, timeout=30)  # type: ignore[attr-defined]
     deps.control.preempt.set()  # what the agent's drain does on SIGTERM...
     node.broker.stop(drain=True)  # ...then serve() stops the connection, draining
     assert [(e.trial_id, e.outcome) for e in node.seen(TrialFinished, n=1)] == [("sw.0", "preempted")]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from inbox import take
+from waiting import take
 from spotsweep.services.agent.handlers import AgentDeps, AgentState, Slots, handle_control, handle_trial
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.main import start

@@ -9,12 +9,13 @@ import json
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from metadata import AWS_NOTICE, AZURE_EVENTS, AZURE_NAME_PATH, VM_NAME, FakeMetadata, azure_events  # tests/support
 
+from waiting import wait_until
 from spotsweep.services.agent.notice import MetadataPoller, parse_aws, parse_azure, parse_gcp, watch
 
 
@@ -63,13 +64,6 @@ def test_an_unreachable_endpoint_means_no_notice(caplog: Any) -> None:
     stop.set()
     t.join(5)
     assert notices == [] and not t.is_alive()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return condition()
 
 
 def polls(metadata: FakeMetadata, prefix: str) -> int:

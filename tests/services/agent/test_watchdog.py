@@ -12,9 +12,9 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
+from waiting import alive, wait_until
 from spotsweep.services.agent.watchdog import Watchdog
 
 NO_SUCH_GROUP = 2**22 + 12345  # above Linux's default pid_max: never a live group
@@ -41,27 +41,6 @@ with open({pids!r} + ".tmp", "w") as f:
 os.rename({pids!r} + ".tmp", {pids!r})
 time.sleep(120)
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0): it is dead, just not reaped by its (re-)parent yet.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_until(check: object, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_kill_9_of_the_agent_kills_the_trial_and_its_children(tmp_path: Path) -> None:

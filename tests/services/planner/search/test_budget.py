@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotsweep.services.planner.search import Usage, estimate_trial_seconds, expected_remaining, may_launch, sweep_cost
+from spotsweep.services.planner.search import Usage, committed, estimate_trial_seconds, may_launch, sweep_cost
 from spotsweep.shared.spec import Budget, Pricing
 
 PRICING = Pricing(gpu_hour=0.9, on_demand_gpu_hour=4.1)
@@ -27,10 +27,10 @@ def test_gpu_hours_count_used_in_flight_and_the_next_trial() -> None:
     # 8 GPU-h used, trials take 1 h on 1 GPU, nothing in flight: one more fits (9 <= 10).
     assert may_launch(budget, None, Usage(8, 8 * hour, 0, trial_seconds=hour)).ok
     # Two running, 30 min in: 1 GPU-h still expected from them; 8 + 1 + 1 = 10 fits, 8.5 + 1 + 1 does not.
-    committed = expected_remaining(hour, [hour / 2, hour / 2], waiting=0, gpus=1)
-    assert committed == hour
-    assert may_launch(budget, None, Usage(10, 8 * hour, 0, trial_seconds=hour, committed_gpu_seconds=committed)).ok
-    verdict = may_launch(budget, None, Usage(10, 8.5 * hour, 0, trial_seconds=hour, committed_gpu_seconds=committed))
+    in_flight = committed([(hour, hour / 2), (hour, hour / 2)], gpus=1)
+    assert in_flight == hour
+    assert may_launch(budget, None, Usage(10, 8 * hour, 0, trial_seconds=hour, committed_gpu_seconds=in_flight)).ok
+    verdict = may_launch(budget, None, Usage(10, 8.5 * hour, 0, trial_seconds=hour, committed_gpu_seconds=in_flight))
     assert not verdict.ok
     assert verdict.reason == "budget.max_gpu_hours: 8.50 GPU-h used, 10.50 expected with one more trial, the cap is 10"
     # 4-GPU trials of 30 min: 2 GPU-h each.
@@ -58,8 +58,9 @@ def test_wall_time_refuses_a_trial_that_could_not_finish() -> None:
 def test_estimates_and_remaining() -> None:
     assert estimate_trial_seconds([]) is None
     assert estimate_trial_seconds([10, 20, 1000]) == 20
-    assert expected_remaining(None, [5.0], 3, 1) == 0.0
-    assert expected_remaining(100.0, [30.0, 150.0], 2, 2) == 2 * (70 + 0 + 200)
+    assert committed([(None, 5.0)], 1) == 0.0  # no estimate: nothing committed
+    # Two running (30 s and 150 s into 100 s runs), two waiting, 2 GPUs each.
+    assert committed([(100.0, 30.0), (100.0, 150.0), (100.0, 0.0), (100.0, 0.0)], 2) == 2 * (70 + 0 + 200)
 
 
 def test_sweep_cost_against_on_demand() -> None:
