@@ -76,6 +76,7 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
             agent.kill_all()
             broker.stop(drain=False)
     broker.stop(drain=True)
+    deps.slots.remove_workspaces()
     batcher.close()
     planner_deps.close()
     if state == "rejected":

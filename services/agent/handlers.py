@@ -26,10 +26,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from spotsweep.services.agent import uploads
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.runner import DeliveryLost, RunControl, RunnerConfig, run_trial
+from spotsweep.services.agent.workspace import Workspace
 from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker, Consumer, Delivery, Outgoing
@@ -47,6 +49,7 @@ class Slots:
 
     def __init__(self, n: int, gpus: list[str] | None) -> None:
         self.count = n
+        self._workspaces: dict[int, Workspace] = {}
         self._free: queue.Queue[tuple[int, str | None]] = queue.Queue()
         for i in range(n):
             # More slots than GPUs share them round-robin (small models); never
@@ -60,6 +63,18 @@ class Slots:
             yield slot
         finally:
             self._free.put(slot)
+
+    def workspace(self, index: int, parent: Path) -> Workspace:
+        """The scratch tree of slot ``index`` (under ``parent``), kept for its next trials."""
+        space = self._workspaces.get(index)
+        if space is None or space.parent != parent:
+            space = self._workspaces[index] = Workspace(parent, f"slot{index}")
+        return space
+
+    def remove_workspaces(self) -> None:
+        """Delete every slot's scratch tree (the agent is exiting)."""
+        for space in self._workspaces.values():
+            space.remove()
 
 
 @dataclass
@@ -179,14 +194,15 @@ def _handle_trial(delivery: Delivery, deps: AgentDeps) -> None:
 def _run(delivery: Delivery, msg: TrialMessage, deps: AgentDeps, losses: int) -> TrialFinished | None:
     if deps.is_cancelled(msg.sweep_id):
         return _failed(msg, deps, "sweep cancelled", outcome="cancelled")
-    with deps.slots.take() as (_, gpu):
+    with deps.slots.take() as (slot, gpu):
         control = RunControl(
             preempt=deps.control.preempt, kill=deps.control.kill, lost=deps.lost, grace=deps.control.grace,
             cancelled=lambda: deps.is_cancelled(msg.sweep_id), stopped=deps.stop_reason,
         )
         try:
             return run_trial(msg, deps.store, deps.send_event, deps.config, control, gpu,
-                             redelivered=delivery.redelivered, losses=losses)
+                             redelivered=delivery.redelivered, losses=losses,
+                             workspace=deps.slots.workspace(slot, deps.config.workdir))
         except DeliveryLost as e:
             notice = TrialLost(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
                                agent=deps.config.agent_id, run_id=e.run_id, reason="", duration=e.duration)

@@ -203,3 +203,4 @@ def main(settings: Settings, slots: int | None, resource_class: str, grace: floa
     finally:
         done.set()
         kill_all()  # whatever way we leave, no trial runs on unsupervised
+        pool.remove_workspaces()

@@ -19,7 +19,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from spotsweep.services.agent import uploads
 from spotsweep.services.agent.lines import Tail
 from spotsweep.services.agent.supervise import Outcome, RunControl, RunnerConfig, signal_group, supervise
 from spotsweep.services.agent.watchdog import TOKEN_VAR, Watchdog
+from spotsweep.services.agent.workspace import Paths, Workspace
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.errors import RetryableError
@@ -141,72 +141,71 @@ def run_trial(
     *,
     redelivered: bool = False,
     losses: int = 0,
+    workspace: Workspace | None = None,
 ) -> TrialFinished | None:
     """Run the attempt to its end and return (not publish) its final event; every
-    event published on the way is confirmed by the broker when this returns."""
+    event published on the way is confirmed by the broker when this returns.
+    ``workspace``: the slot's scratch tree (by default a throwaway one)."""
     run_id = uuid.uuid4().hex[:12]
-    send = Confirms(publish)
+    space = workspace or Workspace(config.workdir, reuse=False)
+    with space.use(f"{msg.trial_id}-a{msg.attempt}") as paths:
+        return _run(msg, store, Confirms(publish), config, control, gpu, redelivered, losses, run_id, paths)
+
+
+def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControl,
+         gpu: str | None, redelivered: bool, losses: int, run_id: str, paths: Paths) -> TrialFinished | None:
     ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
-    config.workdir.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix=f"{msg.trial_id}-a{msg.attempt}-", dir=config.workdir))
-    run_dir, ckpt_dir = root / "run", root / "checkpoint"
-    run_dir.mkdir()
-    ckpt_dir.mkdir()
-    metrics_path, out_path, err_path = root / "metrics.jsonl", root / "stdout.log", root / "stderr.log"
-    metrics_path.touch()
+    run_dir, ckpt_dir, metrics_path, out_path, err_path = paths.run, paths.checkpoint, paths.metrics, paths.stdout, paths.stderr
 
     def end(outcome: Result, **fields: Any) -> TrialFinished:
         return TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, outcome=outcome, **fields)
 
-    try:
-        restored: dict[str, float] = {}
-        resume = uploads.restore(store, msg, ckpt_dir, restored)
-        env = _environment(msg, metrics_path, ckpt_dir, resume, gpu)
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            try:
-                proc = subprocess.Popen(_argv(msg.argv, env), cwd=run_dir, env=env, stdout=out, stderr=err,
-                                        start_new_session=True)
-            except OSError as e:
-                return end("failed", failure="exit", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
-            started = time.monotonic()
-            try:
-                WATCHDOG.add(proc.pid)  # start_new_session: the trial's pid is its process group's id
-                send(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
-                                  run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses))
-                _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids)
-                outcome = supervise(proc, msg, store, send, config, control, Tail(metrics_path), ckpt_dir, run_id,
-                                    restored)
-                send.wait()  # the final event is published only after everything before it is confirmed
-            except RetryableError as e:
-                # A publish failed: the broker went away mid-trial. This
-                # delivery is void and RabbitMQ hands the trial to another
-                # agent, so the process must not run on unsupervised.
-                signal_group(proc, signal.SIGKILL)
-                raise DeliveryLost(run_id, round(time.monotonic() - started, 3)) from e
-            except BaseException:
-                signal_group(proc, signal.SIGKILL)  # the agent broke mid-trial: same
-                raise
-            finally:
-                proc.wait()
-                # The trial is over when its main process is: whatever it left
-                # running in its group (data-loader workers, a forgotten
-                # background job holding GPU memory) goes with it.
-                signal_group(proc, signal.SIGKILL)
-                WATCHDOG.discard(proc.pid)
-        duration = time.monotonic() - started
-        if outcome.reason == "lost":
-            raise DeliveryLost(run_id, round(duration, 3))
-        if outcome.reason == "stopped":
-            _log.info("run stopped by the planner", reason=outcome.stop_reason, **ids)
-            return None
-        logs_uri = uploads.logs(store, msg, out_path, err_path)
-        result, failure, error = _classify(outcome, proc.returncode, err_path, msg)
-        _log.info("trial ended", outcome=result, exit_code=proc.returncode, failure=failure, **ids)
-        return end(result, exit_code=proc.returncode, error=error, failure=failure, metrics=outcome.final,
-                   last_step=outcome.last_step, logs_uri=logs_uri, duration=round(duration, 3))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    restored: dict[str, float] = {}
+    resume = uploads.restore(store, msg, ckpt_dir, restored)
+    env = _environment(msg, metrics_path, ckpt_dir, resume, gpu)
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        try:
+            proc = subprocess.Popen(_argv(msg.argv, env), cwd=run_dir, env=env, stdout=out, stderr=err,
+                                    start_new_session=True)
+        except OSError as e:
+            return end("failed", failure="exit", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
+        started = time.monotonic()
+        try:
+            WATCHDOG.add(proc.pid)  # start_new_session: the trial's pid is its process group's id
+            send(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
+                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses))
+            _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids)
+            outcome = supervise(proc, msg, store, send, config, control, Tail(metrics_path), ckpt_dir, run_id,
+                                restored)
+            send.wait()  # the final event is published only after everything before it is confirmed
+        except RetryableError as e:
+            # A publish failed: the broker went away mid-trial. This
+            # delivery is void and RabbitMQ hands the trial to another
+            # agent, so the process must not run on unsupervised.
+            signal_group(proc, signal.SIGKILL)
+            raise DeliveryLost(run_id, round(time.monotonic() - started, 3)) from e
+        except BaseException:
+            signal_group(proc, signal.SIGKILL)  # the agent broke mid-trial: same
+            raise
+        finally:
+            proc.wait()
+            # The trial is over when its main process is: whatever it left
+            # running in its group (data-loader workers, a forgotten
+            # background job holding GPU memory) goes with it.
+            signal_group(proc, signal.SIGKILL)
+            WATCHDOG.discard(proc.pid)
+    duration = time.monotonic() - started
+    if outcome.reason == "lost":
+        raise DeliveryLost(run_id, round(duration, 3))
+    if outcome.reason == "stopped":
+        _log.info("run stopped by the planner", reason=outcome.stop_reason, **ids)
+        return None
+    logs_uri = uploads.logs(store, msg, out_path, err_path)
+    result, failure, error = _classify(outcome, proc.returncode, err_path, msg)
+    _log.info("trial ended", outcome=result, exit_code=proc.returncode, failure=failure, **ids)
+    return end(result, exit_code=proc.returncode, error=error, failure=failure, metrics=outcome.final,
+               last_step=outcome.last_step, logs_uri=logs_uri, duration=round(duration, 3))
 
 
 def _classify(outcome: Outcome, rc: int | None, err_path: Path, msg: TrialMessage) -> tuple[Result, Failure | None, str | None]:
