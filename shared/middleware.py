@@ -24,6 +24,9 @@ from spotsweep.shared.broker.port import Delivery, Handler
 from spotsweep.shared.errors import PermanentError, RetryableError
 
 _log = log.get("spotsweep.middleware")
+# One jitter source for the process: seeding a Random from the OS on every call
+# cost more than most calls it wraps (it wraps every handler and S3 call).
+_JITTER = random.Random()
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class Backoff:
 
 def retrying(fn: Callable[[], object], backoff: Backoff = Backoff(), rng: random.Random | None = None, what: str = "call") -> object:
     """Call ``fn`` until it does not raise :class:`RetryableError` or the budget is spent."""
-    rng = rng or random.Random()
+    rng = rng or _JITTER
     for attempt in range(backoff.attempts):
         try:
             return fn()

@@ -183,12 +183,29 @@ def _handle_trial(delivery: Delivery, deps: AgentDeps) -> None:
         if deps.control.kill.is_set():
             _log.warning("hard stop: trial left unacked for redelivery")
             return
-        deps.publish_event(final)
         if deps.state.health.record(final):
             # Stop the consumer before the ack: the ack frees a prefetch slot,
             # and a trial the broker put there would only be handed back.
             _trip(deps)
+        # The ack follows the final event's confirm, sent by whichever thread
+        # sees the confirm (the broker's I/O thread): this worker takes its
+        # next trial meanwhile instead of waiting a broker round trip.
+        deps.send_event(final).add_done_callback(lambda sent: _settle(delivery, sent))
+
+
+def _settle(delivery: Delivery, sent: Future[None]) -> None:
+    """Ack a finished trial once its final event is confirmed; put it back if that failed."""
+    error = sent.exception()
+    if error is None:
         delivery.ack()
+        return
+    # Not reported: the trial runs again elsewhere (as when the agent dies
+    # here); the planner fences off the second run of an attempt it has decided.
+    _log.error("final event not confirmed: trial requeued", error=str(error))
+    try:
+        delivery.nack(requeue=True)
+    except RetryableError:
+        pass  # the connection is gone: the broker requeues it anyway
 
 
 def _run(delivery: Delivery, msg: TrialMessage, deps: AgentDeps, losses: int) -> TrialFinished | None:

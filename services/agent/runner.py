@@ -212,6 +212,8 @@ def _classify(outcome: Outcome, rc: int | None, err_path: Path, msg: TrialMessag
     """(outcome, failure kind, error) of an attempt whose process has exited."""
     if outcome.reason in ("preempted", "cancelled"):
         return outcome.reason, None, None  # type: ignore[return-value]
+    if outcome.reason == "exited" and rc == 0:
+        return "completed", None, None
     tail = _tail_text(err_path)
     if outcome.reason == "stalled":
         why = f"stalled: no metric, checkpoint or heartbeat line for {msg.stall_timeout:g} s (timeout.stall); killed"
@@ -219,8 +221,6 @@ def _classify(outcome: Outcome, rc: int | None, err_path: Path, msg: TrialMessag
     if outcome.reason == "timeout":
         why = f"timed out: ran {msg.total_timeout:g} s in all (timeout.total); killed"
         return "failed", "timeout", f"{why}\n{tail}".rstrip()
-    if rc == 0:
-        return "completed", None, None
     error = tail or f"exit code {rc}"
     if rc is not None and rc < 0:
         error = f"killed by signal {-rc}\n{error}"

@@ -71,14 +71,16 @@ class Watchdog:
                 proc = self._ensure()
                 try:
                     assert proc.stdin is not None
-                    proc.stdin.write(line.encode())
-                    proc.stdin.flush()
+                    # One write to the pipe, no poll: a dead watchdog's pipe has
+                    # no reader, so the write itself says so (EPIPE).
+                    os.write(proc.stdin.fileno(), line.encode())
                     return
                 except (BrokenPipeError, ValueError):  # it died (or was closed): start another
+                    proc.poll()  # reap it
                     self._proc = None
 
     def _ensure(self) -> subprocess.Popen[bytes]:
-        if self._proc is None or self._proc.poll() is not None:
+        if self._proc is None:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "spotsweep.services.agent.watchdog", self.token], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, start_new_session=True,
