@@ -38,12 +38,14 @@ LifecycleEvent = TrialStarted | TrialFinished | TrialLost
 class Applied:
     decision: Decision
     recancel: bool = False  # an agent started a trial of a cancelled sweep: tell it again
+    exact: bool = True  # the decision's update is all that changed the trial (store.updated tells its new state)
 
 
 def apply(conn: Conn, sweep: Row, row: Row, view: TrialView, event: LifecycleEvent | TrialProgress, spec: SweepSpec,
           search: Search) -> Applied:
     if isinstance(event, TrialProgress):
         decision = _progress(conn, row, view, event, spec, search)
+        exact = False  # the curve changed too
     else:
         smoke = row["idx"] < 0
         # decide() reads only whether the sweep is active and its retry policy: no counts needed here
@@ -53,13 +55,14 @@ def apply(conn: Conn, sweep: Row, row: Row, view: TrialView, event: LifecycleEve
         if isinstance(event, TrialFinished) and event.outcome == "completed" and not smoke and _current(view, event):
             run_end = _run_end(conn, row, event, spec, search)
         decision = decide(state, view, event, run_end)
+        exact = run_end is None  # a promotion check may cap the sweep or read the trial
     if decision.update is not None:
         store.apply_update(conn, row["trial_id"], decision.update)
         _log.info("trial " + decision.update.state.value, kind=event.kind, reason=decision.reason or None)
     elif not isinstance(event, TrialProgress):
         _log.info("event ignored", kind=event.kind, reason=decision.reason)
     recancel = isinstance(event, TrialStarted) and view.state == TrialState.CANCELLED
-    return Applied(decision, recancel)
+    return Applied(decision, recancel, exact)
 
 
 def _current(view: TrialView, event: TrialFinished) -> bool:
@@ -94,7 +97,7 @@ def _within_budget(conn: Conn, row: Row, event: TrialFinished, spec: SweepSpec, 
     check = search.may_promote(used, reached, verdict.budget)
     if check.ok:
         return verdict
-    sweep = store.get_sweep(conn, row["sweep_id"])  # as this transaction left it
+    sweep = store.get_sweep(conn, row["sweep_id"], spec=False)  # as this transaction left it
     if sweep is not None and int(sweep["total_trials"]) > int(sweep["next_index"]):
         store.cap_sweep(conn, row["sweep_id"], int(sweep["next_index"]), check.reason)
     return StepDecision(Action.COMPLETE, verdict.rung, reason=f"not promoted past {reached}: {check.reason}")

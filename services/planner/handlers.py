@@ -200,12 +200,11 @@ def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps) ->
     applied: list[tuple[Any, Applied]] = []
     failed = False
     with log.bound(sweep_id=sweep_id), deps.db.transaction() as conn:
-        sweep = store.lock_sweep(conn, sweep_id)
-        if sweep is None or sweep["spec"] is None:
+        sweep = store.lock_sweep(conn, sweep_id, spec=False)
+        if sweep is None or not sweep["has_spec"]:
             _log.warning("events for an unknown sweep", events=len(events))
             return
-        version = sweep["spec_version"]
-        spec, search = deps.spec(sweep_id, sweep["spec"], version), deps.search(sweep_id, sweep["spec"], version)
+        spec, search = deps.stored_spec(conn, sweep_id, sweep["spec_version"])
         trials = store.get_trials(conn, [e.trial_id for e in events])  # one round trip, locked in a fixed order
         left = Counter(e.trial_id for e in events)
         # Pipeline mode: the updates go out without a round trip each; a read
@@ -218,9 +217,13 @@ def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps) ->
                     if found is None:
                         _log.warning("event for an unknown trial", kind=event.kind)
                         continue
-                    applied.append((event, apply(conn, sweep, found[0], found[1], event, spec, search)))
+                    done = apply(conn, sweep, found[0], found[1], event, spec, search)
+                    applied.append((event, done))
                     if left[event.trial_id]:  # another event of this trial follows in the batch: it must see this one's effect
-                        trials[event.trial_id] = store.get_trial(conn, event.trial_id) or found
+                        if not done.exact:
+                            trials[event.trial_id] = store.get_trial(conn, event.trial_id) or found
+                        elif done.decision.update is not None:
+                            trials[event.trial_id] = store.updated(found[0], done.decision.update)
             journal(conn, [e for e in events if not isinstance(e, TrialProgress)])  # with the decisions, once
         failed = top_up(conn, sweep_id, spec, search, deps.window).failed is not None
     if failed or any(a.recancel for _, a in applied):

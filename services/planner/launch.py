@@ -50,7 +50,7 @@ def _complete(params: dict[str, Any], spec: SweepSpec) -> dict[str, Any]:
 
 def top_up(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, window: int | None) -> TopUp:
     """Launch what may run now; call it with the sweep's row locked by this transaction."""
-    sweep = store.get_sweep(conn, sweep_id)  # fresh: decisions in this transaction may have changed it
+    sweep = store.get_sweep(conn, sweep_id, spec=False)  # fresh: decisions in this transaction may have changed it
     if sweep is None or sweep["state"] != "running":
         return TopUp()
     state = store.sweep_state(conn, sweep, spec.max_concurrent, retry_policy(spec), window)

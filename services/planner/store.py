@@ -47,14 +47,22 @@ def insert_rejected(conn: Conn, sweep_id: str, name: str, error: str) -> None:
     )
 
 
-def get_sweep(conn: Conn, sweep_id: str) -> Row | None:
-    """The sweep row, as this transaction sees it (lock it first with :func:`lock_sweep`)."""
-    return conn.execute("SELECT * FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+# The sweep row without its spec, which every batch of events would otherwise
+# decode again: the planner keeps parsed specs by (sweep, version).
+_NO_SPEC = ("sweep_id, name, state, error, total_trials, next_index, priority, created_at, finished_at, search_attrs,"
+            " note, spec_version, spec IS NOT NULL AS has_spec")
 
 
-def lock_sweep(conn: Conn, sweep_id: str) -> Row | None:
-    """The sweep row, locked: serialises every decision about one sweep."""
-    return conn.execute("SELECT * FROM sweeps WHERE sweep_id = %s FOR UPDATE", (sweep_id,)).fetchone()
+def get_sweep(conn: Conn, sweep_id: str, spec: bool = True) -> Row | None:
+    """The sweep row, as this transaction sees it (lock it first with :func:`lock_sweep`);
+    ``spec=False``: without the ``spec`` column (``has_spec`` says whether there is one)."""
+    return conn.execute(f"SELECT {'*' if spec else _NO_SPEC} FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+
+
+def lock_sweep(conn: Conn, sweep_id: str, spec: bool = True) -> Row | None:
+    """The sweep row, locked: serialises every decision about one sweep (``spec`` as for :func:`get_sweep`)."""
+    return conn.execute(f"SELECT {'*' if spec else _NO_SPEC} FROM sweeps WHERE sweep_id = %s FOR UPDATE",
+                        (sweep_id,)).fetchone()
 
 
 def in_flight(conn: Conn, sweep_id: str) -> tuple[int, int]:
@@ -166,6 +174,23 @@ def apply_update(conn: Conn, trial_id: str, u: TrialUpdate) -> None:
             u.started, trial_id,
         ),
     )
+
+
+def updated(row: Row, u: TrialUpdate) -> tuple[Row, TrialView]:
+    """The trial as :func:`apply_update` leaves it (the columns decisions read),
+    without reading it back: a batch with several events of one trial (its
+    start and its end, for a short run) decides each on the one before's effect."""
+    new = dict(row)
+    new.update(state=u.state.value, attempt=u.attempt, failures=u.failures, preemptions=u.preemptions)
+    if u.metrics is not None:
+        new["metrics"] = {**(row["metrics"] or {}), **json_safe(u.metrics)}
+    for column in ("run_id", "losses", "agent", "params"):
+        if getattr(u, column) is not None:
+            new[column] = getattr(u, column)
+    new["run_seconds"] = float(row.get("run_seconds") or 0.0) + u.add_seconds
+    if u.rungs:
+        new["rungs"] = {**(row.get("rungs") or {}), **json_safe({str(k): v for k, v in u.rungs.items()})}
+    return new, _view(new)
 
 
 def finish_sweep(conn: Conn, sweep_id: str, state: str = "completed", error: str | None = None) -> None:

@@ -1,0 +1,42 @@
+"""``store.updated`` must agree with what ``store.apply_update`` writes: the
+planner decides the second event of a trial in a batch on it, without
+reading the row back."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from spotsweep.services.planner import store
+from spotsweep.services.planner.decide import TrialUpdate
+from spotsweep.shared.states import TrialState
+
+from .test_journal import SPEC
+
+COLUMNS = ("state", "attempt", "failures", "preemptions", "metrics", "run_id", "losses", "agent", "params",
+           "run_seconds", "rungs")
+UPDATES = [
+    TrialUpdate(TrialState.RUNNING, 1, 0, 0, started=True, agent="a1", run_id="r1", losses=2),
+    TrialUpdate(TrialState.COMPLETED, 1, 0, 0, metrics={"loss": 0.25, "acc": math.nan}, finished=True, agent="a1",
+                add_seconds=1.5, rungs={3: 0.5}),
+    TrialUpdate(TrialState.PENDING, 2, 1, 0, error="boom", params={"x": 1, "batch_size": 16}, losses=0,
+                add_seconds=0.25),
+    TrialUpdate(TrialState.QUEUED, 1, 0, 0, error="lost", add_seconds=2.0),
+]
+
+
+@pytest.mark.parametrize("first", UPDATES, ids=lambda u: u.state.value)
+@pytest.mark.parametrize("second", UPDATES, ids=lambda u: u.state.value)
+def test_updated_matches_the_row_apply_update_writes(h: Any, first: TrialUpdate, second: TrialUpdate) -> None:
+    h.submit(SPEC, "st")
+    trial_id = h.published(2)[0].trial_id
+    with h.db.transaction() as conn:
+        row, _ = store.get_trial(conn, trial_id) or pytest.fail("no trial")
+        for u in (first, second):  # twice: merged columns must merge on what the first left
+            predicted, view = store.updated(row, u)
+            store.apply_update(conn, trial_id, u)
+            row, stored_view = store.get_trial(conn, trial_id) or pytest.fail("no trial")
+            assert {c: predicted[c] for c in COLUMNS} == {c: row[c] for c in COLUMNS}
+            assert view == stored_view
