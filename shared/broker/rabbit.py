@@ -150,6 +150,10 @@ class RabbitBroker(Broker):
         except BaseException as e:  # handed to the waiting thread, which translates it
             fut.set_exception(e)
 
+    def drives_loop(self) -> bool:
+        """Whether the calling thread is the I/O thread running :meth:`run`'s loop."""
+        return self._io_thread is threading.current_thread()
+
     @property
     def stopping(self) -> bool:
         """A stop was requested (the loop is draining or about to close)."""

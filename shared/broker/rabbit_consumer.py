@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pika
 import pika.exceptions as pe
@@ -72,11 +72,24 @@ class RabbitDelivery(Delivery):
             first, self._settled = not self._settled, True
         return first
 
+    def _frames(self) -> Any:
+        """The channel to send this delivery's settle on (called on the thread that drives the connection).
+
+        ``BlockingChannel.basic_ack`` runs a nested I/O loop until the frame is
+        on the socket, per ack, though a settle already runs inside the loop.
+        The asynchronous channel under it only queues the frame, which the
+        loop writes on its next turn, in order with everything else (so before
+        the connection's close: a drained consumer's acks still go out).
+        Without a running loop nothing would write it: the blocking one then.
+        """
+        impl = getattr(self.channel, "_impl", None)
+        return impl if impl is not None and self._consumer.loop_running() else self.channel
+
     def ack(self) -> None:
-        self._consumer.settle(self, "ack", lambda: self.channel.basic_ack(self.tag))
+        self._consumer.settle(self, "ack", lambda: self._frames().basic_ack(self.tag))
 
     def nack(self, requeue: bool = True) -> None:
-        self._consumer.settle(self, "nack", lambda: self.channel.basic_nack(self.tag, requeue=requeue))
+        self._consumer.settle(self, "nack", lambda: self._frames().basic_nack(self.tag, requeue=requeue))
 
     @classmethod
     def ack_many(cls, deliveries: Sequence[Delivery]) -> None:
@@ -115,6 +128,10 @@ class RabbitConsumer(Consumer):
         ]
         for t in self.threads:
             t.start()
+
+    def loop_running(self) -> bool:
+        """Whether this thread is running the broker's I/O loop (see :meth:`RabbitDelivery._frames`)."""
+        return self._broker.drives_loop()
 
     def started(self, channel: BlockingChannel, tag: str) -> None:
         self._channel, self._tag = channel, tag
@@ -212,7 +229,7 @@ class RabbitConsumer(Consumer):
         def do() -> None:
             try:
                 for d in fresh:
-                    d.channel.basic_ack(d.tag)
+                    d._frames().basic_ack(d.tag)
             finally:
                 for d in fresh:
                     self._forget(d, on_io=True)
