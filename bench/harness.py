@@ -89,7 +89,10 @@ def revision_site(rev: str) -> Path:
     """spotsweep as it was at git revision ``rev``, installed (no deps) under
     ``build/bench-<rev>``; cached. For before/after runs of the services."""
     root = Path(__file__).resolve().parent.parent
-    site = root / "build" / f"bench-{rev}"
+    # Cached by commit, not by name: "HEAD" or a branch moves between runs.
+    commit = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=root, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    site = root / "build" / f"bench-{commit[:12]}"
     if not (site / "spotsweep").is_dir():
         with tempfile.TemporaryDirectory() as src:
             archive = subprocess.run(["git", "archive", rev], cwd=root, check=True, capture_output=True).stdout
