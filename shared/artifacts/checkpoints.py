@@ -224,6 +224,10 @@ def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, direc
     """
     directory = Path(directory)
     prefix = checkpoint_prefix(sweep_id, trial_id)
+    if not store.list(prefix):
+        # Most trials start fresh: one listing says so, where reading the
+        # pointer first took a failed GET and then the listing anyway.
+        return None
     seen: tuple[Any, ...] | None = None
     for _ in range(3):
         pointer = _read_pointer(store, sweep_id, trial_id)
