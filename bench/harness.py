@@ -95,7 +95,7 @@ def revision_site(rev: str) -> Path:
     site = root / "build" / f"bench-{commit[:12]}"
     if not (site / "spotsweep").is_dir():
         with tempfile.TemporaryDirectory() as src:
-            archive = subprocess.run(["git", "archive", rev], cwd=root, check=True, capture_output=True).stdout
+            archive = subprocess.run(["git", "archive", commit], cwd=root, check=True, capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
             subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), src],
                            check=True, capture_output=True)

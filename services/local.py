@@ -75,6 +75,7 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
             deps.control.kill.set()
             agent.kill_all()
             broker.stop(drain=False)
+            deps.slots.remove_workspaces()
     broker.stop(drain=True)
     deps.slots.remove_workspaces()
     batcher.close()

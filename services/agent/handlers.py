@@ -23,7 +23,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +73,7 @@ class Slots:
 
     def remove_workspaces(self) -> None:
         """Delete every slot's scratch tree (the agent is exiting)."""
-        for space in self._workspaces.values():
+        for space in list(self._workspaces.values()):
             space.remove()
 
 
@@ -190,7 +190,13 @@ def _handle_trial(delivery: Delivery, deps: AgentDeps) -> None:
         # The ack follows the final event's confirm, sent by whichever thread
         # sees the confirm (the broker's I/O thread): this worker takes its
         # next trial meanwhile instead of waiting a broker round trip.
-        deps.send_event(final).add_done_callback(lambda sent: _settle(delivery, sent))
+        sent = deps.send_event(final)
+        if deps.control.preempt.is_set():
+            # Draining: the connection closes a few seconds after the last
+            # handler returns (DRAIN_GRACE_S); wait here, so that a slow
+            # confirm has all of --after-grace, as before the drain ends.
+            wait([sent])
+        sent.add_done_callback(lambda done: _settle(delivery, done))
 
 
 def _settle(delivery: Delivery, sent: Future[None]) -> None:

@@ -45,10 +45,10 @@ def _folder_order(folder: str) -> tuple[int, str]:
     return int(step), token
 
 
-def _folders(store: ArtifactStore, prefix: str) -> dict[str, list[str]]:
-    """Every checkpoint folder under ``prefix`` with its keys."""
+def _folders(store: ArtifactStore, prefix: str, listed: list[str] | None = None) -> dict[str, list[str]]:
+    """Every checkpoint folder under ``prefix`` with its keys (from ``listed``, a listing just made, if given)."""
     found: dict[str, list[str]] = {}
-    for key in store.list(prefix):
+    for key in store.list(prefix) if listed is None else listed:
         match = _FOLDER.match(key[len(prefix) :])
         if match:
             found.setdefault(match.group(0)[:-1], []).append(key)

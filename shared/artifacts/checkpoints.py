@@ -224,16 +224,19 @@ def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, direc
     """
     directory = Path(directory)
     prefix = checkpoint_prefix(sweep_id, trial_id)
-    if not store.list(prefix):
+    listed: list[str] | None = store.list(prefix)
+    if not listed:
         # Most trials start fresh: one listing says so, where reading the
-        # pointer first took a failed GET and then the listing anyway.
+        # pointer first took a failed GET and then the listing anyway. (S3
+        # and MinIO list what was written, strongly consistent.)
         return None
     seen: tuple[Any, ...] | None = None
     for _ in range(3):
         pointer = _read_pointer(store, sweep_id, trial_id)
         if pointer is not None and _restore_folder(store, prefix, pointer[1], directory, metrics):
             return pointer[0]
-        complete = _complete_folders(_folders(store, prefix), prefix)
+        complete = _complete_folders(_folders(store, prefix, listed), prefix)
+        listed = None  # a later pass lists again: writers may have moved on
         for folder in complete:
             if pointer is not None and folder == pointer[1]:
                 continue  # just tried

@@ -8,10 +8,11 @@ seen by the next trial of the same slot.
 from __future__ import annotations
 
 import json
-import os
+import time
 from pathlib import Path
 
 from spotsweep.services.agent.workspace import Workspace
+from spotsweep.shared.artifacts.checkpoints import log_key
 
 from .conftest import Kit
 
@@ -49,8 +50,7 @@ def test_the_next_trial_of_a_slot_starts_in_an_empty_tree(kit: Kit, tmp_path: Pa
     assert first == {"cwd": [], "ckpt": [], "metrics": 0, "root": first["root"]}
     assert second == first  # the same folder, and nothing of the first trial left in it
     root = Path(str(first["root"]))
-    assert sorted(p.name for p in root.iterdir()) == ["checkpoint", "metrics.jsonl", "run", "stderr.log", "stdout.log"]
-    assert all(os.path.getsize(root / f) == 0 for f in ("metrics.jsonl", "stdout.log", "stderr.log"))  # no disk held
+    assert [p.name for p in root.iterdir()] == ["checkpoint"]  # the run's files and cwd are gone: no disk held
     space.remove()
     assert not root.exists()
 
@@ -76,3 +76,69 @@ def test_a_throwaway_tree_is_removed(kit: Kit, tmp_path: Path) -> None:
     final, _ = kit.run(kit.message("open('out.txt', 'w').write('x')"))  # no workspace: one of its own
     assert final.outcome == "completed", final.error
     assert list(kit.config.workdir.iterdir()) == []
+
+
+LINKS_OUT = """
+import os, shutil
+ckpt, metrics = os.environ["SPOTSWEEP_CHECKPOINT_DIR"], os.environ["SPOTSWEEP_METRICS"]
+shutil.rmtree(ckpt)
+os.symlink(os.environ["OUTSIDE_DIR"], ckpt)  # checkpoints kept on a volume
+os.unlink(metrics)
+os.symlink(os.environ["OUTSIDE_FILE"], metrics)
+os.symlink(os.environ["OUTSIDE_DIR"], "data")
+"""
+
+
+def test_cleaning_up_removes_links_never_what_they_point_to(kit: Kit, tmp_path: Path) -> None:
+    outside = tmp_path / "volume"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "keep.pt").write_bytes(b"precious")
+    (tmp_path / "notes.txt").write_text("precious")
+    space = Workspace(tmp_path / "work", "slot0")
+    final, _ = kit.run(kit.message(LINKS_OUT, env={"OUTSIDE_DIR": str(outside), "OUTSIDE_FILE": str(tmp_path / "notes.txt")}),
+                       workspace=space)
+    assert final.outcome == "completed", final.error
+    assert (outside / "deep" / "keep.pt").read_bytes() == b"precious"
+    assert (tmp_path / "notes.txt").read_text() == "precious"
+    seen = _seen(kit, space, tmp_path / "seen.json")  # the next trial gets real, empty folders again
+    assert seen["cwd"] == [] and seen["ckpt"] == []
+    assert (outside / "deep" / "keep.pt").read_bytes() == b"precious"  # its litter went into a real folder
+
+
+# Starts a process outside the trial's process group that writes on after the
+# trial's main process has exited: to its inherited stdout, the metrics file
+# it holds open, and its working directory.
+ESCAPES = """
+import os, subprocess, sys, time
+code = (
+    "import json, os, sys, time\\n"
+    "metrics = open(os.environ['SPOTSWEEP_METRICS'], 'a')\\n"
+    "time.sleep(0.6)\\n"
+    "print('stray output', flush=True)\\n"
+    "metrics.write(json.dumps({'step': 99, 'stray': 1.0}) + '\\\\n'); metrics.flush()\\n"
+    "open('stray.txt', 'w').write('x')\\n"
+)
+subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+time.sleep(0.3)  # it has opened the metrics file by now
+"""
+
+WAITS = """
+import json, os, time
+time.sleep(1.5)
+open(os.environ["SEEN"], "w").write(json.dumps({"cwd": sorted(os.listdir("."))}))
+print("own output")
+"""
+
+
+def test_a_process_that_left_the_trial_does_not_write_into_the_next_one(kit: Kit, tmp_path: Path) -> None:
+    space = Workspace(tmp_path / "work", "slot0")
+    final, _ = kit.run(kit.message(ESCAPES), workspace=space)
+    assert final.outcome == "completed", final.error
+    started = time.monotonic()
+    second, _ = kit.run(kit.message(WAITS, env={"SEEN": str(tmp_path / "seen.json")}), workspace=space)
+    assert time.monotonic() - started > 1.0  # the stray process wrote while the second trial ran
+    assert second.outcome == "completed", second.error
+    assert "stray" not in second.metrics
+    assert json.loads((tmp_path / "seen.json").read_text())["cwd"] == []
+    stdout = kit.store.get_bytes(log_key("sw", "sw.0", 1, "stdout")).decode()
+    assert "own output" in stdout and "stray output" not in stdout
