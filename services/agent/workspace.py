@@ -4,20 +4,26 @@ Each run needs an empty working directory, an empty checkpoint directory and
 three files (metrics, stdout, stderr). Making that tree with ``mkdtemp`` and
 removing it with ``rmtree`` for every trial cost the agent more CPU than
 anything else it did per trial (0.5-0.7 ms on ext4, measured with perf
-during ``bench/dispatch_cpu.py``: directory inodes allocated and freed, which
-ext4 makes slower the more recently it freed some). A slot's trials run one
-after another, so its tree is made once and only what must be new is made
-again between trials.
+during ``bench/dispatch_cpu.py``: inodes allocated and freed, directories
+above all, which ext4 makes slower the more recently it freed some). A
+slot's trials run one after another, so its tree is made once, and between
+trials only what must be new is made again.
 
-What is new for each run, and why: the working directory and the three
-files. The trial's process group is killed when its main process exits (see
+The trial's process group is killed when its main process exits (see
 :mod:`.runner`), but a process that left the group (``setsid``: a daemon a
-script started, a logging service) may live on and keep writing to its
-inherited stdout, to the metrics file it opened, or into its working
-directory; new inodes send those writes where they went before, to files and
-a directory no run sees, instead of into the next trial's logs, metrics and
-cwd. The checkpoint directory is only emptied (a process would have to
-escape the group *and* keep writing checkpoints after its trial ended).
+script started) may live on and keep writing: to its inherited stdout, to a
+file it holds open, into its working directory. None of that may land in the
+next trial of the slot, so:
+
+* each run gets a working directory under a name no earlier run had
+  (``run-N``), removed when the run ends: writes through an old cwd, or
+  through a path into it, fail as they did with a fresh tree;
+* the three files are kept (truncated) only when no process still has them
+  open for writing, which Linux tells for the price of a read lease
+  (:func:`_unwritten`); otherwise they are made anew, so the stray writer
+  writes to an inode no run reads;
+* the checkpoint directory is emptied: a process would have to leave the
+  group *and* keep writing checkpoints after its trial ended.
 
 Nothing here follows a symbolic link: a trial may replace any of these paths
 with a link (its checkpoint directory onto a volume, say), and cleaning up
@@ -27,6 +33,7 @@ trial made a file undeletable) is abandoned for a fresh one.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import stat
@@ -39,6 +46,7 @@ from pathlib import Path
 from spotsweep.shared import log
 
 _log = log.get("spotsweep.agent")
+FILES = ("metrics.jsonl", "stdout.log", "stderr.log")
 
 
 @dataclass(frozen=True)
@@ -53,8 +61,8 @@ class Paths:
     stderr: Path
 
 
-def _paths(root: Path) -> Paths:
-    return Paths(root, root / "run", root / "checkpoint", root / "metrics.jsonl", root / "stdout.log", root / "stderr.log")
+def _paths(root: Path, cwd: str) -> Paths:
+    return Paths(root, root / cwd, root / "checkpoint", root / "metrics.jsonl", root / "stdout.log", root / "stderr.log")
 
 
 def _is_dir(path: Path) -> bool:
@@ -71,10 +79,37 @@ def _remove(path: str | Path) -> None:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
-    if stat.S_ISDIR(mode):
-        shutil.rmtree(path)  # removes links inside it without following them
-    else:
+    if not stat.S_ISDIR(mode):
         os.unlink(path)
+        return
+    try:
+        os.rmdir(path)  # most trials leave their cwd empty: one call
+    except OSError:
+        shutil.rmtree(path)  # removes links inside it without following them
+
+
+def _unwritten(path: Path) -> bool:
+    """Whether ``path`` is a regular file (not a link) that no process has open for writing.
+
+    Linux grants a read lease only then (fcntl(2), F_SETLEASE); taking one and
+    dropping it at once costs two calls, against an inode freed and another
+    allocated to make the file anew. Elsewhere, or on a filesystem without
+    leases: False, and the file is made anew.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return True
+    except (OSError, AttributeError):  # EAGAIN: a writer holds it; no F_SETLEASE here
+        return False
+    finally:
+        os.close(fd)
 
 
 def _empty(directory: Path) -> None:
@@ -96,6 +131,7 @@ class Workspace:
         self.label = label
         self.reuse = reuse
         self._root: Path | None = None
+        self._runs = 0  # names each run's working directory: a path no earlier run had
 
     @contextmanager
     def use(self, prefix: str) -> Iterator[Paths]:
@@ -107,13 +143,14 @@ class Workspace:
             root = Path(tempfile.mkdtemp(prefix=f"{self.label if self.reuse else prefix}-", dir=self.parent))
             (root / "checkpoint").mkdir()
         self._root = root if self.reuse else None
-        paths = _paths(root)
+        self._runs += 1
+        paths = _paths(root, f"run-{self._runs}")
         try:
-            # New each run (see the module's docstring); the checkpoint
-            # directory was emptied when the last run ended. stdout and
-            # stderr are created by the runner as it opens them.
+            # A cwd of its own (see the module's docstring); the checkpoint
+            # directory was emptied and the files truncated (or removed) when
+            # the last run ended. The runner opens stdout and stderr itself.
             paths.run.mkdir()
-            os.close(os.open(paths.metrics, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.close(os.open(paths.metrics, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
         except OSError:
             if not self.reuse:
                 raise
@@ -136,10 +173,13 @@ class Workspace:
             with os.scandir(root) as entries:
                 names = [e.name for e in entries]
             for name in names:
-                if name == "checkpoint" and _is_dir(root / name):
-                    _empty(root / name)
-                else:  # the run's files and cwd, links put in their place, an interrupted upload's stage
-                    _remove(root / name)
+                path = root / name
+                if name == "checkpoint" and _is_dir(path):
+                    _empty(path)
+                elif name in FILES and _unwritten(path):
+                    os.truncate(path, 0)  # kept: no inode to allocate for the next run
+                else:  # the cwd, a file someone still writes, links put in their place, an upload's stage
+                    _remove(path)
             if not _is_dir(root / "checkpoint"):
                 (root / "checkpoint").mkdir()
         except OSError as e:

@@ -50,26 +50,31 @@ def test_the_next_trial_of_a_slot_starts_in_an_empty_tree(kit: Kit, tmp_path: Pa
     assert first == {"cwd": [], "ckpt": [], "metrics": 0, "root": first["root"]}
     assert second == first  # the same folder, and nothing of the first trial left in it
     root = Path(str(first["root"]))
-    assert [p.name for p in root.iterdir()] == ["checkpoint"]  # the run's files and cwd are gone: no disk held
+    left = {p.name: p for p in root.iterdir()}
+    assert sorted(left) == ["checkpoint", "metrics.jsonl", "stderr.log", "stdout.log"]  # the cwd is made anew
+    assert all(p.stat().st_size == 0 for p in left.values() if p.is_file())  # no disk held till the next trial
     space.remove()
     assert not root.exists()
 
 
-REPLACES_ITS_FOLDER = """
+REPLACES_ITS_FOLDERS = """
 import os, shutil
+cwd, ckpt = os.getcwd(), os.environ["SPOTSWEEP_CHECKPOINT_DIR"]
 os.chdir("..")
-shutil.rmtree("run")
-open("run", "w").write("not a folder any more")
+shutil.rmtree(cwd)
+open(cwd, "w").write("not a folder any more")
+shutil.rmtree(ckpt)
+open(ckpt, "w").write("nor this")
 """
 
 
-def test_a_tree_the_trial_broke_is_replaced(kit: Kit, tmp_path: Path) -> None:
+def test_a_trial_that_replaces_its_folders_with_files_does_not_break_the_slot(kit: Kit, tmp_path: Path) -> None:
     space = Workspace(tmp_path / "work", "slot0")
-    final, _ = kit.run(kit.message(REPLACES_ITS_FOLDER), workspace=space)
+    final, _ = kit.run(kit.message(REPLACES_ITS_FOLDERS), workspace=space)
     assert final.outcome == "completed", final.error
     seen = _seen(kit, space, tmp_path / "seen.json")
     assert seen["cwd"] == [] and seen["ckpt"] == []
-    assert len(list((tmp_path / "work").iterdir())) == 1  # the broken tree is gone, not left behind
+    assert len(list((tmp_path / "work").iterdir())) == 1  # the same tree, cleaned: nothing left behind
 
 
 def test_a_throwaway_tree_is_removed(kit: Kit, tmp_path: Path) -> None:
