@@ -51,7 +51,7 @@ BENCH_ARGS_memory := --big 100000 --slots 2
 BENCH_ARGS_ingest := --points 20000
 BENCH_ARGS_search := --seeds 1
 else
-BENCH_ARGS_dispatch := --trials 300 --agents 2 --slots 4 --repeat 3
+BENCH_ARGS_dispatch := --trials 1000 --agents 2 --slots 4 --repeat 3
 BENCH_ARGS_ingest_e2e := --trials 4 --lines 25000 --peer-points 2000 --repeat 3
 BENCH_ARGS_latency := --trials 40 --repeat 2
 BENCH_ARGS_recovery := --repeat 2
