@@ -138,8 +138,8 @@ class Workspace:
         """A clean tree for one run, cleaned (or removed) when the run is over.
         ``prefix`` names a throwaway tree (the trial and attempt), for whoever looks."""
         root = self._root if self.reuse else None
-        fresh = root is None or not _is_dir(root)
-        if fresh:
+        new_tree = root is None or not _is_dir(root)
+        if root is None or new_tree:
             self.parent.mkdir(parents=True, exist_ok=True)
             root = Path(tempfile.mkdtemp(prefix=f"{self.label if self.reuse else prefix}-", dir=self.parent))
             (root / "checkpoint").mkdir()
@@ -153,7 +153,7 @@ class Workspace:
             paths.run.mkdir()
             os.close(os.open(paths.metrics, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
         except OSError:
-            if fresh:  # a new tree failed too: the disk, not the last run
+            if new_tree:  # a new tree failed: the disk, not the last run
                 raise
             # Not as the last run left it: start over in a fresh tree.
             shutil.rmtree(root, ignore_errors=True)
