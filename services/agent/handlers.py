@@ -31,7 +31,7 @@ from pathlib import Path
 from spotsweep.services.agent import uploads
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.runner import DeliveryLost, RunControl, RunnerConfig, run_trial
-from spotsweep.services.agent.workspace import Workspace
+from spotsweep.services.agent.workspace import Workspace, remove_stale, slot_label
 from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker, Consumer, Delivery, Outgoing
@@ -68,7 +68,9 @@ class Slots:
         """The scratch tree of slot ``index`` (under ``parent``), kept for its next trials."""
         space = self._workspaces.get(index)
         if space is None or space.parent != parent:
-            space = self._workspaces[index] = Workspace(parent, f"slot{index}")
+            if not any(w.parent == parent for w in list(self._workspaces.values())):
+                remove_stale(parent)  # the first tree here: clear what agents killed outright left
+            space = self._workspaces[index] = Workspace(parent, slot_label(index))
         return space
 
     def remove_workspaces(self) -> None:

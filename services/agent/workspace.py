@@ -120,6 +120,41 @@ def _empty(directory: Path) -> None:
         _remove(path)
 
 
+def slot_label(index: int) -> str:
+    """The name of slot ``index``'s tree: it carries this agent's pid, so that
+    another agent can tell a tree whose agent is gone (:func:`remove_stale`)."""
+    return f"slot{index}-p{os.getpid()}"
+
+
+def remove_stale(parent: Path) -> None:
+    """Delete the slot trees under ``parent`` whose agent process is gone.
+
+    An agent removes its trees when it exits; one killed outright (kill -9,
+    the OOM killer) cannot, so the next agent started on the node does.
+    """
+    try:
+        entries = list(parent.glob("slot*-p*-*"))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            pid = int(entry.name.split("-")[1][1:])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: not ours to judge
+    return True
+
+
 class Workspace:
     """The scratch tree of one slot (or of one run, with ``reuse=False``).
 

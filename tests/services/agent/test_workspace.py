@@ -147,3 +147,24 @@ def test_a_process_that_left_the_trial_does_not_write_into_the_next_one(kit: Kit
     assert json.loads((tmp_path / "seen.json").read_text())["cwd"] == []
     stdout = kit.store.get_bytes(log_key("sw", "sw.0", 1, "stdout")).decode()
     assert "own output" in stdout and "stray output" not in stdout
+
+
+def test_an_agent_removes_the_trees_of_agents_killed_outright(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from spotsweep.services.agent.handlers import Slots
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid names a process that no longer exists
+    work = tmp_path / "work"
+    stale = work / f"slot0-p{gone.pid}-abc123"
+    (stale / "run-7").mkdir(parents=True)
+    alive = work / f"slot0-p{os.getppid()}-def456"  # another agent on the node, still running
+    alive.mkdir()
+    unrelated = work / "notes"
+    unrelated.mkdir()
+    Slots(1, None).workspace(0, work)
+    assert not stale.exists()
+    assert alive.exists() and unrelated.exists()
