@@ -8,9 +8,12 @@ seen by the next trial of the same slot.
 from __future__ import annotations
 
 import json
-import time
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+from spotsweep.services.agent.handlers import Slots
 from spotsweep.services.agent.workspace import Workspace
 from spotsweep.shared.artifacts.checkpoints import log_key
 
@@ -112,50 +115,56 @@ def test_cleaning_up_removes_links_never_what_they_point_to(kit: Kit, tmp_path: 
 
 # Starts a process outside the trial's process group that writes on after the
 # trial's main process has exited: to its inherited stdout, the metrics file
-# it holds open, and its working directory.
+# it holds open, and its working directory. Handshakes through files outside
+# the tree: READY (it holds the metrics file), GO (the next trial runs),
+# DONE (it has written).
 ESCAPES = """
 import os, subprocess, sys, time
 code = (
-    "import json, os, sys, time\\n"
+    "import json, os, time\\n"
     "metrics = open(os.environ['SPOTSWEEP_METRICS'], 'a')\\n"
-    "time.sleep(0.6)\\n"
+    "open(os.environ['READY'], 'w').close()\\n"
+    "while not os.path.exists(os.environ['GO']): time.sleep(0.01)\\n"
     "print('stray output', flush=True)\\n"
     "metrics.write(json.dumps({'step': 99, 'stray': 1.0}) + '\\\\n'); metrics.flush()\\n"
-    "open('stray.txt', 'w').write('x')\\n"
+    "try:\\n"
+    "    open('stray.txt', 'w').write('x')\\n"
+    "finally:\\n"
+    "    open(os.environ['DONE'], 'w').close()\\n"
 )
 subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-time.sleep(0.3)  # it has opened the metrics file by now
+while not os.path.exists(os.environ["READY"]):
+    time.sleep(0.01)
 """
 
 WAITS = """
 import json, os, time
-time.sleep(1.5)
-open(os.environ["SEEN"], "w").write(json.dumps({"cwd": sorted(os.listdir("."))}))
-print("own output")
+open(os.environ["GO"], "w").close()
+deadline = time.monotonic() + 30
+while not os.path.exists(os.environ["DONE"]) and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("own output", flush=True)
+time.sleep(0.1)  # the stray's metrics line, if it had landed here, is read before the end
+open(os.environ["SEEN"], "w").write(json.dumps({"cwd": sorted(os.listdir(".")), "done": os.path.exists(os.environ["DONE"])}))
 """
 
 
 def test_a_process_that_left_the_trial_does_not_write_into_the_next_one(kit: Kit, tmp_path: Path) -> None:
+    env = {name: str(tmp_path / name.lower()) for name in ("READY", "GO", "DONE")} | {"SEEN": str(tmp_path / "seen.json")}
     space = Workspace(tmp_path / "work", "slot0")
-    final, _ = kit.run(kit.message(ESCAPES), workspace=space)
+    final, _ = kit.run(kit.message(ESCAPES, env=env), workspace=space)
     assert final.outcome == "completed", final.error
-    started = time.monotonic()
-    second, _ = kit.run(kit.message(WAITS, env={"SEEN": str(tmp_path / "seen.json")}), workspace=space)
-    assert time.monotonic() - started > 1.0  # the stray process wrote while the second trial ran
+    second, _ = kit.run(kit.message(WAITS, env=env), workspace=space)
     assert second.outcome == "completed", second.error
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen["done"]  # the stray process wrote while the second trial ran
     assert "stray" not in second.metrics
-    assert json.loads((tmp_path / "seen.json").read_text())["cwd"] == []
+    assert seen["cwd"] == []
     stdout = kit.store.get_bytes(log_key("sw", "sw.0", 1, "stdout")).decode()
     assert "own output" in stdout and "stray output" not in stdout
 
 
 def test_an_agent_removes_the_trees_of_agents_killed_outright(tmp_path: Path) -> None:
-    import os
-    import subprocess
-    import sys
-
-    from spotsweep.services.agent.handlers import Slots
-
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # its pid names a process that no longer exists
     work = tmp_path / "work"
