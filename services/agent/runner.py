@@ -58,12 +58,12 @@ class DeliveryLost(RetryableError):
 WATCHDOG = Watchdog()
 
 
-def _argv(argv: list[str], env: dict[str, str]) -> list[str]:
+def _argv(argv: list[str], env: dict[bytes, bytes]) -> list[str]:
     """The argv to exec; raises FileNotFoundError when the program does not exist."""
     # "python" in a spec means the agent's own interpreter, so a sweep runs in
     # the environment spotsweep is installed in, with or without an activated venv.
     argv = [sys.executable, *argv[1:]] if argv and argv[0] in ("python", "python3") else list(argv)
-    program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
+    program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=os.fsdecode(env.get(b"PATH", b"")))
     if program is None or not os.access(program, os.X_OK):
         raise FileNotFoundError(2, "No such file or directory (or not executable)", argv[0])
     return argv
@@ -89,26 +89,48 @@ def kill_all() -> None:
             pass
 
 
-def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int | None, gpu: str | None) -> dict[str, str]:
-    env = {**os.environ, **msg.env}
-    env.update(
-        SPOTSWEEP_PARAMS=json.dumps(msg.params, separators=(",", ":")), SPOTSWEEP_SWEEP_ID=msg.sweep_id,
-        SPOTSWEEP_TRIAL_ID=msg.trial_id, SPOTSWEEP_TRIAL_NAME=msg.trial_name, SPOTSWEEP_ATTEMPT=str(msg.attempt),
-        SPOTSWEEP_METRICS=str(metrics), SPOTSWEEP_CHECKPOINT_DIR=str(ckpt_dir),
-        PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
-    )
-    env[TOKEN_VAR] = WATCHDOG.token
-    env.pop("SPOTSWEEP_RESUME_STEP", None)
+def _agent_environment() -> dict[bytes, bytes]:
+    """A copy of the agent's environment, as bytes.
+
+    ``os.environ`` keeps the environment as bytes (``_data``): copied whole it
+    is one C call, where copying ``os.environ`` decodes every entry and Popen
+    encodes each again (measured: a third of the agent's Python work per
+    no-op trial outside pika). Read anew for every trial, so a change to
+    ``os.environ`` still reaches the next one.
+    """
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict):
+        return dict(data)
+    return {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items()}
+
+
+def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int | None, gpu: str | None) -> dict[bytes, bytes]:
+    env = _agent_environment()
+    env.update((os.fsencode(k), os.fsencode(v)) for k, v in msg.env.items())
+    ours = {
+        "SPOTSWEEP_PARAMS": json.dumps(msg.params, separators=(",", ":")), "SPOTSWEEP_SWEEP_ID": msg.sweep_id,
+        "SPOTSWEEP_TRIAL_ID": msg.trial_id, "SPOTSWEEP_TRIAL_NAME": msg.trial_name, "SPOTSWEEP_ATTEMPT": str(msg.attempt),
+        "SPOTSWEEP_METRICS": str(metrics), "SPOTSWEEP_CHECKPOINT_DIR": str(ckpt_dir), TOKEN_VAR: WATCHDOG.token,
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.fsdecode(env.get(b"PATH", b"")),
+    }
+    env.pop(b"SPOTSWEEP_RESUME_STEP", None)
     if resume is not None:
-        env["SPOTSWEEP_RESUME_STEP"] = str(resume)
+        ours["SPOTSWEEP_RESUME_STEP"] = str(resume)
     if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = gpu
+        ours["CUDA_VISIBLE_DEVICES"] = gpu
+    env.update((os.fsencode(k), os.fsencode(v)) for k, v in ours.items())
     return env
 
 
 class Confirms:
     """The events of one run, published without waiting; :meth:`wait` blocks until
     the broker confirmed all of them (one wait where there was one per event).
+
+    The ``started`` event is the exception: nothing depends on it (the planner
+    takes a final event for a trial it never saw start), so the final event
+    does not wait for its confirm, and a short trial's slot is not held for a
+    broker round trip. Metrics, progress and checkpoints do gate the final
+    event: a trial must not be reported over before its points are stored.
 
     ``publish`` may return a Future (``Broker.publish_async``) or nothing (a
     synchronous publish, a test's list): both work."""
@@ -119,10 +141,12 @@ class Confirms:
 
     def __call__(self, event: Envelope) -> None:
         future = self._publish(event)
-        if future is not None:
+        if future is None:
+            return
+        if future.done():
+            future.result()  # a publish that failed at once fails the run at once
+        elif not isinstance(event, TrialStarted):
             self._pending.append(future)
-            if future.done():
-                self.wait()  # a publish that failed at once fails the run at once
 
     def wait(self) -> None:
         """Raises :class:`RetryableError` if the broker refused or lost one."""
@@ -144,7 +168,8 @@ def run_trial(
     workspace: Workspace | None = None,
 ) -> TrialFinished | None:
     """Run the attempt to its end and return (not publish) its final event; every
-    event published on the way is confirmed by the broker when this returns.
+    event published on the way but ``started`` is confirmed by the broker when
+    this returns.
     ``workspace``: the slot's scratch tree (by default a throwaway one)."""
     run_id = uuid.uuid4().hex[:12]
     space = workspace or Workspace(config.workdir, reuse=False)
@@ -178,7 +203,7 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
             _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids)
             outcome = supervise(proc, msg, store, send, config, control, Tail(metrics_path), ckpt_dir, run_id,
                                 restored)
-            send.wait()  # the final event is published only after everything before it is confirmed
+            send.wait()  # the final event is published only after its points and checkpoints are confirmed
         except RetryableError as e:
             # A publish failed: the broker went away mid-trial. This
             # delivery is void and RabbitMQ hands the trial to another

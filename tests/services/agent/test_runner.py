@@ -9,14 +9,16 @@ import json
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spotsweep.services.agent.runner import RunControl, RunnerConfig, run_trial
+from spotsweep.services.agent.runner import Confirms, RunControl, RunnerConfig, run_trial
 from spotsweep.shared.artifacts.checkpoints import latest_checkpoint, log_key
 from spotsweep.shared.artifacts.local import LocalArtifactStore
+from spotsweep.shared.errors import RetryableError
 from spotsweep.shared.messages import CheckpointSaved, TrialMessage, TrialMetrics, TrialStarted
 
 
@@ -214,3 +216,35 @@ def test_the_agent_failing_on_a_trial_reports_a_failed_attempt(tmp_path: Path, d
         time.sleep(0.01)
     final = [e for e in seen if isinstance(e, TrialFinished)]
     assert len(final) == 1 and final[0].outcome == "failed" and "agent a1 error" in final[0].error
+
+
+def test_the_final_event_waits_for_the_points_confirms_but_not_the_start_s() -> None:
+    """A trial's points must be on the broker before its end is reported; its
+    start need not be (the planner takes an end it never saw start), so a
+    short trial's slot is not held for the start's round trip."""
+    futures: dict[str, Future[None]] = {}
+
+    def publish(event: Any) -> Future[None]:
+        futures[event.kind] = Future()
+        return futures[event.kind]
+
+    send = Confirms(publish)
+    send(TrialStarted(sweep_id="sw", trial_id="sw.0", attempt=1, agent="a", run_id="r"))
+    send(TrialMetrics(sweep_id="sw", trial_id="sw.0", attempt=1, steps=[1], names=["loss"], values=[0.5]))
+    waiter = threading.Thread(target=send.wait)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()  # the points are not confirmed yet
+    futures["trial.metrics"].set_result(None)
+    waiter.join(5)
+    assert not waiter.is_alive() and not futures["trial.started"].done()
+
+
+def test_a_start_the_broker_refused_at_once_fails_the_run() -> None:
+    def refused(event: Any) -> Future[None]:
+        future: Future[None] = Future()
+        future.set_exception(RetryableError("nacked"))
+        return future
+
+    with pytest.raises(RetryableError):
+        Confirms(refused)(TrialStarted(sweep_id="sw", trial_id="sw.0", attempt=1, agent="a", run_id="r"))
