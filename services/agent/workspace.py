@@ -65,7 +65,7 @@ def _paths(root: Path, cwd: str) -> Paths:
     return Paths(root, root / cwd, root / "checkpoint", root / "metrics.jsonl", root / "stdout.log", root / "stderr.log")
 
 
-def _is_dir(path: Path) -> bool:
+def _is_dir(path: str | Path) -> bool:
     """A directory itself, not a link to one."""
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
@@ -88,7 +88,7 @@ def _remove(path: str | Path) -> None:
         shutil.rmtree(path)  # removes links inside it without following them
 
 
-def _unwritten(path: Path) -> bool:
+def _unwritten(path: str | Path) -> bool:
     """Whether ``path`` is a regular file (not a link) that no process has open for writing.
 
     Linux grants a read lease only then (fcntl(2), F_SETLEASE); taking one and
@@ -112,7 +112,7 @@ def _unwritten(path: Path) -> bool:
         os.close(fd)
 
 
-def _empty(directory: Path) -> None:
+def _empty(directory: str | Path) -> None:
     """Remove what is inside ``directory`` (one listing when there is nothing)."""
     with os.scandir(directory) as entries:
         names = [e.path for e in entries]
@@ -185,7 +185,7 @@ class Workspace:
             # A cwd of its own (see the module's docstring); the checkpoint
             # directory was emptied and the files truncated (or removed) when
             # the last run ended. The runner opens stdout and stderr itself.
-            paths.run.mkdir()
+            os.mkdir(paths.run)
             os.close(os.open(paths.metrics, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
         except OSError:
             if new_tree:  # a new tree failed: the disk, not the last run
@@ -205,19 +205,21 @@ class Workspace:
                 shutil.rmtree(root, ignore_errors=True)
 
     def _reset(self, root: Path) -> None:
+        # Plain strings, not Paths: this runs after every trial, and each Path
+        # join parses its parts again.
         try:
             with os.scandir(root) as entries:
-                names = [e.name for e in entries]
-            for name in names:
-                path = root / name
+                found = [(e.name, e.path) for e in entries]
+            for name, path in found:
                 if name == "checkpoint" and _is_dir(path):
                     _empty(path)
                 elif name in FILES and _unwritten(path):
                     os.truncate(path, 0)  # kept: no inode to allocate for the next run
                 else:  # the cwd, a file someone still writes, links put in their place, an upload's stage
                     _remove(path)
-            if not _is_dir(root / "checkpoint"):
-                (root / "checkpoint").mkdir()
+            checkpoint = os.path.join(root, "checkpoint")
+            if not _is_dir(checkpoint):
+                os.mkdir(checkpoint)
         except OSError as e:
             _log.warning("slot folder could not be emptied; the next trial gets a new one", folder=str(root), error=str(e))
             shutil.rmtree(root, ignore_errors=True)

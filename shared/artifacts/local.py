@@ -98,7 +98,9 @@ class LocalArtifactStore(ArtifactStore):
         # Walk only the deepest folder the prefix names; then filter by string
         # prefix, as S3 does, so "a/b" matches "a/b2/x" but "a/b/" does not.
         folder = self.root.joinpath(*prefix.split("/")[:-1]) if "/" in prefix else self.root
-        if not folder.resolve().is_relative_to(self.root) or not folder.is_dir():
+        # is_dir first: most listings are of a folder not made yet (a trial's
+        # checkpoints at its first start), and resolve() costs a call per component.
+        if not folder.is_dir() or not folder.resolve().is_relative_to(self.root):
             return []
         keys: list[str] = []
         for dirpath, _dirs, files in os.walk(folder):
