@@ -58,7 +58,9 @@ def apply(conn: Conn, sweep: Row, row: Row, view: TrialView, event: LifecycleEve
         exact = run_end is None  # a promotion check may cap the sweep or read the trial
     if decision.update is not None:
         store.apply_update(conn, row["trial_id"], decision.update)
-        _log.info("trial " + decision.update.state.value, kind=event.kind, reason=decision.reason or None)
+        # Debug for a start: at hundreds of trials a second, one line per trial (its end) is enough at info.
+        say = _log.debug if decision.update.state == TrialState.RUNNING else _log.info
+        say("trial " + decision.update.state.value, kind=event.kind, reason=decision.reason or None)
     elif not isinstance(event, TrialProgress):
         _log.info("event ignored", kind=event.kind, reason=decision.reason)
     recancel = isinstance(event, TrialStarted) and view.state == TrialState.CANCELLED

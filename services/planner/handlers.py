@@ -188,15 +188,17 @@ def handle_events(deliveries: Sequence[Delivery], deps: PlannerDeps) -> None:
     undecodable message (the batching wrapper isolates and dead-letters it);
     the caller acks the batch after this returns."""
     by_sweep: dict[str, list[Any]] = {}
+    bodies: dict[str, bytes] = {}
     for d in deliveries:
         event = decode(d.body)
         if isinstance(event, (TrialStarted, TrialFinished, TrialLost, TrialProgress)):
             by_sweep.setdefault(event.sweep_id, []).append(event)
+            bodies[event.message_id] = d.body
     for sweep_id, events in by_sweep.items():
-        _handle_sweep_events(sweep_id, events, deps)
+        _handle_sweep_events(sweep_id, events, deps, bodies)
 
 
-def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps) -> None:
+def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps, bodies: dict[str, bytes]) -> None:
     applied: list[tuple[Any, Applied]] = []
     failed = False
     with log.bound(sweep_id=sweep_id), deps.db.transaction() as conn:
@@ -224,7 +226,7 @@ def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps) ->
                             trials[event.trial_id] = store.get_trial(conn, event.trial_id) or found
                         elif done.decision.update is not None:
                             trials[event.trial_id] = store.updated(found[0], done.decision.update)
-            journal(conn, [e for e in events if not isinstance(e, TrialProgress)])  # with the decisions, once
+            journal(conn, [e for e in events if not isinstance(e, TrialProgress)], bodies)  # with the decisions, once
         failed = top_up(conn, sweep_id, spec, search, deps.window).failed is not None
     if failed or any(a.recancel for _, a in applied):
         _broadcast_cancel(deps, sweep_id)

@@ -94,14 +94,20 @@ def _view(row: Row) -> TrialView:
                      dict(row["params"]))
 
 
+# What deciding an event reads of a trial: not its curve or sampler state
+# (jsonb that may be large, decoded on every read), nor its timestamps.
+_DECIDED = ("trial_id, sweep_id, idx, trial_name, params, state, attempt, failures, preemptions, metrics, agent, losses,"
+            " run_seconds, run_id, rungs")
+
+
 def get_trial(conn: Conn, trial_id: str) -> tuple[Row, TrialView] | None:
-    row = conn.execute("SELECT * FROM trials WHERE trial_id = %s FOR UPDATE", (trial_id,)).fetchone()
+    row = conn.execute(f"SELECT {_DECIDED} FROM trials WHERE trial_id = %s FOR UPDATE", (trial_id,)).fetchone()
     return None if row is None else (row, _view(row))
 
 
 def get_trials(conn: Conn, trial_ids: list[str]) -> dict[str, tuple[Row, TrialView]]:
     """Several trials, locked, in one round trip (a batch of events); missing ids are left out."""
-    rows = conn.execute("SELECT * FROM trials WHERE trial_id = ANY(%s) ORDER BY trial_id FOR UPDATE",
+    rows = conn.execute(f"SELECT {_DECIDED} FROM trials WHERE trial_id = ANY(%s) ORDER BY trial_id FOR UPDATE",
                         (list(set(trial_ids)),)).fetchall()
     return {row["trial_id"]: (row, _view(row)) for row in rows}
 

@@ -9,23 +9,33 @@ message id and changes nothing (``ON CONFLICT DO NOTHING``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from psycopg.types.json import Jsonb
+import json
+from collections.abc import Mapping, Sequence
 
 from spotsweep.shared.db import Conn
 from spotsweep.shared.messages import Envelope, json_safe
 
 
-def journal(conn: Conn, events: Sequence[Envelope]) -> None:
-    """Record ``events`` in ``trial_events`` (inside the caller's transaction)."""
+def journal(conn: Conn, events: Sequence[Envelope], bodies: Mapping[str, bytes] | None = None) -> None:
+    """Record ``events`` in ``trial_events`` (inside the caller's transaction).
+    ``bodies``: the events' bytes as they came off the wire, by message id."""
     if not events:
         return
-    rows = [(e.message_id, e.sweep_id, e.trial_id, e.attempt, getattr(e, "kind", "?"), Jsonb(json_safe(e.model_dump(mode="json"))))
-            for e in events]
+    rows = [(e.message_id, e.sweep_id, e.trial_id, e.attempt, getattr(e, "kind", "?"), _body(e, bodies)) for e in events]
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO trial_events (message_id, sweep_id, trial_id, attempt, kind, body)"
-            " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            " VALUES (%s, %s, %s, %s, %s, %s::jsonb) ON CONFLICT DO NOTHING",
             rows,
         )
+
+
+def _body(event: Envelope, bodies: Mapping[str, bytes] | None) -> str:
+    """The event as JSON text that jsonb takes: the received bytes when they
+    are strict JSON (no bare NaN or Infinity, which jsonb refuses), which
+    spares a dump and a walk of every event; else the event re-encoded with
+    the trial contract's strings for non-finite values."""
+    raw = bodies.get(event.message_id) if bodies else None
+    if raw is not None and b"NaN" not in raw and b"Infinity" not in raw:
+        return raw.decode()
+    return json.dumps(json_safe(event.model_dump(mode="json")))

@@ -40,3 +40,16 @@ def test_lifecycle_events_are_journaled_once_even_when_redelivered(h: Any) -> No
     with h.db.transaction() as conn:
         body = conn.execute("SELECT body FROM trial_events WHERE kind = 'trial.finished' AND sweep_id = 'j1'").fetchone()["body"]
     assert body["metrics"] == {"loss": 0.5} and body["outcome"] == "completed"
+
+
+def test_non_finite_metrics_are_journaled_as_the_contract_s_strings(h: Any) -> None:
+    """jsonb refuses bare NaN and Infinity: such an event is journaled with
+    "NaN", "Infinity" and "-Infinity", as the trial contract writes them."""
+    h.submit(SPEC, "j2")
+    first, _ = h.published(2)
+    h.start(first)
+    finished = h.finish(first, metrics={"loss": float("nan"), "grad": float("inf"), "lr": float("-inf"), "acc": 0.5})
+    assert finished.settled == "ack"
+    with h.db.transaction() as conn:
+        body = conn.execute("SELECT body FROM trial_events WHERE kind = 'trial.finished' AND sweep_id = 'j2'").fetchone()["body"]
+    assert body["metrics"] == {"loss": "NaN", "grad": "Infinity", "lr": "-Infinity", "acc": 0.5}
