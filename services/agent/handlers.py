@@ -37,7 +37,7 @@ from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker, Consumer, Delivery, Outgoing
 from spotsweep.shared.errors import DecodeError, RetryableError
 from spotsweep.shared.messages import (
-    CancelSweep, Envelope, StopTrial, TrialFinished, TrialLost, TrialMessage, TrialStarted, decode, encode,
+    CancelSweep, Envelope, StopTrial, TrialFinished, TrialLost, TrialMessage, decode, encode,
 )
 
 _log = log.get("spotsweep.agent")
@@ -147,13 +147,9 @@ class AgentDeps:
 
 def _outgoing(event: Envelope) -> Outgoing:
     kind = getattr(event, "kind", "event")
-    # A start is not written to the broker's disk: a broker restart that
-    # loses it also ends the run it announces (the agent kills a run whose
-    # connection dropped, and the trial is redelivered), and the planner
-    # takes a final event for a trial it never saw start.
     return Outgoing(topology.EVENTS_EXCHANGE, topology.event_routing_key(kind, event.sweep_id), encode(event),
                     headers={"sweep_id": event.sweep_id, "trial_id": event.trial_id, "attempt": event.attempt},
-                    message_id=event.message_id, persistent=not isinstance(event, TrialStarted))
+                    message_id=event.message_id)
 
 
 def _hand_back(delivery: Delivery, msg: TrialMessage, deps: AgentDeps) -> None:

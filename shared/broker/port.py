@@ -115,9 +115,6 @@ class Outgoing:
     headers: dict[str, Any] = field(default_factory=dict)
     message_id: str | None = None
     priority: int = 0
-    # False: the broker keeps it in memory only (RabbitMQ delivery mode 1), so
-    # it does not outlive a broker restart; for messages nothing depends on.
-    persistent: bool = True
 
 
 class Consumer(ABC):

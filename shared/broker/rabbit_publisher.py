@@ -32,8 +32,7 @@ from spotsweep.shared.errors import RetryableError, SpotsweepError
 
 
 def properties(m: Outgoing) -> pika.BasicProperties:
-    return pika.BasicProperties(delivery_mode=2 if m.persistent else 1, message_id=m.message_id, headers=dict(m.headers),
-                                priority=m.priority)
+    return pika.BasicProperties(delivery_mode=2, message_id=m.message_id, headers=dict(m.headers), priority=m.priority)
 
 
 class _Batch:

@@ -139,19 +139,3 @@ def test_stop_messages_reach_the_runs_they_name(agent: Agent, delivery: Any) -> 
     stop = StopTrial(sweep_id="sw", trial_id="sw.0", attempt=1, run_id="r1", reason="duplicate")
     handle_control(delivery(encode(stop)), agent.deps)
     assert agent.deps.stop_reason("r1") == "duplicate" and agent.deps.stop_reason("r2") is None
-
-
-def test_only_a_trial_s_start_is_published_transient(agent: Agent, delivery: Any) -> None:
-    """Its final event (and everything but the start) must survive a broker restart."""
-    sent: list[Outgoing] = []
-    publish = agent.broker.publish_async
-
-    def spy(messages: Any) -> Any:
-        sent.extend(messages)
-        return publish(messages)
-
-    agent.broker.publish_async = spy  # type: ignore[method-assign]
-    script = "import os; open(os.environ['SPOTSWEEP_METRICS'], 'a').write('{\"step\": 1, \"loss\": 0.5}\\n')"
-    handle_trial(delivery(encode(trial(script=script))), agent.deps)
-    kinds = {decode(m.body).kind: m.persistent for m in sent}
-    assert kinds == {"trial.started": False, "trial.metrics": True, "trial.finished": True}

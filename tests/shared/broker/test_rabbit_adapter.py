@@ -97,23 +97,3 @@ def test_a_message_the_broker_refuses_raises_retryable(rabbit_url: str) -> None:
         broker.publish_many([Outgoing("", full.name, b"no room"), Outgoing("", full.name, b"none either")])
     broker.stop(drain=False)
     assert _count(rabbit_url, full.name) == 1
-
-
-def test_messages_are_persistent_unless_marked_otherwise(rabbit_url: str) -> None:
-    """Every message survives a broker restart (delivery mode 2) but those an
-    agent marks as not worth a disk write (a trial's start)."""
-    broker = RabbitBroker(rabbit_url)
-    broker.declare(service_queues())
-    broker.publish_many([Outgoing("", SWEEPS_QUEUE, b"kept"), Outgoing("", SWEEPS_QUEUE, b"memory", persistent=False)])
-    broker.stop(drain=False)
-    admin = pika.BlockingConnection(pika.URLParameters(rabbit_url))
-    try:
-        channel = admin.channel()
-        modes = {}
-        for _ in range(2):
-            method, props, body = channel.basic_get(SWEEPS_QUEUE, auto_ack=True)
-            assert method is not None
-            modes[body] = props.delivery_mode
-    finally:
-        admin.close()
-    assert modes == {b"kept": 2, b"memory": 1}
