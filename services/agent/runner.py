@@ -126,10 +126,12 @@ class Confirms:
     """The events of one run, published without waiting; :meth:`wait` blocks until
     the broker confirmed all of them (one wait where there was one per event).
 
-    The ``started`` event is the exception: nothing depends on it (the planner
-    takes a final event for a trial it never saw start), so the final event
-    does not wait for its confirm, and a short trial's slot is not held for a
-    broker round trip. Metrics, progress and checkpoints do gate the final
+    The ``started`` event is the exception: the final event does not wait for
+    its confirm, so a short trial's slot is not held for a broker round trip.
+    Both go out on one channel to one queue, where the broker keeps their
+    order, so the planner still sees the start first; a start the broker
+    refused by the time the final event is due fails the run as before (the
+    trial is redelivered). Metrics, progress and checkpoints do gate the final
     event: a trial must not be reported over before its points are stored.
 
     ``publish`` may return a Future (``Broker.publish_async``) or nothing (a
@@ -138,6 +140,7 @@ class Confirms:
     def __init__(self, publish: Callable[[Envelope], Future[None] | None]) -> None:
         self._publish = publish
         self._pending: list[Future[None]] = []
+        self._started: Future[None] | None = None
 
     def __call__(self, event: Envelope) -> None:
         future = self._publish(event)
@@ -145,7 +148,9 @@ class Confirms:
             return
         if future.done():
             future.result()  # a publish that failed at once fails the run at once
-        elif not isinstance(event, TrialStarted):
+        elif isinstance(event, TrialStarted):
+            self._started = future
+        else:
             self._pending.append(future)
 
     def wait(self) -> None:
@@ -153,6 +158,8 @@ class Confirms:
         pending, self._pending = self._pending, []
         for future in pending:
             future.result()
+        if self._started is not None and self._started.done():
+            self._started.result()
 
 
 def run_trial(

@@ -240,7 +240,9 @@ def test_the_final_event_waits_for_the_points_confirms_but_not_the_start_s() -> 
     assert not waiter.is_alive() and not futures["trial.started"].done()
 
 
-def test_a_start_the_broker_refused_at_once_fails_the_run() -> None:
+def test_a_start_the_broker_refused_fails_the_run() -> None:
+    """At once, or by the time the final event is due: the run is void and the
+    trial goes back to the queue (its end must not be reported without it)."""
     def refused(event: Any) -> Future[None]:
         future: Future[None] = Future()
         future.set_exception(RetryableError("nacked"))
@@ -248,3 +250,9 @@ def test_a_start_the_broker_refused_at_once_fails_the_run() -> None:
 
     with pytest.raises(RetryableError):
         Confirms(refused)(TrialStarted(sweep_id="sw", trial_id="sw.0", attempt=1, agent="a", run_id="r"))
+    later: Future[None] = Future()
+    send = Confirms(lambda event: later)
+    send(TrialStarted(sweep_id="sw", trial_id="sw.0", attempt=1, agent="a", run_id="r"))
+    later.set_exception(RetryableError("nacked"))
+    with pytest.raises(RetryableError):
+        send.wait()
