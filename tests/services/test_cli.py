@@ -89,3 +89,21 @@ def test_extend_names_what_is_wrong_before_posting_anything(database_url: str) -
                      (json.dumps(spec),))
     proc = cli("extend", "g-1", "--trials", "1", env=env)
     assert proc.returncode == 2 and "trials: the grid's 2 configurations are all in the sweep already" in proc.stderr
+
+
+def test_an_agent_does_not_load_the_planner_s_numerics(tmp_path: Path) -> None:
+    """A GPU node's agent runs trials; Optuna, NumPy and SciPy (the planner's
+    search) would only cost it memory and an OpenBLAS thread."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SPOTSWEEP_")}
+    env = {**base, "SPOTSWEEP_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"}  # nothing listens: it keeps retrying
+    proc = subprocess.Popen([sys.executable, "-m", "spotsweep", "agent", "--workdir", str(tmp_path)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # imports are done once it tries to connect
+        assert "connect to RabbitMQ" in first, first
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "_multiarray_umath" not in maps and "openblas" not in maps and "scipy" not in maps
