@@ -7,6 +7,8 @@ planner's stop messages reach running trials."""
 from __future__ import annotations
 
 import queue
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +141,25 @@ def test_stop_messages_reach_the_runs_they_name(agent: Agent, delivery: Any) -> 
     stop = StopTrial(sweep_id="sw", trial_id="sw.0", attempt=1, run_id="r1", reason="duplicate")
     handle_control(delivery(encode(stop)), agent.deps)
     assert agent.deps.stop_reason("r1") == "duplicate" and agent.deps.stop_reason("r2") is None
+
+
+def test_a_draining_agent_acks_its_last_trial_before_the_handler_returns(agent: Agent, delivery: Any) -> None:
+    """Draining, the connection closes soon after the last handler returns: a
+    preempted trial's handler waits for its final event's confirm and acks,
+    so that ack is never left to a connection about to close."""
+    slow: Future[None] = Future()
+    publish = agent.broker.publish_async
+
+    def publish_async(messages: Any) -> Any:
+        if any(decode(m.body).kind == "trial.finished" for m in messages):
+            publish(messages)
+            threading.Timer(0.5, slow.set_result, args=(None,)).start()  # a broker slow to confirm
+            return slow
+        return publish(messages)
+
+    agent.broker.publish_async = publish_async  # type: ignore[method-assign]
+    threading.Timer(0.3, agent.deps.control.preempt.set).start()  # the node's notice, mid-trial
+    d = delivery(encode(trial(script="import time; time.sleep(5)")))
+    handle_trial(d, agent.deps)
+    assert slow.done() and d.settled == "ack"
+    assert agent.seen(TrialFinished)[0].outcome == "preempted"
