@@ -18,7 +18,8 @@ from spotsweep.shared.errors import DecodeError
 
 # 2: limits on trial messages, run ids, failure kinds, trial.stop and trial.lost, progress.
 # 3: metric points as columns (version-2 bodies with a list of points still decode).
-SCHEMA_VERSION = 3
+# 4: a run shorter than one poll sends its start inside its end (``TrialFinished.started``).
+SCHEMA_VERSION = 4
 
 
 def _now() -> datetime:
@@ -170,6 +171,19 @@ class TrialFinished(Envelope):
     logs_uri: str | None = None
     failure: Failure | None = None  # set when outcome is failed
     duration: float | None = None  # seconds this attempt's process ran
+    # The run's start, when its process ended before the agent sent it (within
+    # one poll of starting): one message where there were two. The planner
+    # decides and journals it as if it had come on its own, just before this.
+    started: TrialStarted | None = None
+
+    @model_validator(mode="after")
+    def _one_run(self) -> TrialFinished:
+        s = self.started
+        if s is not None and (s.sweep_id, s.trial_id, s.attempt, s.run_id) != (self.sweep_id, self.trial_id, self.attempt,
+                                                                               self.run_id):
+            raise ValueError(f"started: the start of run {s.run_id!r} of {s.trial_id} attempt {s.attempt} rides on the end "
+                             f"of run {self.run_id!r} of {self.trial_id} attempt {self.attempt}: it must be the same run")
+        return self
 
 
 class TrialLost(Envelope):
@@ -238,6 +252,14 @@ def json_safe(value: Any) -> Any:
 
 def encode(message: Envelope) -> bytes:
     return message.model_dump_json().encode()
+
+
+def unpack(message: Envelope) -> list[Envelope]:
+    """The events one message stands for, in order: a run's end that carries
+    its start (``TrialFinished.started``) is both, the start first."""
+    if isinstance(message, TrialFinished) and message.started is not None:
+        return [message.started, message]
+    return [message]
 
 
 def decode(body: bytes) -> Envelope:

@@ -134,6 +134,12 @@ class Confirms:
     trial is redelivered). Metrics, progress and checkpoints do gate the final
     event: a trial must not be reported over before its points are stored.
 
+    A start may also be *held* (:meth:`hold`): it goes out with the first
+    other event, or when the process outlives its first poll (:meth:`release`);
+    a process that ends sooner takes it in its final event (:meth:`take_held`),
+    one message instead of two for the many trials that fail at once (a bad
+    config, a missing file) or do almost nothing.
+
     ``publish`` may return a Future (``Broker.publish_async``) or nothing (a
     synchronous publish, a test's list): both work."""
 
@@ -141,8 +147,26 @@ class Confirms:
         self._publish = publish
         self._pending: list[Future[None]] = []
         self._started: Future[None] | None = None
+        self._held: TrialStarted | None = None
+
+    def hold(self, started: TrialStarted) -> None:
+        """Keep the run's start back until :meth:`release` or the next event."""
+        self._held = started
+
+    def release(self) -> None:
+        """Publish the held start, if any (the process is still running)."""
+        held, self._held = self._held, None
+        if held is not None:
+            self(held)
+
+    def take_held(self) -> TrialStarted | None:
+        """The start never sent (the process ended first), for the final event to carry."""
+        held, self._held = self._held, None
+        return held
 
     def __call__(self, event: Envelope) -> None:
+        if self._held is not None and not isinstance(event, TrialStarted):
+            self.release()  # the planner must know a run before any of its other events
         future = self._publish(event)
         if future is None:
             return
@@ -191,7 +215,7 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
 
     def end(outcome: Result, **fields: Any) -> TrialFinished:
         return TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
-                             run_id=run_id, outcome=outcome, **fields)
+                             run_id=run_id, outcome=outcome, started=send.take_held(), **fields)
 
     restored: dict[str, float] = {}
     resume = uploads.restore(store, msg, ckpt_dir, restored)
@@ -205,8 +229,9 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         started = time.monotonic()
         try:
             WATCHDOG.add(proc.pid)  # start_new_session: the trial's pid is its process group's id
-            send(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
-                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses))
+            send.hold(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
+                                   agent=config.agent_id, run_id=run_id, resume_step=resume, redelivered=redelivered,
+                                   losses=losses))
             _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids)
             outcome = supervise(proc, msg, store, send, config, control, Tail(metrics_path), ckpt_dir, run_id,
                                 restored)

@@ -36,7 +36,7 @@ from spotsweep.shared.db import Conn, Database
 from spotsweep.shared.db.journal import journal
 from spotsweep.shared.errors import DecodeError, PermanentError, SpecError
 from spotsweep.shared.messages import (
-    CancelSweep, StopTrial, TrialFinished, TrialLost, TrialProgress, TrialStarted, decode, encode,
+    CancelSweep, StopTrial, TrialFinished, TrialLost, TrialProgress, TrialStarted, decode, encode, unpack,
 )
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, parse_spec
@@ -189,16 +189,23 @@ def handle_events(deliveries: Sequence[Delivery], deps: PlannerDeps) -> None:
     the caller acks the batch after this returns."""
     by_sweep: dict[str, list[Any]] = {}
     bodies: dict[str, bytes] = {}
+    over: set[str] = set()  # starts that came inside their run's end
     for d in deliveries:
         event = decode(d.body)
         if isinstance(event, (TrialStarted, TrialFinished, TrialLost, TrialProgress)):
-            by_sweep.setdefault(event.sweep_id, []).append(event)
-            bodies[event.message_id] = d.body
+            # A run shorter than one poll sends its start inside its end: it is
+            # decided and journaled as if it had come on its own, just before.
+            for one in unpack(event):
+                by_sweep.setdefault(event.sweep_id, []).append(one)
+                bodies[one.message_id] = d.body if one is event else encode(one)
+                if one is not event:
+                    over.add(one.message_id)
     for sweep_id, events in by_sweep.items():
-        _handle_sweep_events(sweep_id, events, deps, bodies)
+        _handle_sweep_events(sweep_id, events, deps, bodies, over)
 
 
-def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps, bodies: dict[str, bytes]) -> None:
+def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps, bodies: dict[str, bytes],
+                         over: set[str]) -> None:
     applied: list[tuple[Any, Applied]] = []
     failed = False
     with log.bound(sweep_id=sweep_id), deps.db.transaction() as conn:
@@ -228,10 +235,11 @@ def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps, bo
                             trials[event.trial_id] = store.updated(found[0], done.decision.update)
             journal(conn, [e for e in events if not isinstance(e, TrialProgress)], bodies)  # with the decisions, once
         failed = top_up(conn, sweep_id, spec, search, deps.window).failed is not None
-    if failed or any(a.recancel for _, a in applied):
+    if failed or any(a.recancel for e, a in applied if e.message_id not in over):
         _broadcast_cancel(deps, sweep_id)
     for event, a in applied:
-        _send_stop(deps, sweep_id, event.trial_id, a.decision)
+        if event.message_id not in over:  # a run that sent its end with its start is over: nothing to stop
+            _send_stop(deps, sweep_id, event.trial_id, a.decision)
     # Always drain this sweep's outbox (one indexed query): if a previous
     # delivery of these events committed its decisions but failed to publish,
     # their redelivery decides nothing new and must still publish.

@@ -7,7 +7,8 @@ from pydantic import ValidationError
 
 from spotsweep.shared.errors import DecodeError
 from spotsweep.shared.messages import (
-    SCHEMA_VERSION, CancelSweep, MetricPoint, TrialFinished, TrialMessage, TrialMetrics, decode, encode, json_schemas,
+    SCHEMA_VERSION, CancelSweep, MetricPoint, TrialFinished, TrialMessage, TrialMetrics, TrialStarted, decode, encode,
+    json_schemas, unpack,
 )
 
 
@@ -95,3 +96,14 @@ def test_a_stale_run_can_be_stopped_and_a_lost_run_carries_its_duration() -> Non
            b' "agent": "a", "run_id": "r1", "reason": "consumer_timeout"}')
     decoded = decode(old)
     assert isinstance(decoded, TrialLost) and decoded.duration is None
+
+
+def test_an_end_may_carry_its_own_run_s_start_and_no_other() -> None:
+    start = TrialStarted(sweep_id="s", trial_id="s.0", attempt=1, agent="a", run_id="r1", losses=2)
+    end = TrialFinished(sweep_id="s", trial_id="s.0", attempt=1, outcome="completed", run_id="r1", started=start)
+    assert unpack(decode(encode(end))) == [start, end]
+    assert unpack(start) == [start]
+    other = start.model_copy(update={"run_id": "r2"})
+    body = encode(end).replace(encode(start), encode(other))
+    with pytest.raises(DecodeError, match="started: the start of run 'r2'.*same run"):
+        decode(body)

@@ -23,7 +23,7 @@ from spotsweep.shared import topology
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.broker.rabbit import RabbitBroker
-from spotsweep.shared.messages import TrialFinished, TrialMessage, TrialStarted, decode, encode
+from spotsweep.shared.messages import TrialFinished, TrialMessage, TrialStarted, decode, encode, unpack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -47,7 +47,7 @@ class Node:
         self.observer = connected(url)
         self.events: queue.Queue[Any] = queue.Queue()
         every_event = self.observer.declare_private_queue([(topology.EVENTS_EXCHANGE, "#")])
-        self.observer.consume(every_event, lambda d: (self.events.put(decode(d.body)), d.ack()), prefetch=100)
+        self.observer.consume(every_event, lambda d: ([self.events.put(e) for e in unpack(decode(d.body))], d.ack()), prefetch=100)
         self.store = LocalArtifactStore(tmp / "artifacts")
 
     def submit(self, *trials: TrialMessage) -> None:

@@ -24,7 +24,7 @@ from spotsweep.shared.artifacts.checkpoint_layout import loss_prefix
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.broker.memory import MemoryBroker
-from spotsweep.shared.messages import StopTrial, TrialFinished, TrialMessage, TrialStarted, decode, encode
+from spotsweep.shared.messages import StopTrial, TrialFinished, TrialMessage, TrialStarted, decode, encode, unpack
 
 
 class Agent:
@@ -33,7 +33,7 @@ class Agent:
         self.broker.declare(topology.service_queues(("cpu",)))
         self.events: queue.Queue[Any] = queue.Queue()
         every_event = self.broker.declare_private_queue([(topology.EVENTS_EXCHANGE, "#")])
-        self.broker.consume(every_event, lambda d: (self.events.put(decode(d.body)), d.ack()), prefetch=100)
+        self.broker.consume(every_event, lambda d: ([self.events.put(e) for e in unpack(decode(d.body))], d.ack()), prefetch=100)
         self.store = LocalArtifactStore(tmp / "artifacts")
         self.deps = AgentDeps(broker=self.broker, store=self.store, slots=Slots(1, None),
                               config=RunnerConfig(agent_id="a1", workdir=tmp / "work"),

@@ -256,3 +256,39 @@ def test_a_start_the_broker_refused_fails_the_run() -> None:
     later.set_exception(RetryableError("nacked"))
     with pytest.raises(RetryableError):
         send.wait()
+
+
+def test_a_run_over_within_one_poll_sends_its_start_inside_its_end(store: LocalArtifactStore, tmp_path: Path) -> None:
+    """One message instead of two for a trial that ends at once (a bad config,
+    a crash on import): the start rides on the end, with everything it says."""
+    config = RunnerConfig(agent_id="a", workdir=tmp_path / "work", poll_seconds=30.0)
+    msg = message("").model_copy(update={"argv": ["/bin/true"]})
+    final, events = run(store, config, msg)
+    assert final.outcome == "completed" and events.of(TrialStarted) == []
+    assert final.started is not None and final.started.run_id == final.run_id and final.started.agent == "a"
+    assert (final.started.redelivered, final.started.losses, final.started.resume_step) == (False, 0, None)
+    assert final.started.time <= final.time
+
+
+def test_a_run_that_outlives_one_poll_sends_its_start_while_it_runs(store: LocalArtifactStore, tmp_path: Path) -> None:
+    config = RunnerConfig(agent_id="a", workdir=tmp_path / "work", poll_seconds=0.05)
+    seen: list[tuple[float, Any]] = []
+    started = time.monotonic()
+    final = run_trial(message("import time; time.sleep(1)"), store, lambda e: seen.append((time.monotonic(), e)),
+                      config, RunControl())
+    assert final is not None and final.outcome == "completed" and final.started is None
+    starts = [(t, e) for t, e in seen if isinstance(e, TrialStarted)]
+    assert len(starts) == 1 and starts[0][1].run_id == final.run_id
+    assert starts[0][0] - started < 0.7  # sent while the process still ran, not with its end
+
+
+def test_a_held_start_goes_out_before_any_other_event_of_its_run() -> None:
+    """The planner must know a run before its progress or checkpoints."""
+    sent: list[Any] = []
+    send = Confirms(sent.append)
+    start = TrialStarted(sweep_id="sw", trial_id="sw.0", attempt=1, agent="a", run_id="r")
+    send.hold(start)
+    assert sent == []
+    send(TrialMetrics(sweep_id="sw", trial_id="sw.0", attempt=1, steps=[1], names=["loss"], values=[0.5]))
+    assert [e.kind for e in sent] == ["trial.started", "trial.metrics"] and sent[0] is start
+    assert send.take_held() is None  # sent: the end does not carry it again

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotsweep.shared.messages import TrialLost, TrialProgress
+from spotsweep.shared.messages import TrialFinished, TrialLost, TrialProgress, TrialStarted
 
 SPEC: dict[str, Any] = {
     "name": "j",
@@ -53,3 +53,26 @@ def test_non_finite_metrics_are_journaled_as_the_contract_s_strings(h: Any) -> N
     with h.db.transaction() as conn:
         body = conn.execute("SELECT body FROM trial_events WHERE kind = 'trial.finished' AND sweep_id = 'j2'").fetchone()["body"]
     assert body["metrics"] == {"loss": "NaN", "grad": "Infinity", "lr": "-Infinity", "acc": 0.5}
+
+
+def test_an_end_that_carries_its_start_is_decided_and_journaled_as_both(h: Any) -> None:
+    """A run over within one poll sends its start inside its end: the planner
+    takes the trial from queued to completed, records when and where it ran,
+    and journals two events, once, even when the message comes again."""
+    h.submit(SPEC, "j3")
+    first, second = h.published(2)
+    start = TrialStarted(sweep_id="j3", trial_id=first.trial_id, attempt=1, agent="a7", run_id="r1")
+    end = TrialFinished(sweep_id="j3", trial_id=first.trial_id, attempt=1, outcome="completed", agent="a7", run_id="r1",
+                        metrics={"loss": 0.25}, started=start)
+    assert h.event(end).settled == "ack"
+    assert h.event(end, redelivered=True).settled == "ack"
+    row = h.trial(first.trial_id)
+    assert row["state"] == "completed" and row["started_at"] is not None and row["started_at"] <= row["finished_at"]
+    assert row["agent"] == "a7" and row["metrics"] == {"loss": 0.25}
+    assert sorted(journal(h, "j3")) == [(first.trial_id, "trial.finished", 1), (first.trial_id, "trial.started", 1)]
+    # A second run of a trial that runs elsewhere is fenced off, start and end alike.
+    h.start(second, run_id="live")
+    late = TrialStarted(sweep_id="j3", trial_id=second.trial_id, attempt=1, agent="b", run_id="dup")
+    h.event(TrialFinished(sweep_id="j3", trial_id=second.trial_id, attempt=1, outcome="failed", run_id="dup", started=late))
+    assert h.states("j3")[second.trial_id] == "running" and h.trial(second.trial_id)["agent"] == "a"
+    assert h.told(timeout=0.3) is None  # runs that sent their start with their end are over: nothing to stop
