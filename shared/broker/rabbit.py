@@ -35,6 +35,7 @@ import pika.exceptions as pe
 from pika.adapters.blocking_connection import BlockingChannel
 
 from spotsweep.shared import log
+from spotsweep.shared.broker import pika_send
 from spotsweep.shared.broker.port import DRAIN_GRACE_S, Broker, Consumer, Handler, Outgoing
 from spotsweep.shared.broker.rabbit_consumer import RabbitConsumer, translated
 from spotsweep.shared.broker.rabbit_consumer import RabbitDelivery as RabbitDelivery  # re-exported
@@ -45,6 +46,8 @@ from spotsweep.shared.topology import DEAD_LETTER_EXCHANGE, EXCHANGES, QueueSpec
 
 _log = log.get(__name__)
 T = TypeVar("T")
+
+pika_send.install()  # one send() per loop turn, not one per frame
 
 IO_TICK_S = 1.0  # the loop re-checks its stop flag at least this often (a flag set from a signal handler)
 
