@@ -15,13 +15,19 @@ script started) may live on and keep writing: to its inherited stdout, to a
 file it holds open, into its working directory. None of that may land in the
 next trial of the slot, so:
 
-* each run gets a working directory under a name no earlier run had
-  (``run-N``), removed when the run ends: writes through an old cwd, or
-  through a path into it, fail as they did with a fresh tree;
 * the three files are kept (truncated) only when no process still has them
   open for writing, which Linux tells for the price of a read lease
   (:func:`_unwritten`); otherwise they are made anew, so the stray writer
   writes to an inode no run reads;
+* the working directory is kept for the next run only when the run left it
+  empty and no process holds any of the three files open for writing (a
+  process that outlives its trial inherits its stdout and stderr unless it
+  closes them, and a daemon that closes them also leaves its cwd, by
+  convention for ``/``). Otherwise it is removed and the next run gets one
+  under a name no earlier run had (``run-N``): writes through the old cwd,
+  or through a path into it, fail. Making and removing a directory for every
+  run cost the agent 0.5 ms of CPU per trial on ext4 (a tenth of all the
+  CPU a no-op trial costs, ``bench/dispatch_cpu.py``);
 * the checkpoint directory is emptied: a process would have to leave the
   group *and* keep writing checkpoints after its trial ended.
 
@@ -120,6 +126,11 @@ def _empty(directory: str | Path) -> None:
         _remove(path)
 
 
+def _is_empty(directory: str) -> bool:
+    with os.scandir(directory) as entries:
+        return next(entries, None) is None
+
+
 def slot_label(index: int) -> str:
     """The name of slot ``index``'s tree: it carries this agent's pid, so that
     another agent can tell a tree whose agent is gone (:func:`remove_stale`)."""
@@ -166,7 +177,8 @@ class Workspace:
         self.label = label
         self.reuse = reuse
         self._root: Path | None = None
-        self._runs = 0  # names each run's working directory: a path no earlier run had
+        self._runs = 0  # names each new working directory: a path no earlier run had
+        self._kept: str | None = None  # the last run's cwd, empty and fit for the next (see the module's docstring)
 
     @contextmanager
     def use(self, prefix: str) -> Iterator[Paths]:
@@ -179,13 +191,17 @@ class Workspace:
             root = Path(tempfile.mkdtemp(prefix=f"{self.label if self.reuse else prefix}-", dir=self.parent))
             (root / "checkpoint").mkdir()
         self._root = root if self.reuse else None
-        self._runs += 1
-        paths = _paths(root, f"run-{self._runs}")
+        kept, self._kept = (self._kept if not new_tree else None), None
+        if kept is None:
+            self._runs += 1
+        paths = _paths(root, kept or f"run-{self._runs}")
         try:
-            # A cwd of its own (see the module's docstring); the checkpoint
-            # directory was emptied and the files truncated (or removed) when
-            # the last run ended. The runner opens stdout and stderr itself.
-            os.mkdir(paths.run)
+            # A cwd of its own, or the last run's left empty (see the module's
+            # docstring); the checkpoint directory was emptied and the files
+            # truncated (or removed) when the last run ended. The runner opens
+            # stdout and stderr itself.
+            if kept is None:
+                os.mkdir(paths.run)
             os.close(os.open(paths.metrics, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
         except OSError:
             if new_tree:  # a new tree failed: the disk, not the last run
@@ -200,22 +216,26 @@ class Workspace:
             yield paths
         finally:
             if self.reuse:
-                self._reset(root)
+                self._reset(root, paths.run.name)
             else:
                 shutil.rmtree(root, ignore_errors=True)
 
-    def _reset(self, root: Path) -> None:
+    def _reset(self, root: Path, cwd: str) -> None:
         # Plain strings, not Paths: this runs after every trial, and each Path
         # join parses its parts again.
         try:
             with os.scandir(root) as entries:
                 found = [(e.name, e.path) for e in entries]
+            files = {name: _unwritten(path) for name, path in found if name in FILES}
+            alone = len(files) == len(FILES) and all(files.values())  # no process outlived the run holding one
             for name, path in found:
                 if name == "checkpoint" and _is_dir(path):
                     _empty(path)
-                elif name in FILES and _unwritten(path):
+                elif files.get(name):
                     os.truncate(path, 0)  # kept: no inode to allocate for the next run
-                else:  # the cwd, a file someone still writes, links put in their place, an upload's stage
+                elif name == cwd and alone and _is_dir(path) and _is_empty(path):
+                    self._kept = name  # no directory to make and remove for the next run
+                else:  # a cwd in use or not empty, a file someone still writes, links put in their place, an upload's stage
                     _remove(path)
             checkpoint = os.path.join(root, "checkpoint")
             if not _is_dir(checkpoint):

@@ -60,6 +60,30 @@ def test_the_next_trial_of_a_slot_starts_in_an_empty_tree(kit: Kit, tmp_path: Pa
     assert not root.exists()
 
 
+WHERE = """
+import json, os
+st = os.stat(".")
+open(os.environ["SEEN"], "a").write(json.dumps({"cwd": os.getcwd(), "inode": st.st_ino, "empty": os.listdir(".") == []}) + "\\n")
+if os.environ.get("LITTER"):
+    open("out.txt", "w").write("x")
+"""
+
+
+def test_an_empty_cwd_is_kept_for_the_next_run_and_a_littered_one_is_not(kit: Kit, tmp_path: Path) -> None:
+    """No directory to make and remove per trial when the run left its cwd
+    empty; one it wrote into is removed, and the next run gets a new one."""
+    space = Workspace(tmp_path / "work", "slot0")
+    seen = tmp_path / "seen.jsonl"
+    for litter in ("", "", "1", ""):
+        final, _ = kit.run(kit.message(WHERE, env={"SEEN": str(seen), "LITTER": litter}), workspace=space)
+        assert final.outcome == "completed", final.error
+    runs = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert all(r["empty"] for r in runs)
+    assert runs[0]["cwd"] == runs[1]["cwd"] == runs[2]["cwd"] and runs[0]["inode"] == runs[2]["inode"]
+    assert runs[3]["cwd"] != runs[2]["cwd"]  # the third run wrote into it: a new cwd under a new name
+    assert not Path(runs[2]["cwd"]).exists()
+
+
 REPLACES_ITS_FOLDERS = """
 import os, shutil
 cwd, ckpt = os.getcwd(), os.environ["SPOTSWEEP_CHECKPOINT_DIR"]
