@@ -3,8 +3,9 @@
 A crash between the two leaves them ``pending``, and the next planner
 publishes them at start. The one window for a duplicate trial message is a
 crash after the broker confirmed a batch (at most 100) but before ``queued``
-committed; the second run of that attempt to start is stopped by the
-planner (``trial.stop``, reason ``duplicate``).
+committed, or (a PostgreSQL crash) before that commit, which is not waited
+for, reached the disk; the second run of that attempt to start is stopped by
+the planner (``trial.stop``, reason ``duplicate``).
 """
 
 from __future__ import annotations

@@ -40,3 +40,16 @@ def test_updated_matches_the_row_apply_update_writes(h: Any, first: TrialUpdate,
             row, stored_view = store.get_trial(conn, trial_id) or pytest.fail("no trial")
             assert {c: predicted[c] for c in COLUMNS} == {c: row[c] for c in COLUMNS}
             assert view == stored_view
+
+
+def test_only_the_queued_mark_skips_the_wait_for_the_disk(h: Any) -> None:
+    """The outbox's mark may be lost in a crash (the trial is published again
+    and its second run stopped); the transactions that decide must not be."""
+    h.submit(SPEC, "sq")
+    trial_id = h.published(2)[0].trial_id
+    with h.db.transaction() as conn:
+        store.mark_queued(conn, [trial_id])
+        assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "off"
+    with h.db.transaction() as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "on"
+        assert store.get_trial(conn, trial_id)[0]["state"] == "queued"  # type: ignore[index]
