@@ -148,16 +148,21 @@ class Confirms:
         self._pending: list[Future[None]] = []
         self._started: Future[None] | None = None
         self._held: TrialStarted | None = None
+        self._announce: Callable[[], None] = lambda: None
 
-    def hold(self, started: TrialStarted) -> None:
-        """Keep the run's start back until :meth:`release` or the next event."""
+    def hold(self, started: TrialStarted, announce: Callable[[], None] = lambda: None) -> None:
+        """Keep the run's start back until :meth:`release` or the next event;
+        ``announce`` runs when it is sent (the agent logs the start then, so a
+        run over at once logs one line, its end)."""
         self._held = started
+        self._announce = announce
 
     def release(self) -> None:
         """Publish the held start, if any (the process is still running)."""
         held, self._held = self._held, None
         if held is not None:
             self(held)
+            self._announce()
 
     def take_held(self) -> TrialStarted | None:
         """The start never sent (the process ended first), for the final event to carry."""
@@ -231,8 +236,8 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
             WATCHDOG.add(proc.pid)  # start_new_session: the trial's pid is its process group's id
             send.hold(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
                                    agent=config.agent_id, run_id=run_id, resume_step=resume, redelivered=redelivered,
-                                   losses=losses))
-            _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids)
+                                   losses=losses),
+                      lambda: _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids))
             outcome = supervise(proc, msg, store, send, config, control, Tail(metrics_path), ckpt_dir, run_id,
                                 restored)
             send.wait()  # the final event is published only after its points and checkpoints are confirmed
