@@ -83,6 +83,30 @@ class TrialUpdate:
     rungs: dict[int, float] | None = None  # successive-halving values to merge into the trial's rungs
 
 
+def merged(first: TrialUpdate, then: TrialUpdate) -> TrialUpdate | None:
+    """One update that leaves the trial as ``first`` then ``then`` would (a short
+    run's start and end, decided in one batch, written with one UPDATE); None
+    when one cannot say it (``first`` completes the trial, which clears its
+    error: ``then`` could not keep that). :func:`~.store.apply_update` semantics:
+    set columns take the later value, merged ones (metrics, rungs) merge, time adds up."""
+    if first.state == TrialState.COMPLETED:
+        return None
+
+    def later(name: str) -> Any:
+        value = getattr(then, name)
+        return getattr(first, name) if value is None else value
+
+    def union(a: dict[Any, Any] | None, b: dict[Any, Any] | None) -> dict[Any, Any] | None:
+        return None if a is None and b is None else {**(a or {}), **(b or {})}
+
+    return TrialUpdate(
+        then.state, then.attempt, then.failures, then.preemptions, metrics=union(first.metrics, then.metrics),
+        error=later("error"), started=first.started or then.started, finished=first.finished or then.finished,
+        agent=later("agent"), run_id=later("run_id"), losses=later("losses"), params=later("params"),
+        add_seconds=first.add_seconds + then.add_seconds, rungs=union(first.rungs, then.rungs),
+    )
+
+
 @dataclass(frozen=True)
 class Stop:
     """Stop one run of an attempt (see :class:`~spotsweep.shared.messages.StopTrial`)."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import (
-    Decision, RunEnd, SweepState, TrialView, counted_run, decide, prune, record_rungs,
+    Decision, RunEnd, SweepState, TrialUpdate, TrialView, counted_run, decide, merged, prune, record_rungs,
 )
 from spotsweep.services.planner.launch import retry_policy
 from spotsweep.services.planner.search import Action, Search, StepDecision
@@ -41,8 +41,18 @@ class Applied:
     exact: bool = True  # the decision's update is all that changed the trial (store.updated tells its new state)
 
 
+def reads_trials(event: LifecycleEvent | TrialProgress, search: Search) -> bool:
+    """Whether deciding ``event`` may read trial rows (the search's history), which
+    must then already hold every earlier decision of the batch (see ``prior``)."""
+    return isinstance(event, TrialProgress) or (isinstance(event, TrialFinished) and search.budget_param is not None
+                                                and search.stopper is not None)
+
+
 def apply(conn: Conn, sweep: Row, row: Row, view: TrialView, event: LifecycleEvent | TrialProgress, spec: SweepSpec,
-          search: Search) -> Applied:
+          search: Search, *, prior: TrialUpdate | None = None, write: bool = True) -> Applied:
+    """Decide ``event`` and write the trial's update. ``write=False``: the caller
+    writes it (or hands it back as the next event's ``prior``, written merged
+    with that event's update in one UPDATE: a short run's start and end)."""
     if isinstance(event, TrialProgress):
         decision = _progress(conn, row, view, event, spec, search)
         exact = False  # the curve changed too
@@ -57,14 +67,27 @@ def apply(conn: Conn, sweep: Row, row: Row, view: TrialView, event: LifecycleEve
         decision = decide(state, view, event, run_end)
         exact = run_end is None  # a promotion check may cap the sweep or read the trial
     if decision.update is not None:
-        store.apply_update(conn, row["trial_id"], decision.update)
+        if write:
+            _write(conn, row["trial_id"], prior, decision.update)
         # Debug for a start: at hundreds of trials a second, one line per trial (its end) is enough at info.
         say = _log.debug if decision.update.state == TrialState.RUNNING else _log.info
         say("trial " + decision.update.state.value, kind=event.kind, reason=decision.reason or None)
-    elif not isinstance(event, TrialProgress):
-        _log.info("event ignored", kind=event.kind, reason=decision.reason)
+    else:
+        if prior is not None:
+            store.apply_update(conn, row["trial_id"], prior)
+        if not isinstance(event, TrialProgress):
+            _log.info("event ignored", kind=event.kind, reason=decision.reason)
     recancel = isinstance(event, TrialStarted) and view.state == TrialState.CANCELLED
     return Applied(decision, recancel, exact)
+
+
+def _write(conn: Conn, trial_id: str, prior: TrialUpdate | None, update: TrialUpdate) -> None:
+    both = merged(prior, update) if prior is not None else update
+    if both is None:  # not expressible as one: in order
+        store.apply_update(conn, trial_id, prior)  # type: ignore[arg-type]
+        store.apply_update(conn, trial_id, update)
+    else:
+        store.apply_update(conn, trial_id, both)
 
 
 def _current(view: TrialView, event: TrialFinished) -> bool:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotsweep.services.planner import store
-from spotsweep.services.planner.decide import Decision
-from spotsweep.services.planner.events import Applied, apply
+from spotsweep.services.planner.decide import Decision, TrialUpdate
+from spotsweep.services.planner.events import Applied, apply, reads_trials
 from spotsweep.services.planner.extend import extended
 from spotsweep.services.planner.launch import top_up
 from spotsweep.services.planner.outbox import publish_pending, trial_message
@@ -216,6 +216,9 @@ def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps, bo
         spec, search = deps.stored_spec(conn, sweep_id, sweep["spec_version"])
         trials = store.get_trials(conn, [e.trial_id for e in events])  # one round trip, locked in a fixed order
         left = Counter(e.trial_id for e in events)
+        # A start that came inside its run's end: its update is written with the
+        # end's, in one UPDATE (the end is next in ``events``).
+        held: dict[str, TrialUpdate] = {}
         # Pipeline mode: the updates go out without a round trip each; a read
         # (a re-read trial, the search's history) waits for what was sent before it.
         with conn.pipeline():
@@ -226,13 +229,22 @@ def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps, bo
                     if found is None:
                         _log.warning("event for an unknown trial", kind=event.kind)
                         continue
-                    done = apply(conn, sweep, found[0], found[1], event, spec, search)
+                    prior = held.pop(event.trial_id, None)
+                    if prior is not None and reads_trials(event, search):
+                        store.apply_update(conn, event.trial_id, prior)  # what it reads must hold the start
+                        prior = None
+                    hold = event.message_id in over and left[event.trial_id] > 0
+                    done = apply(conn, sweep, found[0], found[1], event, spec, search, prior=prior, write=not hold)
+                    if hold and done.decision.update is not None:
+                        held[event.trial_id] = done.decision.update
                     applied.append((event, done))
                     if left[event.trial_id]:  # another event of this trial follows in the batch: it must see this one's effect
                         if not done.exact:
                             trials[event.trial_id] = store.get_trial(conn, event.trial_id) or found
                         elif done.decision.update is not None:
                             trials[event.trial_id] = store.updated(found[0], done.decision.update)
+            for trial_id, update in held.items():  # an end that never came to apply (none so far): its start alone
+                store.apply_update(conn, trial_id, update)
             journal(conn, [e for e in events if not isinstance(e, TrialProgress)], bodies)  # with the decisions, once
         failed = top_up(conn, sweep_id, spec, search, deps.window).failed is not None
     if failed or any(a.recancel for e, a in applied if e.message_id not in over):

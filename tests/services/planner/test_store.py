@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from spotsweep.services.planner import store
-from spotsweep.services.planner.decide import TrialUpdate
+from spotsweep.services.planner.decide import TrialUpdate, merged
 from spotsweep.shared.states import TrialState
 
 from .test_journal import SPEC
@@ -53,3 +53,25 @@ def test_only_the_queued_mark_skips_the_wait_for_the_disk(h: Any) -> None:
     with h.db.transaction() as conn:
         assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "on"
         assert store.get_trial(conn, trial_id)[0]["state"] == "queued"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("first", UPDATES, ids=lambda u: u.state.value)
+@pytest.mark.parametrize("second", UPDATES, ids=lambda u: u.state.value)
+def test_a_merged_update_writes_what_the_two_in_order_write(h: Any, first: TrialUpdate, second: TrialUpdate) -> None:
+    """A short run's start and end are written with one UPDATE: the row must be
+    the one the two UPDATEs in order leave (or the merge must refuse)."""
+    h.submit(SPEC, "sm")
+    one, two = (m.trial_id for m in h.published(2))
+    with h.db.transaction() as conn:
+        for trial_id in (one, two):  # a history to overwrite or keep: an earlier attempt's error and metrics
+            store.apply_update(conn, trial_id, TrialUpdate(TrialState.PENDING, 1, 1, 0, error="old", metrics={"loss": 9.0}))
+        both = merged(first, second)
+        if both is None:
+            assert first.state == TrialState.COMPLETED
+            return
+        store.apply_update(conn, one, first)
+        store.apply_update(conn, one, second)
+        store.apply_update(conn, two, both)
+        rows = [conn.execute("SELECT * FROM trials WHERE trial_id = %s", (t,)).fetchone() for t in (one, two)]
+    skip = {"trial_id", "idx", "trial_name"} | ({"params"} if first.params is None and second.params is None else set())
+    assert {k: v for k, v in rows[0].items() if k not in skip} == {k: v for k, v in rows[1].items() if k not in skip}
