@@ -243,7 +243,7 @@ def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps, bo
                             trials[event.trial_id] = store.get_trial(conn, event.trial_id) or found
                         elif done.decision.update is not None:
                             trials[event.trial_id] = store.updated(found[0], done.decision.update)
-            for trial_id, update in held.items():  # an end that never came to apply (none so far): its start alone
+            for trial_id, update in held.items():  # never left today (the end follows in this batch): written, not lost
                 store.apply_update(conn, trial_id, update)
             journal(conn, [e for e in events if not isinstance(e, TrialProgress)], bodies)  # with the decisions, once
         failed = top_up(conn, sweep_id, spec, search, deps.window).failed is not None

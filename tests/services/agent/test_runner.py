@@ -271,15 +271,23 @@ def test_a_run_over_within_one_poll_sends_its_start_inside_its_end(store: LocalA
 
 
 def test_a_run_that_outlives_one_poll_sends_its_start_while_it_runs(store: LocalArtifactStore, tmp_path: Path) -> None:
+    """The trial ends only once its start was sent (it waits for a file the
+    publish function writes on seeing the start): no clock in the test."""
     config = RunnerConfig(agent_id="a", workdir=tmp_path / "work", poll_seconds=0.05)
-    seen: list[tuple[float, Any]] = []
-    started = time.monotonic()
-    final = run_trial(message("import time; time.sleep(1)"), store, lambda e: seen.append((time.monotonic(), e)),
-                      config, RunControl())
-    assert final is not None and final.outcome == "completed" and final.started is None
-    starts = [(t, e) for t, e in seen if isinstance(e, TrialStarted)]
-    assert len(starts) == 1 and starts[0][1].run_id == final.run_id
-    assert starts[0][0] - started < 0.7  # sent while the process still ran, not with its end
+    seen_start = tmp_path / "seen-start"
+    events: list[Any] = []
+
+    def publish(event: Any) -> None:
+        events.append(event)
+        if isinstance(event, TrialStarted):
+            seen_start.touch()
+
+    script = (f"import os, sys, time\nfor _ in range(3000):\n    if os.path.exists({str(seen_start)!r}): sys.exit(0)\n"
+              "    time.sleep(0.01)\nsys.exit(3)")
+    final = run_trial(message(script), store, publish, config, RunControl())
+    assert final is not None and final.outcome == "completed", final and final.error  # exit 3: no start while it ran
+    starts = [e for e in events if isinstance(e, TrialStarted)]
+    assert len(starts) == 1 and starts[0].run_id == final.run_id and final.started is None
 
 
 def test_a_held_start_goes_out_before_any_other_event_of_its_run() -> None:
