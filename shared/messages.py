@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from spotsweep.shared.errors import DecodeError
+from spotsweep.shared.limits import JSON_DEPTH, Limits
 
 # 2: limits on trial messages, run ids, failure kinds, trial.stop and trial.lost, progress.
 # 3: metric points as columns (version-2 bodies with a list of points still decode).
@@ -35,7 +36,9 @@ class Envelope(BaseModel):
 
     # NaN and infinities are real metric values (a diverged loss): keep them
     # on the wire as JSON's NaN/Infinity tokens instead of pydantic's null.
-    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+    # Unknown fields are ignored, so adding an optional field is not a breaking
+    # change (an older build drops it); ``schema_version`` marks breaking ones.
+    model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="constants")
 
     message_id: str = Field(default_factory=new_id)
     schema_version: int = SCHEMA_VERSION
@@ -65,6 +68,7 @@ class TrialMessage(Envelope):
     total_timeout: float | None = None  # seconds of running time over all attempts before it is killed
     elapsed: float = 0.0  # running time of the earlier attempts, seconds
     progress: bool = False  # also send the objective's points to the planner (early stopping decides on them)
+    limits: Limits = Field(default_factory=Limits)  # what the agent accepts from the trial's files (spec ``limits``)
 
 
 class TrialStarted(Envelope):
@@ -82,7 +86,7 @@ class TrialStarted(Envelope):
 
 
 class MetricPoint(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+    model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="constants")
     step: int
     name: str
     value: float
@@ -171,6 +175,10 @@ class TrialFinished(Envelope):
     logs_uri: str | None = None
     failure: Failure | None = None  # set when outcome is failed
     duration: float | None = None  # seconds this attempt's process ran
+    # What the agent skipped or cut from the trial's output (a line over a
+    # limit, a bad metric name, a truncated log): short tags and human text.
+    flags: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
     # The run's start, when its process ended before the agent sent it (within
     # one poll of starting): one message where there were two. The planner
     # decides and journals it as if it had come on its own, just before this.

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic import field_validator, model_validator
 
+from spotsweep.shared.limits import Limits
 from spotsweep.shared.naming import check_template
 from spotsweep.shared.spec_base import Duration, Finite, _Model, _Problems
 from spotsweep.shared.spec_search import (
@@ -220,6 +221,7 @@ class SweepSpec(_Model):
     budget: Budget | None = None
     pricing: Pricing | None = None
     smoke: Smoke | None = None
+    limits: Limits = Field(default_factory=Limits)  # what the agent accepts from a trial's files
 
     @model_validator(mode="before")
     @classmethod

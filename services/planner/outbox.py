@@ -43,6 +43,7 @@ def trial_message(row: dict[str, Any], spec: SweepSpec, progress: bool = False) 
         total_timeout=spec.timeout.total,
         elapsed=float(row.get("run_seconds") or 0.0),
         progress=progress,
+        limits=spec.limits,
     )
 
 
