@@ -21,11 +21,18 @@ class RetryableError(SpotsweepError):
 
 
 class SpecError(PermanentError):
-    """A sweep spec is invalid. ``errors`` lists ``(field, message)`` pairs."""
+    """A sweep spec is invalid. ``errors`` lists ``(field, message)`` pairs.
+
+    The message is bounded (the first problems, then "and N more problems"):
+    a spec with 200,000 unknown keys must not become a megabytes-long error
+    that is stored and printed by every ``status``.
+    """
 
     def __init__(self, errors: list[tuple[str, str]]) -> None:
+        from spotsweep.shared.limits import cap_problems  # limits imports pydantic only; kept out of this leaf's imports
+
         self.errors = errors
-        super().__init__("; ".join(f"{f}: {m}" if f else m for f, m in errors))
+        super().__init__(cap_problems([f"{f}: {m}" if f else m for f, m in errors]))
 
 
 class DecodeError(PermanentError):

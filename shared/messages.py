@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from spotsweep.shared.errors import DecodeError
-from spotsweep.shared.limits import JSON_DEPTH, Limits
+from spotsweep.shared.limits import Limits
 
 # 2: limits on trial messages, run ids, failure kinds, trial.stop and trial.lost, progress.
 # 3: metric points as columns (version-2 bodies with a list of points still decode).

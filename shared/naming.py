@@ -12,6 +12,7 @@ gives back exactly the sampled value. Literal braces are written ``{{``/``}}``.
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,9 @@ if TYPE_CHECKING:  # spec imports this module; at run time we only need attribut
     from spotsweep.shared.spec import SweepSpec
 
 _FORMATTER = string.Formatter()
+_NUMBER = re.compile(r"\d+")
+MAX_WIDTH = 1000  # a format spec's width or precision: past it, a template is a way to allocate memory
+ARG_CHARS = 65536  # one argv element (Linux refuses one past 128 KiB)
 
 
 def _fields(template: str) -> Iterable[tuple[str, str]]:
@@ -45,13 +49,17 @@ def placeholders(template: str) -> set[str]:
     return {field for field, _spec in _fields(template)}
 
 
-def check_template(template: str, samples: Mapping[str, Sequence[Any]]) -> list[str]:
+def check_template(template: str, samples: Mapping[str, Sequence[Any]], max_chars: int = ARG_CHARS) -> list[str]:
     """Why ``template`` would fail to render, as messages; empty when it is fine.
 
     ``samples`` maps each known field to values it can take (for a choice all
     of them, for a range its bounds), so that a format spec that cannot format
     a value (``{lr:03d}`` for a float ``lr``) is refused when the spec is
-    loaded rather than when the hundredth trial is planned.
+    loaded rather than when the hundredth trial is planned. A rendering longer
+    than ``max_chars`` is refused too (a trial name travels in the
+    environment: ``{index:>10000000}`` would fail every trial with "Argument
+    list too long"), and so is a width or precision past :data:`MAX_WIDTH`
+    before anything is rendered with it.
     """
     try:
         fields = list(_fields(template))
@@ -68,6 +76,10 @@ def check_template(template: str, samples: Mapping[str, Sequence[Any]]) -> list[
         elif field not in samples:
             problems.append(f"placeholder {{{field}}} names no parameter (known: {known})")
         elif format_spec and "{" not in format_spec:
+            wide = [int(n) for n in _NUMBER.findall(format_spec) if int(n) > MAX_WIDTH]
+            if wide:
+                problems.append(f"width or precision {wide[0]} in {{{field}:{format_spec}}} is too large (at most {MAX_WIDTH})")
+                continue
             for value in samples[field]:
                 try:
                     format(value, format_spec)
@@ -81,15 +93,17 @@ def check_template(template: str, samples: Mapping[str, Sequence[Any]]) -> list[
     # checked by the same code that renders trials.
     first = {k: v[0] for k, v in samples.items() if v}
     try:
-        _FORMATTER.vformat(template, (), first)
+        longest = len(_FORMATTER.vformat(template, (), first))
     except (ValueError, TypeError, KeyError, IndexError) as e:
         return [f"cannot render {template!r}: {e}"]
     for field, values in samples.items():
         for value in values:
             try:
-                _FORMATTER.vformat(template, (), {**first, field: value})
+                longest = max(longest, len(_FORMATTER.vformat(template, (), {**first, field: value})))
             except (ValueError, TypeError, KeyError, IndexError) as e:
                 return [f"cannot render {template!r} with {field}={value!r}: {e}"]
+    if longest > max_chars:
+        return [f"renders to {longest} characters (at most {max_chars}): {template[:80]!r}"]
     return problems
 
 

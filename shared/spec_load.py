@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from spotsweep.shared.errors import SpecError
+from spotsweep.shared.limits import MAX_TOTAL_TRIALS
 from spotsweep.shared.spec_models import PARAM_TYPES, STRATEGY_TYPES, SweepSpec, _Problems
 from spotsweep.shared.spec_search import EARLY_STOP_TYPES
 
@@ -25,9 +26,26 @@ def parse_spec(data: object) -> SweepSpec:
     """Validate decoded data (a dict from YAML, JSON or a message body) into a spec."""
     _require_mapping(data, "")
     try:
-        return SweepSpec.model_validate(data)
+        spec = SweepSpec.model_validate(data)
     except ValidationError as e:
         raise _translate(e) from e
+    except RecursionError as e:  # a body nested past Python's stack: no spec is that deep
+        raise SpecError([("", "nested too deeply to be a spec")]) from e
+    _countable(spec)
+    return spec
+
+
+def _countable(spec: SweepSpec) -> None:
+    """Refuse a sweep larger than the planner and the database can count
+    (``sweeps.total_trials`` is a bigint; trial indexes stay exact in a double)."""
+    from spotsweep.shared.space import total_trials  # space builds on the spec models: imported when used
+
+    total = total_trials(spec)
+    if total > MAX_TOTAL_TRIALS:
+        where = "strategy.trials" if spec.strategy.type != "grid" and getattr(spec.strategy, "trials", None) else "space"
+        raise SpecError([(where, f"the sweep would have {total:.3g} trials ({total} exactly); "
+                                 f"at most 2^53 ({MAX_TOTAL_TRIALS}) can be counted: "
+                                 "use strategy random, subset or a grid's max_trials")])
 
 
 def load_spec(text: str | bytes, source: str = "<spec>") -> SweepSpec:

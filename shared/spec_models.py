@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic import field_validator, model_validator
 
-from spotsweep.shared.limits import Limits
+from spotsweep.shared.limits import TRIAL_NAME_CHARS, Limits
 from spotsweep.shared.naming import check_template
 from spotsweep.shared.spec_base import Duration, Finite, _Model, _Problems
 from spotsweep.shared.spec_search import (
@@ -240,6 +240,8 @@ class SweepSpec(_Model):
     def _not_empty(cls, command: list[str]) -> list[str]:
         if not command:
             raise ValueError("must not be empty")
+        if not command[0].strip():
+            raise ValueError(f"must name a program to run first (got {command[0]!r})")
         return command
 
     @model_validator(mode="after")
@@ -261,7 +263,7 @@ class SweepSpec(_Model):
         for i, arg in enumerate(self.command):
             problems += [(("command", i), m) for m in check_template(arg, command_samples)]
         name_samples = {k: v for k, v in samples.items() if k != "trial_name"}
-        problems += [(("trial_name",), m) for m in check_template(self.trial_name, name_samples)]
+        problems += [(("trial_name",), m) for m in check_template(self.trial_name, name_samples, TRIAL_NAME_CHARS)]
         problems += [(("env", k), f"not a valid environment variable name (got {k!r})") for k in self.env if not _ENV.fullmatch(k)]
         if self.objectives and self.objectives[0] != self.metric:
             problems.append((("objectives",), f"the first objective must be metric (got {self.objectives[0].name!r}, "

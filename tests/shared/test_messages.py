@@ -35,12 +35,21 @@ def test_non_finite_metrics_survive_the_wire() -> None:
         (b"not json", "body"),
         (b'{"kind": "trial.nope", "sweep_id": "s"}', "trial.nope"),
         (b'{"kind": "trial.finished", "sweep_id": "s", "trial_id": "t", "attempt": 1}', "outcome"),
-        (b'{"kind": "trial.started", "sweep_id": "s", "trial_id": "t", "attempt": 1, "agent": "a", "extra": 1}', "extra"),
+        (b"[" * 100_000 + b"]" * 100_000, "recursion limit"),
+        (b'{"kind": "trial.started", "sweep_id": "s", "trial_id": "t", "attempt": 1, "agent": "a", "x": '
+         + b"[" * 100_000 + b"]" * 100_000 + b"}", "recursion limit"),
     ],
 )
 def test_decode_raises_one_error_type_naming_the_problem(body: bytes, where: str) -> None:
     with pytest.raises(DecodeError, match=where):
         decode(body)
+
+
+def test_an_unknown_field_is_ignored_so_an_optional_field_can_be_added_without_breaking_older_builds() -> None:
+    body = b'{"kind": "trial.started", "sweep_id": "s", "trial_id": "t", "attempt": 1, "agent": "a", "from_the_future": 1}'
+    started = decode(body)
+    assert isinstance(started, TrialStarted) and started.agent == "a"
+    assert "from_the_future" not in started.model_dump()
 
 
 def test_newer_schema_versions_are_refused() -> None:
