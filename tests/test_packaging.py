@@ -1,0 +1,54 @@
+"""The built wheel holds every package of the tree and runs from a fresh
+virtualenv: a subpackage missing from the wheel is missing from the images,
+while editable installs and the rest of the suite never notice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROOTS = {"spotsweep": "spotsweep", "spotsweep.shared": "shared", "spotsweep.services": "services",
+         "spotsweep.trainer": "trainer"}
+
+
+def tree_packages() -> set[str]:
+    """Every folder with an ``__init__.py`` under the roots, by its installed name."""
+    out = set()
+    for name, folder in ROOTS.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            out.add(".".join((name, *rel)))
+    return out
+
+
+def test_the_wheel_holds_every_package_and_imports_from_a_fresh_virtualenv(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    wheel = next((tmp_path / "dist").glob("spotsweep-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    in_wheel = {n[: -len("/__init__.py")].replace("/", ".") for n in names if n.endswith("/__init__.py")}
+    assert in_wheel == tree_packages()
+    assert "spotsweep/shared/db/schema.sql" in names  # package data travels too
+    assert not [n for n in names if n.split("/")[0] in ("shared", "services", "trainer", "tests")]  # no generic top-level names
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    target = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    with zipfile.ZipFile(wheel) as z:  # what pip does for a pure wheel, without another download of pip
+        z.extractall(target)
+    # The dependencies come from this interpreter's site-packages, after the fresh venv's own (which holds the wheel).
+    deps = sysconfig.get_paths()["purelib"]
+    modules = sorted(tree_packages())
+    code = ("import importlib, spotsweep, sys\n"
+            f"assert spotsweep.__file__.startswith({str(target)!r}), spotsweep.__file__\n"
+            f"for m in {modules!r}:\n    importlib.import_module(m)\n"
+            "import spotsweep.services.planner.handlers, spotsweep.services.agent.main, spotsweep.services.collector.main\n"
+            "from importlib import resources\n"
+            "assert 'CREATE TABLE' in resources.files('spotsweep.shared.db').joinpath('schema.sql').read_text()\n")
+    run = subprocess.run([str(venv / "bin" / "python"), "-c", f"import sys; sys.path.append({deps!r})\n" + code],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
