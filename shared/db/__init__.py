@@ -3,7 +3,8 @@
 Each thread gets its own connection (psycopg connections are not meant to be
 shared across threads mid-transaction); a dropped connection is replaced on
 the next ``transaction()``. Library errors become :class:`RetryableError`
-(connection problems, serialization failures) or :class:`PermanentError`.
+(connection problems, serialization failures) or :class:`PermanentError`
+(bad data, a program limit) by their SQLSTATE (:mod:`.sqlstate`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from pydantic import SecretStr
 
+from spotsweep.shared.db.sqlstate import translated
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.settings import redact_url
 
@@ -57,15 +59,11 @@ class Database:
         try:
             with conn.transaction():
                 yield conn
-        except (psycopg.OperationalError, psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as e:
-            if conn.broken:
-                conn.close()
-            raise RetryableError(f"database: {e}") from e
-        except psycopg.errors.AdminShutdown as e:  # pragma: no cover - server restart
-            conn.close()
-            raise RetryableError(f"database restarting: {e}") from e
         except psycopg.Error as e:
-            raise PermanentError(f"database: {e}") from e
+            error = translated(e)
+            if conn.broken or isinstance(e, psycopg.errors.AdminShutdown):
+                conn.close()  # the next transaction() connects afresh
+            raise error from e
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
