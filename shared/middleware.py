@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from spotsweep.shared import log
 from spotsweep.shared.broker.port import Delivery, Handler
 from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.limits import cap_text
 
 _log = log.get("spotsweep.middleware")
 # One jitter source for the process: seeding a Random from the OS on every call
@@ -67,7 +68,7 @@ def guarded(handler: Handler, name: str, backoff: Backoff = Backoff()) -> Handle
             try:
                 retrying(lambda: handler(delivery), backoff, what=name)
             except PermanentError as e:
-                _log.error("dead-lettered", reason=str(e))
+                _log.error("dead-lettered", reason=cap_text(str(e)))  # bounded: it may quote the body
                 delivery.nack(requeue=False)
             except RetryableError as e:
                 _log.error("requeued after retries", reason=str(e))
