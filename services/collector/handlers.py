@@ -11,6 +11,15 @@ events are journaled in ``trial_events`` by message id (lifecycle events are
 journaled by the planner, which decides them: the collector's queue is bound
 to metrics and checkpoints only). The batch is acked only after the commit
 (see ``BatchingHandler``).
+
+One bad point hurts no one: a point the database could not take (a metric
+name that is empty, longer than ``limits.HARD_METRIC_NAME_CHARS`` or holds a
+control character such as NUL; a step outside a bigint) is dropped with a
+warning naming its trial and the reason, and its message's other points are
+stored. The agent refuses such points already; this guards against an old or
+hostile publisher. Whatever else the database refuses for good fails the
+batch, which ``BatchingHandler`` splits until that message alone is
+dead-lettered.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from spotsweep.shared import log
 from spotsweep.shared.broker.port import Delivery
 from spotsweep.shared.db import Conn, Database
 from spotsweep.shared.db.journal import journal
+from spotsweep.shared.limits import HARD_METRIC_NAME_CHARS, Limits, metric_name_problem
 from spotsweep.shared.messages import Envelope, TrialMetrics, TrialProgress, decode
 
 _log = log.get("spotsweep.collector")
@@ -35,6 +45,9 @@ _STAGE = (
     " (sweep_id text, trial_id text, attempt int, step bigint, name text, value double precision)"
     " ON COMMIT DELETE ROWS"
 )
+_NAMES = Limits(metric_name_chars=HARD_METRIC_NAME_CHARS)  # what the database can index, whatever the spec allows
+_STEPS = (-(2**63), 2**63 - 1)  # points.step is a bigint
+Point = tuple[str, str | None, int | None, int, str, float]
 
 
 @dataclass
@@ -50,12 +63,7 @@ def handle_batch(deliveries: Sequence[Delivery], deps: CollectorDeps) -> None:
 
 def write_events(events: Sequence[Envelope], db: Database) -> int:
     """Write events idempotently; returns the number of new points."""
-    points = [
-        (e.sweep_id, e.trial_id, e.attempt, step, name, value)
-        for e in events
-        if isinstance(e, TrialMetrics)
-        for step, name, value in zip(e.steps, e.names, e.values)
-    ]
+    points = [p for e in events if isinstance(e, TrialMetrics) for p in storable_points(e)]
     # Progress repeats the objective's points for the planner: they are stored as points already.
     other = [e for e in events if not isinstance(e, (TrialMetrics, TrialProgress))]
     inserted = 0
@@ -68,14 +76,28 @@ def write_events(events: Sequence[Envelope], db: Database) -> int:
     return inserted
 
 
-def _copy(cur: psycopg.Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> None:
+def storable_points(event: TrialMetrics) -> list[Point]:
+    """The event's points as rows, without those the database could not take (logged)."""
+    rows = zip(event.steps, event.names, event.values)
+    bad = {name: why for name in set(event.names) if (why := metric_name_problem(name, _NAMES))}
+    if not bad and (not event.steps or (_STEPS[0] <= min(event.steps) and max(event.steps) <= _STEPS[1])):
+        return [(event.sweep_id, event.trial_id, event.attempt, step, name, value) for step, name, value in rows]
+    kept = [(event.sweep_id, event.trial_id, event.attempt, step, name, value) for step, name, value in rows
+            if name not in bad and _STEPS[0] <= step <= _STEPS[1]]
+    reason = next(iter(bad.values()), "a step outside a bigint")
+    _log.warning("points dropped", trial_id=event.trial_id, attempt=event.attempt, message_id=event.message_id,
+                 dropped=len(event.steps) - len(kept), kept=len(kept), reason=reason)
+    return kept
+
+
+def _copy(cur: psycopg.Cursor[Any], table: str, rows: Sequence[tuple[Any, ...]]) -> None:
     with cur.copy(f"COPY {table} {_COLUMNS} FROM STDIN (FORMAT BINARY)") as copy:
         copy.set_types(_TYPES)
         for row in rows:
             copy.write_row(row)
 
 
-def _write_points(conn: Conn, points: list[tuple[Any, ...]]) -> int:
+def _write_points(conn: Conn, points: Sequence[tuple[Any, ...]]) -> int:
     """Insert the points no earlier batch stored; returns how many were new."""
     try:
         with conn.transaction(), conn.cursor() as cur:  # a savepoint inside the batch's transaction

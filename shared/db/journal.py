@@ -34,8 +34,13 @@ def _body(event: Envelope, bodies: Mapping[str, bytes] | None) -> str:
     """The event as JSON text that jsonb takes: the received bytes when they
     are strict JSON (no bare NaN or Infinity, which jsonb refuses), which
     spares a dump and a walk of every event; else the event re-encoded with
-    the trial contract's strings for non-finite values."""
+    the trial contract's strings for non-finite values. A NUL (``\\u0000``,
+    which jsonb refuses too) becomes U+FFFD: the journal keeps the event, not
+    every byte of a hostile one."""
     raw = bodies.get(event.message_id) if bodies else None
     if raw is not None and b"NaN" not in raw and b"Infinity" not in raw:
-        return raw.decode()
-    return json.dumps(json_safe(event.model_dump(mode="json")))
+        text = raw.decode()
+    else:
+        text = json.dumps(json_safe(event.model_dump(mode="json")))
+    # Both escapes are six characters of the same shape, so the JSON stays valid.
+    return text.replace("\\u0000", "\\ufffd") if "\\u0000" in text else text

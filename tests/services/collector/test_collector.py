@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from functools import partial
+from typing import Any
 
-from spotsweep.services.collector.handlers import write_events
+from spotsweep.services.collector.handlers import CollectorDeps, handle_batch, write_events
+from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.db import Database
-from spotsweep.shared.messages import CheckpointSaved, MetricPoint, TrialMetrics
+from spotsweep.shared.messages import CheckpointSaved, MetricPoint, TrialMetrics, encode
 
 
 def _metrics(attempt: int, steps: range, trial: str = "s.0") -> TrialMetrics:
@@ -87,3 +90,44 @@ def test_a_key_repeated_within_one_batch_keeps_its_first_value(database_url: str
     with db.transaction() as conn:
         rows = conn.execute("SELECT step, value FROM metric_points WHERE trial_id = 's.2' ORDER BY step").fetchall()
     assert [(r["step"], r["value"]) for r in rows] == [(1, 1.0), (2, 2.0), (3, 3.0)]
+
+
+def test_a_bad_metric_name_is_dropped_and_its_neighbours_stored(database_url: str) -> None:
+    db = Database(database_url)
+    db.migrate()
+    hostile = TrialMetrics(sweep_id="s", trial_id="s.2", attempt=1, steps=[0, 0, 0, 0, 1, 2**70],
+                           names=["loss", "x" * 10_000_000, "a\x00b", "", "loss", "loss"],
+                           values=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert write_events([hostile, _metrics(1, range(0, 2), "s.3")], db) == 2 + 4
+    with db.transaction() as conn:
+        rows = conn.execute("SELECT trial_id, step, name FROM metric_points ORDER BY trial_id, step, name").fetchall()
+    assert [(r["trial_id"], r["step"], r["name"]) for r in rows] == [
+        ("s.2", 0, "loss"), ("s.2", 1, "loss"),
+        ("s.3", 0, "loss"), ("s.3", 0, "val_loss"), ("s.3", 1, "loss"), ("s.3", 1, "val_loss")]
+
+
+def test_a_message_the_database_refuses_is_dead_lettered_alone_and_the_batch_stored(
+        database_url: str, delivery: type[Any]) -> None:
+    db = Database(database_url)
+    db.migrate()
+    # A trial id no index row can hold: nothing the collector checks, so the database refuses it (class 54).
+    poison = TrialMetrics(sweep_id="s", trial_id="t" * 3_000_000, attempt=1, points=[MetricPoint(step=0, name="loss", value=1)])
+    good = [_metrics(1, range(i, i + 1), f"s.{i}") for i in range(7)]
+    deliveries = [delivery(encode(m)) for m in [*good[:3], poison, *good[3:]]]
+    batcher = BatchingHandler(partial(handle_batch, deps=CollectorDeps(db)), max_batch=8, max_wait=0.01, retry_pause=0.01)
+    try:
+        for d in deliveries:
+            batcher(d)
+    finally:
+        batcher.close()
+    assert [d.settled for d in deliveries] == ["ack"] * 3 + ["dead-letter"] + ["ack"] * 4
+    with db.transaction() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM metric_points").fetchone()["n"] == 14
+
+
+def test_a_nul_in_a_journaled_event_is_replaced_not_fatal(database_url: str) -> None:
+    db = Database(database_url)
+    db.migrate()
+    write_events([CheckpointSaved(sweep_id="s", trial_id="s.0", attempt=1, step=2, uri="s3://b/x\x00y")], db)
+    with db.transaction() as conn:
+        assert conn.execute("SELECT body->>'uri' AS uri FROM trial_events").fetchone()["uri"] == "s3://b/x\ufffdy"
