@@ -1,8 +1,9 @@
-"""Reading the trial's metrics file: pure parsing plus an incremental tail.
+"""Parsing one line of the trial's metrics file (pure).
 
 The file is the whole interface between a trial script and spotsweep, so a
-bad line is logged and skipped, never fatal, and a half-written last line is
-left for the next read.
+bad line becomes a :class:`BadLine` that says why, never an exception.
+Reading the file safely is :mod:`.tail`'s job; which lines get through the
+spec's limits is :mod:`.screen`'s.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,12 @@ def _number(value: object) -> float | None:
     return None
 
 
+def _short(value: object, most: int = 80) -> str:
+    """``repr(value)``, cut: a reason must stay short whatever the line held."""
+    text = repr(value) if not isinstance(value, BaseException) else str(value)
+    return text if len(text) <= most else text[:most] + "..."
+
+
 def _int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
@@ -71,7 +77,9 @@ def parse_line(line: str) -> Parsed:
     except json.JSONDecodeError as e:
         return BadLine(line, f"not JSON: {e.msg}")
     except ValueError as e:  # an integer literal past Python's digit limit
-        return BadLine(line, f"not JSON: {e}")
+        return BadLine(line, f"not JSON: {_short(e)}")
+    except RecursionError:  # "[[[[..." deeper than the parser goes
+        return BadLine(line, "not JSON: nested too deeply")
     if not isinstance(data, dict):
         return BadLine(line, "not a JSON object")
     if "heartbeat" in data and len(data) == 1:
@@ -85,7 +93,7 @@ def parse_line(line: str) -> Parsed:
         return BadLine(line, "missing integer 'step'")
     step = _int(data["step"])
     if step is None:
-        return BadLine(line, f"step must be an integer, got {data['step']!r}")
+        return BadLine(line, f"step must be an integer, got {_short(data['step'])}")
     if not 0 <= step <= MAX_STEP:  # one such point would fail the collector's whole batch
         return BadLine(line, f"step must be between 0 and {MAX_STEP}, got {step}")
     values: dict[str, float] = {}
@@ -94,31 +102,6 @@ def parse_line(line: str) -> Parsed:
             continue
         num = _number(raw)
         if num is None:
-            return BadLine(line, f"metric {name!r} is not a number: {raw!r}")
+            return BadLine(line, f"metric {_short(name)} is not a number: {_short(raw)}")
         values[name] = num
     return Points(step, values)
-
-
-class Tail:
-    """Complete lines appended to a file since the last read."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
-        self._partial = b""
-
-    def read(self, final: bool = False) -> list[str]:
-        """New complete lines; with ``final`` also an unterminated last line."""
-        try:
-            with self.path.open("rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        self._offset += len(chunk)
-        data = self._partial + chunk
-        *lines, self._partial = data.split(b"\n")
-        if final and self._partial:
-            lines.append(self._partial)
-            self._partial = b""
-        return [raw.decode("utf-8", "replace") for raw in lines if raw.strip()]

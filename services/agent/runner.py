@@ -24,16 +24,16 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from spotsweep.services.agent import uploads
-from spotsweep.services.agent.lines import Tail
 from spotsweep.services.agent.supervise import Outcome, RunControl, RunnerConfig, signal_group, supervise
+from spotsweep.services.agent.tail import Tail
 from spotsweep.services.agent.watchdog import TOKEN_VAR, Watchdog
 from spotsweep.services.agent.workspace import Paths, Workspace
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
-from spotsweep.shared.errors import RetryableError
+from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.messages import Envelope, Failure, Outcome as Result, TrialFinished, TrialMessage, TrialStarted
 
 __all__ = ["DeliveryLost", "RunControl", "RunnerConfig", "kill_all", "run_trial"]
@@ -69,14 +69,11 @@ def _argv(argv: list[str], env: dict[bytes, bytes]) -> list[str]:
     return argv
 
 
-def _tail_text(path: Path, lines: int = ERROR_TAIL_LINES, limit: int = 4000) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode("utf-8", "replace")
-    except FileNotFoundError:
-        return ""
+def _tail_text(f: BinaryIO, lines: int = ERROR_TAIL_LINES, limit: int = 4000) -> str:
+    """The last lines of a log, read from the agent's own descriptor (never the
+    path, which the trial may have swapped for a FIFO)."""
+    size = os.fstat(f.fileno()).st_size
+    text = os.pread(f.fileno(), 64 * 1024, max(0, size - 64 * 1024)).decode("utf-8", "replace")
     return "\n".join(text.rstrip().splitlines()[-lines:])[-limit:]
 
 
@@ -222,10 +219,19 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         return TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, outcome=outcome, started=send.take_held(), **fields)
 
+    if not msg.argv or not msg.argv[0]:
+        return end("failed", failure="exit", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
     restored: dict[str, float] = {}
-    resume = uploads.restore(store, msg, ckpt_dir, restored)
+    try:
+        resume = uploads.restore(store, msg, ckpt_dir, restored)
+    except PermanentError as e:
+        # Not run from scratch: that would drop the progress the checkpoint
+        # holds without anyone noticing. The attempt fails with the reason,
+        # for a person to look at the store (retries meet the same checkpoint).
+        return end("failed", failure="exit", error=f"the trial's checkpoint cannot be restored, so the attempt did not "
+                                                   f"start: {e}")
     env = _environment(msg, metrics_path, ckpt_dir, resume, gpu)
-    with out_path.open("wb") as out, err_path.open("wb") as err:
+    with out_path.open("w+b") as out, err_path.open("w+b") as err:
         try:
             proc = subprocess.Popen(_argv(msg.argv, env), cwd=run_dir, env=env, stdout=out, stderr=err,
                                     start_new_session=True)
@@ -238,8 +244,8 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
                                    agent=config.agent_id, run_id=run_id, resume_step=resume, redelivered=redelivered,
                                    losses=losses),
                       lambda: _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids))
-            outcome = supervise(proc, msg, store, send, config, control, Tail(metrics_path), ckpt_dir, run_id,
-                                restored)
+            outcome = supervise(proc, msg, store, send, config, control, Tail(metrics_path, msg.limits.line_bytes),
+                                ckpt_dir, run_id, restored)
             send.wait()  # the final event is published only after its points and checkpoints are confirmed
         except RetryableError as e:
             # A publish failed: the broker went away mid-trial. This
@@ -257,26 +263,32 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
             # background job holding GPU memory) goes with it.
             signal_group(proc, signal.SIGKILL)
             WATCHDOG.discard(proc.pid)
-    duration = time.monotonic() - started
-    if outcome.reason == "lost":
-        raise DeliveryLost(run_id, round(duration, 3))
-    if outcome.reason == "stopped":
-        _log.info("run stopped by the planner", reason=outcome.stop_reason, **ids)
-        return None
-    logs_uri = uploads.logs(store, msg, out_path, err_path)
-    result, failure, error = _classify(outcome, proc.returncode, err_path, msg)
+        duration = time.monotonic() - started
+        if outcome.reason == "lost":
+            raise DeliveryLost(run_id, round(duration, 3))
+        if outcome.reason == "stopped":
+            _log.info("run stopped by the planner", reason=outcome.stop_reason, **ids)
+            return None
+        logs_uri, cut = uploads.logs(store, msg, {"stdout": (out_path, out), "stderr": (err_path, err)},
+                                     msg.limits.log_bytes)
+        result, failure, error = _classify(outcome, proc.returncode, lambda: _tail_text(err), msg)
+    screen = outcome.screen
+    if cut is not None and screen is not None:
+        screen.note("log_truncated", cut)
     _log.info("trial ended", outcome=result, exit_code=proc.returncode, failure=failure, **ids)
     return end(result, exit_code=proc.returncode, error=error, failure=failure, metrics=outcome.final,
-               last_step=outcome.last_step, logs_uri=logs_uri, duration=round(duration, 3))
+               last_step=outcome.last_step, logs_uri=logs_uri, duration=round(duration, 3),
+               flags=screen.flags(outcome.final) if screen else [], warnings=screen.warnings() if screen else [])
 
 
-def _classify(outcome: Outcome, rc: int | None, err_path: Path, msg: TrialMessage) -> tuple[Result, Failure | None, str | None]:
-    """(outcome, failure kind, error) of an attempt whose process has exited."""
+def _classify(outcome: Outcome, rc: int | None, stderr_tail: Callable[[], str],
+              msg: TrialMessage) -> tuple[Result, Failure | None, str | None]:
+    """(outcome, failure kind, error) of an attempt whose process has exited; ``stderr_tail``: the end of its stderr."""
     if outcome.reason in ("preempted", "cancelled"):
         return outcome.reason, None, None  # type: ignore[return-value]
     if outcome.reason == "exited" and rc == 0:
         return "completed", None, None
-    tail = _tail_text(err_path)
+    tail = stderr_tail()
     if outcome.reason == "stalled":
         why = f"stalled: no metric, checkpoint or heartbeat line for {msg.stall_timeout:g} s (timeout.stall); killed"
         return "failed", "stalled", f"{why}\n{tail}".rstrip()

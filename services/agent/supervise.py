@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spotsweep.services.agent import uploads
-from spotsweep.services.agent.lines import BadLine, Checkpoint, Parsed, Points, Tail, parse_line
+from spotsweep.services.agent.lines import Checkpoint, Parsed, Points
+from spotsweep.services.agent.screen import Screen
+from spotsweep.services.agent.tail import Item, Tail
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.messages import CheckpointSaved, Envelope, TrialMessage, TrialMetrics, TrialProgress
@@ -55,6 +57,7 @@ class RunnerConfig:
     batch_points: int = 2000  # publish a metrics batch at this many points...
     batch_seconds: float = 0.25  # ...or when the oldest unsent point is this old
     poll_seconds: float = 0.05
+    drain_seconds: float = 10.0  # reading what an exited trial left in its metrics file, at most
 
 
 @dataclass
@@ -64,6 +67,7 @@ class Outcome:
     final: dict[str, float] = field(default_factory=dict)
     last_step: int | None = None
     stop_reason: str | None = None
+    screen: Screen | None = None  # what the limits skipped (flags and warnings for the final event)
 
 
 class ExitWait:
@@ -112,6 +116,7 @@ def supervise(
     # Final metrics start from what the checkpoint kept: a resumed run need
     # not re-report what was reported before it, even by a run that was lost.
     outcome = Outcome(final=dict(restored or {}))
+    screen = outcome.screen = Screen(msg.limits, known=outcome.final, trial_id=msg.trial_id)
     batch: list[tuple[int, str, float]] = []  # (step, name, value) not yet published
     oldest = 0.0
     started = last_line = time.monotonic()
@@ -131,7 +136,7 @@ def supervise(
                                       points=objective))
             batch = []
 
-    pending: deque[str] = deque()
+    pending: deque[Item] = deque()
 
     def take(parsed: Parsed) -> None:
         nonlocal oldest
@@ -143,8 +148,6 @@ def supervise(
             outcome.last_step = parsed.step
             if len(batch) >= config.batch_points:
                 flush()
-        elif isinstance(parsed, BadLine):
-            _log.warning("bad metrics line skipped", reason=parsed.reason, line=parsed.line[:200], trial_id=msg.trial_id)
 
     def checkpoint(step: int) -> None:
         # The script may rewrite the directory as soon as it is complete
@@ -160,10 +163,10 @@ def supervise(
             pending.extend(tail.read())
             newer = None
             while pending:
-                parsed = parse_line(pending.popleft())
+                parsed = screen.admit(*pending.popleft())
                 if isinstance(parsed, Checkpoint):
                     newer = parsed.step
-                else:
+                elif parsed is not None:
                     take(parsed)
             flush()
             confirm()  # the points the snapshot's state has passed are on the broker before it is committed
@@ -173,13 +176,13 @@ def supervise(
                                         uri=uri))
             label = newer
 
-    def consume(lines: list[str]) -> None:
+    def consume(lines: list[Item]) -> None:
         pending.extend(lines)
         while pending:
-            parsed = parse_line(pending.popleft())
+            parsed = screen.admit(*pending.popleft())
             if isinstance(parsed, Checkpoint):
                 checkpoint(parsed.step)
-            else:
+            elif parsed is not None:
                 take(parsed)
 
     def end(reason: str) -> None:
@@ -222,12 +225,27 @@ def supervise(
                         signal_group(proc, signal.SIGTERM)
                     elif now - term_sent_at > control.grace:
                         signal_group(proc, signal.SIGKILL)
-            wait(config.poll_seconds)
+            wait(0 if tail.behind else config.poll_seconds)  # behind: read on at once, still minding the limits above
             if release is not None and proc.poll() is None:
                 release()
                 release = None
     finally:
         wait.close()
     proc.wait()
+    drain(tail, consume, config.drain_seconds, screen)
     flush()
+    if tail.refused is not None:
+        screen.note("metrics_refused", tail.refused)
     return outcome
+
+
+def drain(tail: Tail, consume: Callable[[list[Item]], None], seconds: float, screen: Screen) -> None:
+    """Read the rest of an exited trial's metrics file, for at most ``seconds``:
+    a trial may leave far more behind than the agent can read in that time."""
+    deadline = time.monotonic() + seconds
+    while tail.behind:
+        if time.monotonic() > deadline:
+            screen.note("metrics_unread", f"the metrics file was read for {seconds:g} s after the trial exited and "
+                                          f"not past byte {tail.offset}: the rest was dropped")
+            return
+        consume(tail.read(final=True))

@@ -4,16 +4,21 @@ A flaky object store must cost as little training as possible: restores and
 checkpoint uploads are retried with backoff; a checkpoint that still cannot
 be uploaded (or is invalid, e.g. an empty directory) is logged and skipped,
 because killing a healthy trial over it would lose more than the checkpoint;
-logs are best effort, because a completed trial must not run again for them.
+logs are best effort, because a completed trial must not run again for them,
+and bounded (``limits.log_bytes``): a trial printing without end keeps its
+last bytes.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
+import tempfile
 import uuid
 from functools import partial
 from pathlib import Path
+from typing import BinaryIO
 
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.checkpoint_layout import loss_prefix
@@ -74,20 +79,69 @@ def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
         shutil.rmtree(staged, ignore_errors=True)
 
 
-def logs(store: ArtifactStore, msg: TrialMessage, out_path: Path, err_path: Path) -> str | None:
-    """Upload stdout and stderr (those not empty); the logs folder's URI, or None
-    if there was nothing to upload or the upload failed."""
+def log_budgets(out_size: int, err_size: int, log_bytes: int) -> tuple[int, int]:
+    """Bytes of (stdout, stderr) to keep within ``log_bytes`` for both: each
+    stream gets half, and what one does not use the other may (stderr first:
+    it holds the error)."""
+    keep_err = min(err_size, max(log_bytes // 2, log_bytes - out_size))
+    return min(out_size, log_bytes - keep_err), keep_err
+
+
+def logs(store: ArtifactStore, msg: TrialMessage, streams: dict[str, tuple[Path, BinaryIO]],
+         log_bytes: int) -> tuple[str | None, str | None]:
+    """Upload stdout and stderr (those not empty), the last ``log_bytes`` of the
+    two together. Returns the logs folder's URI (None if there was nothing to
+    upload or the upload failed) and a note of what was cut, if anything.
+
+    The sizes and bytes come from the agent's own file descriptors, not from
+    the paths, which the trial may have replaced (with a FIFO, a link).
+    """
+    sizes = {stream: os.fstat(f.fileno()).st_size for stream, (_, f) in streams.items()}
+    keep = dict(zip(("stdout", "stderr"), log_budgets(sizes.get("stdout", 0), sizes.get("stderr", 0), log_bytes)))
+    dropped = {stream: sizes[stream] - keep[stream] for stream in sizes if sizes[stream] > keep[stream]}
     uri = None
     try:
-        for stream, path in (("stdout", out_path), ("stderr", err_path)):
-            if not path.exists() or path.stat().st_size == 0:
+        for stream, (path, f) in streams.items():
+            if sizes[stream] == 0:
                 continue  # nothing to keep: most trials write nothing to one of the two
             key = log_key(msg.sweep_id, msg.trial_id, msg.attempt, stream)
-            uri = retrying(partial(store.put_file, key, path), S3_BACKOFF, what="upload logs")
+            if stream not in dropped and _same_file(path, f):
+                uri = retrying(partial(store.put_file, key, path), S3_BACKOFF, what="upload logs")
+                continue
+            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{stream}-upload-") as copy:
+                if stream in dropped:
+                    copy.write(f"[spotsweep: the first {dropped[stream]} bytes of {stream} were dropped "
+                               f"(limits.log_bytes = {log_bytes} for stdout and stderr together)]\n".encode())
+                _copy_range(f.fileno(), sizes[stream] - keep[stream], sizes[stream], copy)
+                copy.flush()
+                uri = retrying(partial(store.put_file, key, Path(copy.name)), S3_BACKOFF, what="upload logs")
     except SpotsweepError as e:
         _log.error("logs not uploaded", error=str(e), trial_id=msg.trial_id)
-        return None
-    return str(uri).rsplit("/", 1)[0] if uri else None
+        return None, None
+    note = None
+    if dropped:
+        cut = ", ".join(f"the first {n} bytes of {stream}" for stream, n in sorted(dropped.items()))
+        note = f"logs cut to their last {log_bytes} bytes (limits.log_bytes): dropped {cut}"
+    return (str(uri).rsplit("/", 1)[0] if uri else None), note
+
+
+def _same_file(path: Path, f: BinaryIO) -> bool:
+    """Whether ``path`` still is the regular file the agent opened (the trial did not swap it)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    own = os.fstat(f.fileno())
+    return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+
+def _copy_range(fd: int, start: int, end: int, into: BinaryIO, chunk: int = 1 << 20) -> None:
+    while start < end:
+        data = os.pread(fd, min(chunk, end - start), start)
+        if not data:
+            return
+        into.write(data)
+        start += len(data)
 
 
 def record_loss(store: ArtifactStore, msg: TrialMessage) -> int:
