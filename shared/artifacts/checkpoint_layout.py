@@ -83,6 +83,13 @@ def _safe_paths(files: list[str], key: str) -> None:
         parts = PurePosixPath(rel).parts
         if not parts or rel.startswith("/") or any(p in ("..", ".") for p in parts):
             raise PermanentError(f"checkpoint {key} names an unsafe path {rel!r}")
+    # A file cannot also be a folder: "a" and "a/b" cannot both be restored.
+    names = {PurePosixPath(rel) for rel in files}
+    for path in sorted(names):
+        for parent in path.parents:
+            if parent in names:
+                raise PermanentError(f"checkpoint {key} names both {str(parent)!r} and {str(path)!r}: a file cannot "
+                                     "also be a folder, so the checkpoint cannot be restored")
 
 
 def _read_manifest(store: ArtifactStore, prefix: str, folder: str) -> dict[str, int]:

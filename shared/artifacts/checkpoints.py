@@ -220,7 +220,8 @@ def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, direc
     damaged, the newest complete folder that is whole. Raises
     :class:`RetryableError` when writers keep pruning folders under it, and
     :class:`PermanentError` when complete folders exist but every one of them
-    stays damaged.
+    stays damaged (a folder whose ``MANIFEST`` is corrupt, or names paths that
+    cannot be restored, such as ``a`` and ``a/b``, counts as damaged).
     """
     directory = Path(directory)
     prefix = checkpoint_prefix(sweep_id, trial_id)
@@ -231,16 +232,17 @@ def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, direc
         # and MinIO list what was written, strongly consistent.)
         return None
     seen: tuple[Any, ...] | None = None
+    problems: list[str] = []  # why folders could not be used (a corrupt MANIFEST)
     for _ in range(3):
         pointer = _read_pointer(store, sweep_id, trial_id)
-        if pointer is not None and _restore_folder(store, prefix, pointer[1], directory, metrics):
+        if pointer is not None and _restore_folder(store, prefix, pointer[1], directory, metrics, problems):
             return pointer[0]
         complete = _complete_folders(_folders(store, prefix, listed), prefix)
         listed = None  # a later pass lists again: writers may have moved on
         for folder in complete:
             if pointer is not None and folder == pointer[1]:
                 continue  # just tried
-            if _restore_folder(store, prefix, folder, directory, metrics):
+            if _restore_folder(store, prefix, folder, directory, metrics, problems):
                 return _folder_order(folder)[0]
         if not complete:
             return None
@@ -248,16 +250,23 @@ def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, direc
         # read (try again) or they are damaged for good (nothing moves).
         state = (pointer, tuple(complete))
         if state == seen:
-            raise PermanentError(f"every checkpoint under {prefix} is missing files its {MANIFEST} names")
+            why = f": {problems[-1]}" if problems else f" is missing files its {MANIFEST} names"
+            raise PermanentError(f"every checkpoint under {prefix} is damaged{why}")
         seen = state
     raise RetryableError(f"checkpoint for trial {trial_id} kept moving while restoring it")
 
 
 def _restore_folder(store: ArtifactStore, prefix: str, folder: str, directory: Path,
-                    metrics: dict[str, float] | None = None) -> bool:
+                    metrics: dict[str, float] | None = None, problems: list[str] | None = None) -> bool:
+    """Restore one folder; False when it is incomplete or damaged (a corrupt
+    ``MANIFEST``: why goes to ``problems``), so an older one may serve."""
     try:
         sizes, kept = read_manifest(store, prefix, folder)
     except NotFound:
+        return False
+    except PermanentError as e:
+        if problems is not None:
+            problems.append(str(e))
         return False
     if not _restore_files(store, f"{prefix}{folder}/{FILES}", sizes, directory):
         return False

@@ -440,3 +440,23 @@ def test_manifest_with_unsafe_or_corrupt_content_is_permanent(store: ArtifactSto
     store.put_bytes(manifest, b"{not json")
     with pytest.raises(PermanentError):
         restore_checkpoint(store, SWEEP, TRIAL, tmp_path / "r" / "inner")
+
+
+def test_a_manifest_naming_a_file_and_a_path_under_it_is_a_clear_permanent_error(
+        store: ArtifactStore, tmp_path: Path) -> None:
+    make_checkpoint(tmp_path / "c10", 10)
+    uri = upload_checkpoint(store, SWEEP, TRIAL, 10, tmp_path / "c10")
+    manifest = f"{PREFIX}{folder_of(uri)}/MANIFEST"
+    store.put_bytes(manifest, json.dumps({"step": 10, "files": {"a": 1, "a/b": 1}}).encode())
+    with pytest.raises(PermanentError, match="names both 'a' and 'a/b'"):
+        restore_checkpoint(store, SWEEP, TRIAL, tmp_path / "r")
+
+
+def test_a_folder_with_a_corrupt_manifest_falls_back_to_an_older_intact_one(store: ArtifactStore, tmp_path: Path) -> None:
+    files = make_checkpoint(tmp_path / "c10", 10)
+    upload_checkpoint(store, SWEEP, TRIAL, 10, tmp_path / "c10")
+    make_checkpoint(tmp_path / "c20", 20)
+    uri = upload_checkpoint(store, SWEEP, TRIAL, 20, tmp_path / "c20")
+    store.put_bytes(f"{PREFIX}{folder_of(uri)}/MANIFEST", json.dumps({"step": 20, "files": {"a": 1, "a/b/c": 1}}).encode())
+    assert restore_checkpoint(store, SWEEP, TRIAL, tmp_path / "r") == 10
+    assert read_tree(tmp_path / "r") == files
