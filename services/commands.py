@@ -12,14 +12,18 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from spotsweep.services.planner.extend import extended
 from spotsweep.services.planner.handlers import cancellation, extension, new_sweep_id, submission
 from spotsweep.services.reporter import report as reporter
+from spotsweep.services.reporter.safe import cell, printable, shown
+from spotsweep.services.reporter.values import json_ready, metric_float
 from spotsweep.shared import messages, topology
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import PermanentError
+from spotsweep.shared.limits import cap_text, is_sweep_id
 from spotsweep.shared.runtime import CLI_BACKOFF, ExitCode, connect_broker
 from spotsweep.shared.settings import Settings
 from spotsweep.shared.naming import placeholders
@@ -104,7 +108,30 @@ def submit(spec: SweepSpec, settings: Settings) -> str:
     return sweep_id
 
 
+def _named(sweep_id: str) -> str:
+    """A sweep id as an error message shows it: bounded, quoted, escaped."""
+    return repr(printable(cap_text(sweep_id, 200)))
+
+
+def _unknown(sweep_id: str) -> PermanentError:
+    return PermanentError(f"no sweep with id {_named(sweep_id)} (see `spotsweep status`)")
+
+
+def _postable(sweep_id: str) -> None:
+    """Refuse an id the planner would refuse (``submit`` makes ``name-<hex8>``), before posting it."""
+    if not is_sweep_id(sweep_id):
+        raise PermanentError(f"sweep id {_named(sweep_id)} is not of the form NAME-<8 hex digits> that `submit` makes; "
+                             "the planner would refuse it")
+
+
 def cancel(sweep_id: str, settings: Settings) -> None:
+    """Ask the planner to cancel a sweep the results database knows: a typo is
+    refused here (exit 2), instead of leaving a cancelled row for an id no one ran."""
+    with database(settings).transaction() as conn:
+        row = conn.execute("SELECT state FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+    if row is None:
+        raise _unknown(sweep_id)
+    _postable(sweep_id)
     _post(cancellation(sweep_id), settings)
 
 
@@ -114,10 +141,11 @@ def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any
     with database(settings).transaction() as conn:
         row = conn.execute("SELECT spec, spec_version, state FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
     if row is None or row["spec"] is None:
-        raise PermanentError(f"no sweep with id {sweep_id!r} (see `spotsweep status`)")
+        raise _unknown(sweep_id)
     if row["state"] not in ("running", "completed"):
-        raise PermanentError(f"sweep {sweep_id} is {row['state']}; only a running or completed sweep can be extended")
+        raise PermanentError(f"sweep {_named(sweep_id)} is {row['state']}; only a running or completed sweep can be extended")
     new = extended(parse_spec(row["spec"]), trials, budget)  # SpecError names the field
+    _postable(sweep_id)
     _post(extension(sweep_id, row["spec_version"], trials, budget), settings)
     return f"extension requested for {sweep_id}: {total_trials(new)} trial(s) in all"
 
@@ -138,12 +166,12 @@ def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float =
                 console.print(line, highlight=False)
                 last = line
             if r["state"] == "rejected":
-                console.print(f"rejected: {r['error']}", markup=False)
+                console.print(Text(f"rejected: {_said(r['error'])}"))
                 return ExitCode.USAGE
             if r["state"] != "running":
                 for why in (r["error"], r["note"]):
-                    if why and r["state"] != "rejected":
-                        console.print(why, markup=False, highlight=False)
+                    if why:
+                        console.print(Text(_said(why)))
                 good = r["state"] == "completed" and r["failed"] == 0 and r["cancelled"] == 0
                 return ExitCode.OK if good else ExitCode.FAILED
         if deadline is not None and time.monotonic() > deadline:
@@ -152,25 +180,35 @@ def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float =
         time.sleep(poll)
 
 
+def _said(text: str) -> str:
+    """An error or note as printed for a person: bounded, escaped, its lines kept."""
+    return printable(cap_text(text), newlines=True)
+
+
+def _print_json(rows: list[Any]) -> None:
+    """Strict JSON (non-finite values as the contract's strings); json escapes every control character."""
+    print(json.dumps(json_ready(rows), default=str, indent=2, allow_nan=False))
+
+
 def status(sweep_id: str | None, settings: Settings, as_json: bool) -> int:
     rows = reporter.sweep_counts(database(settings), sweep_id)
     if sweep_id and not rows:
-        raise PermanentError(f"no sweep with id {sweep_id!r} (see `spotsweep status`)")
+        raise _unknown(sweep_id)
     if as_json:
-        print(json.dumps(rows, default=str, indent=2))
+        _print_json(rows)
         return ExitCode.OK
     table = Table(title="sweeps")
     for col in ("sweep_id", "name", "state", "total", "completed", "pruned", "running", "queued", "failed", "cancelled"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["sweep_id"], r["name"], r["state"], str(r["total_trials"]), str(r["completed"]), str(r["pruned"]),
-                      str(r["running"]), str(r["queued"]), str(r["failed"]), str(r["cancelled"]))
+        table.add_row(cell(r["sweep_id"]), cell(r["name"]), r["state"], str(r["total_trials"]), str(r["completed"]),
+                      str(r["pruned"]), str(r["running"]), str(r["queued"]), str(r["failed"]), str(r["cancelled"]))
     reporter.console().print(table)
     for r in rows:
         if r["state"] in ("rejected", "failed") and r["error"]:
-            print(f"{r['sweep_id']} {r['state']}: {r['error']}")
+            print(f"{shown(r['sweep_id'])} {r['state']}: {_said(r['error'])}")
         if r["note"]:
-            print(f"{r['sweep_id']}: {r['note']}")
+            print(f"{shown(r['sweep_id'])}: {_said(r['note'])}")
     return ExitCode.OK
 
 
@@ -190,22 +228,41 @@ def list_trials(filters: list[str], settings: Settings, as_json: bool) -> int:
         rows = conn.execute(f"SELECT * FROM trial_results WHERE {where} ORDER BY sweep_id, trial_name",
                             [reporter.glob_to_similar(pat) for _, pat in wanted]).fetchall()
     if as_json:
-        print(json.dumps(rows, default=str, indent=2))
+        _print_json(rows)
         return ExitCode.OK
+    flagged = any(r.get("flags") for r in rows)  # the column exists from schema version 3 on
     table = Table()
-    for col in ("trial_name", "sweep_id", "state", "attempts", "metrics"):
+    for col in ("trial_name", "sweep_id", "state", "attempts", "metrics", *(("flags",) if flagged else ())):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["trial_name"], r["sweep_id"], r["state"], str(r["attempts"]),
-                      ", ".join(f"{k}={v:.4g}" for k, v in sorted((r["metrics"] or {}).items())))
+        flags = (Text(" ".join(f"[{shown(f)}]" for f in r.get("flags") or [])),) if flagged else ()
+        table.add_row(cell(r["trial_name"]), cell(r["sweep_id"]), r["state"], str(r["attempts"]),
+                      Text(metrics_line(r["metrics"] or {})), *flags)
     reporter.console().print(table)
     return ExitCode.OK
 
 
-def report(sweep_id: str, settings: Settings, csv: Path | None, top: int | None) -> int:
-    rep = reporter.build(database(settings), sweep_id)
+LS_METRICS = 8  # metrics shown per trial by `ls` (a trial may report a thousand)
+
+
+def metrics_line(metrics: dict[str, Any], most: int = LS_METRICS) -> str:
+    """``name=value, ...`` of the first ``most`` metrics by name, saying how many more;
+    non-finite values as ``nan``/``inf``, every name escaped."""
+    names = sorted(metrics)
+    line = ", ".join(f"{shown(k)}={_short(metrics[k])}" for k in names[:most])
+    return line + (f", ... {len(names) - most} more" if len(names) > most else "")
+
+
+def _short(value: object) -> str:
+    number = metric_float(value)
+    return f"{number:.4g}" if number is not None else shown(value)
+
+
+def report(sweep_id: str, settings: Settings, csv: Path | None, top: int | None, metrics: list[str] | None = None) -> int:
+    """The sweep's leaderboard (the objective and ``metrics``, default a few), and every metric in ``csv``."""
+    rep = reporter.build(database(settings), sweep_id, metrics or ())
     reporter.print_leaderboard(rep, top=top)
     if csv is not None:
-        n = reporter.write_csv(rep, csv)
+        n = reporter.write_csv(rep, csv, rep.metrics if metrics else None)
         print(f"wrote {n} rows to {csv}")
     return ExitCode.OK

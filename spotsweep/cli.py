@@ -30,6 +30,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected NAME,NAME..., got {text!r}")
+    return names
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="spotsweep", description="Hyperparameter sweeps on spot GPUs.")
     p.add_argument("--version", action="version", version=f"spotsweep {__version__}")
@@ -74,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("sweep")
     rep.add_argument("--csv", type=Path)
     rep.add_argument("--top", type=int)
+    rep.add_argument("--metrics", type=_names, metavar="NAME,NAME",
+                     help="metric columns beside the objective (default: the first 8 by name; --csv then writes only these)")
 
     sub.add_parser("planner", help="run the planner service")
     sub.add_parser("collector", help="run the collector service")
@@ -112,16 +121,16 @@ def main(argv: list[str] | None = None) -> int:
         return _dispatch(args, _settings())
     except SpecError as e:
         for field, message in e.errors:
-            print(f"error: {field}: {message}" if field else f"error: {message}", file=sys.stderr)
+            _error(f"{field}: {message}" if field else message)
         return ExitCode.USAGE
     except PermanentError as e:
-        print(f"error: {e}", file=sys.stderr)
+        _error(e)
         return ExitCode.USAGE
     except RetryableError as e:
-        print(f"error: {e}", file=sys.stderr)
+        _error(e)
         return ExitCode.UNAVAILABLE
     except SpotsweepError as e:  # pragma: no cover - the two above cover the taxonomy
-        print(f"error: {e}", file=sys.stderr)
+        _error(e)
         return ExitCode.FAILED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -129,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # e.g. --csv into a folder that cannot be written
         print(f"error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return ExitCode.FAILED
+
+
+def _error(what: object) -> None:
+    """An error for the person typing: a value it quotes (a spec's field, a sweep id) may hold
+    anything, so control characters are shown escaped, never sent to the terminal raw."""
+    from spotsweep.services.reporter.safe import printable
+
+    print(f"error: {printable(str(what), newlines=True)}", file=sys.stderr)
 
 
 def _train(argv: list[str]) -> int:
@@ -198,7 +215,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if cmd == "ls":
         return commands.list_trials(args.filter, settings, args.json)
     if cmd == "report":
-        return commands.report(args.sweep, settings, args.csv, args.top)
+        return commands.report(args.sweep, settings, args.csv, args.top, args.metrics)
     raise AssertionError(cmd)  # argparse refuses unknown commands
 
 

@@ -1,24 +1,41 @@
 """Leaderboards and CSV, read only from the public views ``trial_results``.
 
 The reporter never touches the tables behind the views: what it shows is
-what any user's SQL sees.
+what any user's SQL sees. What trials wrote (names, params, metric names,
+errors) is data, never markup or terminal control: every cell goes through
+:mod:`~spotsweep.services.reporter.safe`, every value through
+:mod:`~spotsweep.services.reporter.values`, and a report is bounded however
+many metrics, warnings or error text the trials brought.
 """
 
 from __future__ import annotations
 
 import csv
-import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from spotsweep.services.reporter.safe import cell, csv_cell, printable, shown
 from spotsweep.services.reporter.summary import ConfigSummary, SweepCost, by_config, cost_of
+from spotsweep.services.reporter.values import metric_float, rank_key
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import PermanentError
+from spotsweep.shared.limits import ERROR_CHARS, cap_text
+
+
+# Metric columns a leaderboard shows beside the objective: a trial may report up
+# to a thousand metrics, and a table a hundred thousand columns wide is of use
+# to no one (it took minutes and gigabytes to draw). ``--metrics`` chooses.
+SHOWN_METRICS = 8
+SHOWN_WARNINGS = 3  # per trial, in a report's list of trials with warnings
+WARNING_TRIALS = 20  # trials listed with their warnings
+WHY_CHARS = 300  # one line of why a trial has no result
 
 
 @dataclass(frozen=True)
@@ -29,27 +46,34 @@ class Report:
     metric: str
     mode: str
     params: list[str]
-    metrics: list[str]
-    ranked: list[dict[str, Any]]  # trials with the metric, best first
+    metrics: list[str]  # the metric columns shown: the objective first
+    ranked: list[dict[str, Any]]  # completed trials with the metric, best first (non-finite last)
     unranked: list[dict[str, Any]]  # trials without it, with why
     configs: list[ConfigSummary] = field(default_factory=list)  # with repeats: mean and spread over seeds
     cost: SweepCost | None = None  # with pricing in the spec
+    every_metric: list[str] = field(default_factory=list)  # every metric any trial reported (the CSV's columns)
+
+    @property
+    def hidden_metrics(self) -> int:
+        return len(self.every_metric) - len(self.metrics)
 
 
 def _why(row: dict[str, Any], metric: str) -> str:
     if row["state"] in ("failed", "cancelled", "pruned"):
         first = (row["error"] or "").strip().splitlines()
-        return f"{row['state']}: {first[-1] if first else 'no error text'}"
+        return printable(cap_text(f"{row['state']}: {first[-1] if first else 'no error text'}", WHY_CHARS))
     if row["state"] != "completed":
         return row["state"]
-    return f"completed without reporting {metric!r}"
+    return printable(f"completed without reporting {cap_text(metric, WHY_CHARS)!r}")
 
 
-def build(db: Database, sweep_id: str) -> Report:
+def build(db: Database, sweep_id: str, metrics: Sequence[str] = (), most: int = SHOWN_METRICS) -> Report:
+    """The sweep's leaderboard: its objective and ``metrics`` (default: the first
+    ``most`` others by name) as columns, every trial ranked or said why not."""
     with db.transaction() as conn:
         sweep = conn.execute("SELECT sweep_id, name, state, spec, error FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
         if sweep is None:
-            raise PermanentError(f"no sweep with id {sweep_id!r} (see `spotsweep ls`)")
+            raise PermanentError(f"no sweep with id {printable(cap_text(sweep_id, 200))!r} (see `spotsweep ls`)")
         every = conn.execute("SELECT * FROM trial_results WHERE sweep_id = %s ORDER BY trial_name", (sweep_id,)).fetchall()
     rows = [r for r in every if not r.get("smoke")]  # the smoke stage is not part of the comparison
     spec = sweep["spec"] or {}
@@ -58,20 +82,31 @@ def build(db: Database, sweep_id: str) -> Report:
     seen = {k for r in rows for k in r["params"]}
     space = list(spec.get("space", {}))  # the spec's order (stored as json, not jsonb, to keep it)
     params = [k for k in space if k in seen] + sorted(seen - set(space))
-    metrics = sorted({k for r in rows for k in (r["metrics"] or {})}, key=lambda k: (k != metric, k))
-    ranked = [r for r in rows if r["state"] == "completed" and _finite((r["metrics"] or {}).get(metric))]
-    ranked.sort(key=lambda r: r["metrics"][metric], reverse=(mode == "max"))
+    reported: set[str] = set().union(*((r["metrics"] or {}).keys() for r in rows))
+    every_metric = sorted(reported, key=lambda k: (k != metric, k))
+    ranked = [r for r in rows if r["state"] == "completed" and metric_float((r["metrics"] or {}).get(metric)) is not None]
+    ranked.sort(key=lambda r: rank_key(r["metrics"][metric], mode))
     ranked_ids = {r["trial_id"] for r in ranked}
     unranked = [r for r in rows if r["trial_id"] not in ranked_ids]
     configs = by_config(rows, metric, mode) if int(spec.get("repeats") or 1) > 1 else []
     pricing = spec.get("pricing")
     cost = cost_of(every, int((spec.get("resources") or {}).get("gpus", 1)), pricing) if pricing else None
-    return Report(sweep["sweep_id"], sweep["name"], sweep["state"], metric, mode, params, metrics, ranked, unranked,
-                  configs, cost)
+    return Report(sweep["sweep_id"], sweep["name"], sweep["state"], metric, mode, params,
+                  _shown(every_metric, metric, metrics, most), ranked, unranked, configs, cost, every_metric)
 
 
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
+def _shown(every: list[str], objective: str, chosen: Sequence[str], most: int) -> list[str]:
+    """The objective (when reported), then the chosen metrics, or the first ``most`` others."""
+    head = [objective] if objective in every else []
+    if not chosen:
+        return head + [m for m in every if m != objective][:most]
+    known = set(every)
+    missing = [m for m in chosen if m not in known]
+    if missing:
+        some = ", ".join(printable(m) for m in every[:10])
+        raise PermanentError(f"--metrics: no trial of this sweep reported {printable(missing[0])!r} "
+                             f"({len(every)} metric(s): {some}{', ...' if len(every) > 10 else ''})")
+    return head + [m for m in dict.fromkeys(chosen) if m != objective]
 
 
 def console() -> Console:
@@ -80,35 +115,34 @@ def console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=240)
 
 
-def metric_columns(report: Report) -> list[str]:
+def metric_columns(report: Report, metrics: Sequence[str] | None = None) -> list[str]:
     """Metric column names; a metric named like a param (``lr`` reported as the
     schedule's current value) becomes ``metric:lr`` so columns stay unique."""
-    return [f"metric:{m}" if m in report.params else m for m in report.metrics]
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return "" if value is None else str(value)
+    params = set(report.params)
+    return [f"metric:{m}" if m in params else m for m in (report.metrics if metrics is None else metrics)]
 
 
 def print_leaderboard(report: Report, out: Console | None = None, top: int | None = None) -> None:
     out = out or console()
     arrow = "↓" if report.mode == "min" else "↑"
-    table = Table(title=f"{report.sweep_name} ({report.sweep_id}) — {report.sweep_state}, ranked by {report.metric} {arrow}")
+    table = Table(title=Text(printable(f"{report.sweep_name} ({report.sweep_id}) — {report.sweep_state}, "
+                                       f"ranked by {cap_text(report.metric, 200)} {arrow}")))
     table.add_column("#", justify="right")
     table.add_column("trial", no_wrap=True)
     for p in report.params:
-        table.add_column(p, justify="right")
+        table.add_column(cell(p), justify="right")
     for m, header in zip(report.metrics, metric_columns(report)):
-        table.add_column(header, justify="right", style="bold" if m == report.metric else None)
+        table.add_column(cell(header), justify="right", style="bold" if m == report.metric else None)
     table.add_column("attempts", justify="right")
     for i, row in enumerate(report.ranked[:top] if top else report.ranked, 1):
         table.add_row(
-            str(i), row["trial_name"], *(_fmt(row["params"].get(p)) for p in report.params),
-            *(_fmt((row["metrics"] or {}).get(m)) for m in report.metrics), str(row["attempts"]),
+            str(i), cell(row["trial_name"]), *(cell(row["params"].get(p)) for p in report.params),
+            *(cell((row["metrics"] or {}).get(m)) for m in report.metrics), str(row["attempts"]),
         )
     out.print(table)
+    if report.hidden_metrics:
+        out.print(f"{report.hidden_metrics} more metric(s) not shown: choose with --metrics NAME,NAME "
+                  "(--csv writes them all)", markup=False, highlight=False)
     if report.configs:
         print_configs(report, out, top)
     if report.cost is not None:
@@ -116,22 +150,42 @@ def print_leaderboard(report: Report, out: Console | None = None, top: int | Non
     if report.unranked:
         out.print(f"[bold]{len(report.unranked)} trial(s) without results:[/bold]")
         for row in report.unranked:
-            out.print(f"  {row['trial_name']}: {_why(row, report.metric)}", markup=False, highlight=False)
+            out.print(Text(f"  {shown(row['trial_name'])}: {_why(row, report.metric)}"))
+    print_warnings([*report.ranked, *report.unranked], out)
+
+
+def print_warnings(rows: Sequence[dict[str, Any]], out: Console) -> None:
+    """Trials whose runs skipped lines of their files, or hit a limit: a few warnings each, a few trials."""
+    flagged = [r for r in rows if r.get("warnings") or r.get("flags")]
+    if not flagged:
+        return
+    out.print(f"[bold]{len(flagged)} trial(s) with warnings:[/bold]")
+    for row in flagged[:WARNING_TRIALS]:
+        flags = ", ".join(shown(f) for f in row.get("flags") or [])
+        out.print(Text(f"  {shown(row['trial_name'])}" + (f" [{flags}]" if flags else "")))
+        said = row.get("warnings") or []
+        for warning in said[:SHOWN_WARNINGS]:
+            out.print(Text(f"    {printable(cap_text(warning, WHY_CHARS))}"))
+        if len(said) > SHOWN_WARNINGS:
+            out.print(Text(f"    and {len(said) - SHOWN_WARNINGS} more warning(s)"))
+    if len(flagged) > WARNING_TRIALS:
+        out.print(Text(f"  and {len(flagged) - WARNING_TRIALS} more trial(s) with warnings"))
 
 
 def print_configs(report: Report, out: Console, top: int | None = None) -> None:
     """Configs ranked by their mean over seeds, with the spread."""
     arrow = "↓" if report.mode == "min" else "↑"
-    table = Table(title=f"per config over seeds: mean {report.metric} {arrow}, std, seeds reported")
+    table = Table(title=Text(printable(f"per config over seeds: mean {cap_text(report.metric, 200)} {arrow}, std, "
+                                       "seeds reported")))
     table.add_column("#", justify="right")
     names = [p for p in report.params if p != "seed"]
     for p in names:
-        table.add_column(p, justify="right")
+        table.add_column(cell(p), justify="right")
     for header in ("mean", "std", "n"):
         table.add_column(header, justify="right", style="bold" if header == "mean" else None)
     for i, c in enumerate(report.configs[:top] if top else report.configs, 1):
         n = f"{c.n}" if c.n == c.runs else f"{c.n} of {c.runs}"
-        table.add_row(str(i), *(_fmt(c.params.get(p)) for p in names), _fmt(c.mean), _fmt(c.std) if c.std is not None else "-", n)
+        table.add_row(str(i), *(cell(c.params.get(p)) for p in names), cell(c.mean), cell(c.std) if c.std is not None else "-", n)
     out.print(table)
 
 
@@ -144,17 +198,28 @@ def cost_line(cost: SweepCost) -> str:
     return line
 
 
-def write_csv(report: Report, path: Path) -> int:
-    """One row per trial: trial_name, state, one column per param, one per final metric."""
+def write_csv(report: Report, path: Path, metrics: Sequence[str] | None = None) -> int:
+    """One row per trial: trial_name, state, one column per param, one per final metric
+    (``metrics``, default every metric reported), attempts, preemptions, the error's last line.
+    Every cell is one a spreadsheet shows as text (:func:`csv_cell`)."""
+    metrics = report.every_metric if metrics is None else metrics
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["trial_name", "state", *report.params, *metric_columns(report), "attempts", "preemptions", "error"])
+        header = ["trial_name", "state", *report.params, *metric_columns(report, metrics), "attempts", "preemptions", "error"]
+        writer.writerow([csv_cell(h) for h in header])
+        column = {m: i for i, m in enumerate(metrics)}
         for row in [*report.ranked, *report.unranked]:
+            # Filled from the trial's own metrics: with many names across trials most cells are empty,
+            # and a row costs what the trial reported, not the width of the sheet.
+            cells = [""] * len(metrics)
+            for name, value in (row["metrics"] or {}).items():
+                if (i := column.get(name)) is not None:
+                    cells[i] = csv_cell(value)
+            error = (row["error"] or "").strip().splitlines()[-1:]
             writer.writerow([
-                row["trial_name"], row["state"], *(row["params"].get(p, "") for p in report.params),
-                *((row["metrics"] or {}).get(m, "") for m in report.metrics),
-                row["attempts"], row["preemptions"], (row["error"] or "").strip().splitlines()[-1:][0] if row["error"] else "",
+                csv_cell(row["trial_name"]), csv_cell(row["state"]), *(csv_cell(row["params"].get(p)) for p in report.params),
+                *cells, row["attempts"], row["preemptions"], csv_cell(cap_text(error[0], ERROR_CHARS) if error else ""),
             ])
     return len(report.ranked) + len(report.unranked)
 

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spotsweep.services.reporter.values import metric_float, rank_key
+
 
 @dataclass(frozen=True)
 class ConfigSummary:
@@ -36,26 +38,25 @@ def _key(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def by_config(rows: Sequence[Mapping[str, Any]], metric: str, mode: str) -> list[ConfigSummary]:
-    """Configs with at least one seed that completed with a finite ``metric``, best mean first."""
+    """Configs with at least one seed that completed with ``metric``, best mean first.
+    A seed that diverged (NaN, an infinity) makes its config's mean non-finite: ranked last."""
     groups: dict[tuple[tuple[str, str], ...], list[Mapping[str, Any]]] = {}
     for row in rows:
         groups.setdefault(_key(row["params"]), []).append(row)
     out = []
     for members in groups.values():
-        good = [r for r in members if r["state"] == "completed" and _finite((r["metrics"] or {}).get(metric))]
+        good = [(r, v) for r in members if r["state"] == "completed"
+                and (v := metric_float((r["metrics"] or {}).get(metric))) is not None]
         if not good:
             continue
-        values = [float(r["metrics"][metric]) for r in good]
+        values = [v for _, v in good]
         params = {k: v for k, v in members[0]["params"].items() if k != "seed"}
-        std = statistics.stdev(values) if len(values) > 1 else None
+        finite = all(math.isfinite(v) for v in values)
+        std = statistics.stdev(values) if len(values) > 1 and finite else None
         out.append(ConfigSummary(params, statistics.fmean(values), std, len(values), len(members),
-                                 tuple(r["params"].get("seed") for r in good)))
-    out.sort(key=lambda c: c.mean, reverse=(mode == "max"))
+                                 tuple(r["params"].get("seed") for r, _ in good)))
+    out.sort(key=lambda c: rank_key(c.mean, mode))
     return out
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
