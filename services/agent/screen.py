@@ -89,8 +89,9 @@ class Screen:
             if problem is not None:
                 return self._skip("name", number, problem)
         if len(self._names) + len(new) > self.limits.metric_names:
-            return self._skip("names", number, f"metric {new[0][:80]!r} would be distinct name number "
-                                               f"{len(self._names) + 1} (limits.metric_names = {self.limits.metric_names})")
+            more = f" and {len(new) - 1} more new names" if len(new) > 1 else ""
+            return self._skip("names", number, f"metric {new[0][:80]!r}{more} would make {len(self._names) + len(new)} "
+                                               f"distinct names (limits.metric_names = {self.limits.metric_names})")
         self._names.update(new)
         return points
 

@@ -43,7 +43,7 @@ raw('{"step": 6, "loss": 0.5}\n')
     assert final.warnings[0].startswith("skipped 1 line: metric name is 10000 characters long (limit 200)")
     assert "(first at line 2)" in final.warnings[0]
     assert "control character" in final.warnings[1] and "(first at line 3)" in final.warnings[1]
-    assert "distinct name number 4" in final.warnings[2] and "(first at line 5)" in final.warnings[2]
+    assert "would make 4 distinct names" in final.warnings[2] and "(first at line 5)" in final.warnings[2]
 
 
 def test_a_flood_of_lines_is_rate_limited_not_fatal(kit: Any) -> None:

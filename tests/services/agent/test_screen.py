@@ -62,7 +62,7 @@ def test_past_the_distinct_name_limit_new_names_are_skipped_known_ones_pass() ->
     assert screen.admit(2, '{"step": 2, "c": 1}') is None  # a fourth name
     assert screen.admit(3, '{"step": 3, "a": 1, "restored": 2}') is not None
     assert screen.skipped == 1
-    assert "distinct name number 4 (limits.metric_names = 3)" in screen.warnings()[0]
+    assert "would make 4 distinct names (limits.metric_names = 3)" in screen.warnings()[0]
 
 
 def test_the_rate_is_a_token_bucket_and_checkpoints_are_exempt() -> None:
