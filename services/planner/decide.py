@@ -81,6 +81,9 @@ class TrialUpdate:
     params: dict[str, Any] | None = None  # new params for the next attempt (OOM halving, a promotion's budget)
     add_seconds: float = 0.0  # running time to add to the trial's total
     rungs: dict[int, float] | None = None  # successive-halving values to merge into the trial's rungs
+    # What the agent skipped or cut from a run's output: merged into the trial's, without repeats.
+    flags: tuple[str, ...] | None = None
+    warnings: tuple[str, ...] | None = None
 
 
 def merged(first: TrialUpdate, then: TrialUpdate) -> TrialUpdate | None:
@@ -99,11 +102,16 @@ def merged(first: TrialUpdate, then: TrialUpdate) -> TrialUpdate | None:
     def union(a: dict[Any, Any] | None, b: dict[Any, Any] | None) -> dict[Any, Any] | None:
         return None if a is None and b is None else {**(a or {}), **(b or {})}
 
+    def both(name: str) -> tuple[str, ...] | None:
+        a, b = getattr(first, name), getattr(then, name)
+        return None if a is None and b is None else tuple(dict.fromkeys((*(a or ()), *(b or ()))))
+
     return TrialUpdate(
         then.state, then.attempt, then.failures, then.preemptions, metrics=union(first.metrics, then.metrics),
         error=later("error"), started=first.started or then.started, finished=first.finished or then.finished,
         agent=later("agent"), run_id=later("run_id"), losses=later("losses"), params=later("params"),
         add_seconds=first.add_seconds + then.add_seconds, rungs=union(first.rungs, then.rungs),
+        flags=both("flags"), warnings=both("warnings"),
     )
 
 
@@ -267,7 +275,8 @@ def _finished(sweep: SweepState, trial: TrialView, event: TrialFinished, run_end
     # Every ended attempt carries its last values; the store merges them in
     # attempt order, so final metrics are the last value of each name over
     # all attempts (a resumed attempt need not re-report what came before).
-    base: dict[str, Any] = dict(metrics=event.metrics or None, agent=event.agent or None, add_seconds=event.duration or 0.0)
+    base: dict[str, Any] = dict(metrics=event.metrics or None, agent=event.agent or None, add_seconds=event.duration or 0.0,
+                                flags=tuple(event.flags) or None, warnings=tuple(event.warnings) or None)
     again = dict(base, losses=0)  # a new attempt: its loss count starts over
     done = dict(base, finished=True)
     n, f, p = trial.attempt, trial.failures, trial.preemptions

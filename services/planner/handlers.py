@@ -17,24 +17,26 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from spotsweep.services.planner import store
+from spotsweep.services.planner.bodies import REJECTED, decoded_body, header_sweep_id, new_sweep_id, safe_name, submission_id
 from spotsweep.services.planner.decide import Decision, TrialUpdate
 from spotsweep.services.planner.events import Applied, apply, reads_trials
 from spotsweep.services.planner.extend import extended
 from spotsweep.services.planner.launch import top_up
 from spotsweep.services.planner.outbox import publish_pending, trial_message
 from spotsweep.services.planner.search import Search
+from spotsweep.services.planner.untrusted import bare, cleaned
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
 from spotsweep.shared.db import Conn, Database
 from spotsweep.shared.db.journal import journal
-from spotsweep.shared.errors import DecodeError, PermanentError, SpecError
+from spotsweep.shared.errors import DecodeError, PermanentError, RetryableError, SpecError
+from spotsweep.shared.limits import MAX_TOTAL_TRIALS, cap_text
 from spotsweep.shared.messages import (
     CancelSweep, StopTrial, TrialFinished, TrialLost, TrialProgress, TrialStarted, decode, encode, unpack,
 )
@@ -107,10 +109,6 @@ class PlannerDeps:
         return value
 
 
-def new_sweep_id(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
 def submission(spec: SweepSpec, sweep_id: str) -> Outgoing:
     """The message ``handle_sweep_message`` accepts: the spec as a JSON body."""
     body = json.dumps(spec.to_json_dict()).encode()
@@ -132,46 +130,90 @@ def extension(sweep_id: str, version: int, trials: int = 0, budget: dict[str, An
 
 
 def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
-    """A spec to start, or a command (header ``kind``: ``cancel``, ``extend``) about a sweep."""
+    """A spec to start, or a command (header ``kind``: ``cancel``, ``extend``) about a sweep.
+
+    The message is untrusted (:mod:`.bodies`): a bad id or an undecodable body
+    raises :class:`DecodeError` (dead-lettered with the reason); any other
+    failure to accept a spec records the sweep as ``rejected`` with the
+    reason, so whoever waits on it sees it end."""
     headers = delivery.headers
-    if headers.get("kind") == "cancel":
-        _cancel(str(headers.get("sweep_id") or ""), deps)
-        delivery.ack()
-        return
-    if headers.get("kind") == "extend":
-        _extend(str(headers.get("sweep_id") or ""), delivery.body, deps)
-        delivery.ack()
-        return
-    sweep_id = str(headers.get("sweep_id") or delivery.message_id or "")
+    kind = headers.get("kind")
+    if kind == "cancel":
+        _cancel(_command_id(headers, "cancel"), deps)
+    elif kind == "extend":
+        _extend(_command_id(headers, "extend"), delivery.body, deps)
+    elif kind is not None:
+        raise DecodeError(f"unknown command kind {cap_text(repr(kind), 80)} (cancel, extend, or none for a spec)")
+    else:
+        _submit(delivery, deps)
+    delivery.ack()
+
+
+def _command_id(headers: dict[str, Any], kind: str) -> str:
+    sweep_id = header_sweep_id(headers, f"{kind} command")
+    if sweep_id is None:
+        raise DecodeError(f"{kind} command without a sweep_id header")
+    return sweep_id
+
+
+def _submit(delivery: Delivery, deps: PlannerDeps) -> None:
     try:
-        data = json.loads(delivery.body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        if sweep_id:
-            with deps.db.transaction() as conn:
-                store.insert_rejected(conn, sweep_id, "?", f"body is not JSON: {e}")
-        raise DecodeError(f"sweep message body is not JSON: {e}") from e
-    name = str(data.get("name", "?")) if isinstance(data, dict) else "?"
-    try:
-        spec = parse_spec(data)
-        search = Search(spec)
-    except SpecError as e:
-        sweep_id = sweep_id or new_sweep_id(name if name.isidentifier() else "rejected")
-        _log.warning("spec rejected", sweep_id=sweep_id, error=str(e))
-        with deps.db.transaction() as conn:
-            store.insert_rejected(conn, sweep_id, name, str(e))
-        delivery.ack()
-        return
-    sweep_id = sweep_id or new_sweep_id(spec.name)
+        data = decoded_body(delivery.body, "sweep submission")
+    except DecodeError as e:
+        sweep_id = submission_id(delivery.headers, delivery.message_id, None) if _named(delivery) else None
+        if sweep_id is not None:  # someone may wait on it: say why it never ran
+            _reject(deps, sweep_id, REJECTED, str(e))
+        raise
+    name = data.get("name") if isinstance(data, dict) else None
+    sweep_id = submission_id(delivery.headers, delivery.message_id, name)
+    with log.bound(sweep_id=sweep_id):
+        try:
+            spec, search = _accepted(data)
+        except RetryableError:
+            raise
+        except Exception as e:  # a spec error, or a search that cannot be built from it
+            _reject(deps, sweep_id, safe_name(name) or sweep_id, str(e) or type(e).__name__)
+            return
+        try:
+            _start(deps, sweep_id, spec, search)
+        except PermanentError as e:  # the database refused it: rolled back, recorded as rejected instead
+            _reject(deps, sweep_id, spec.name, f"the planner could not store the sweep: {e}")
+            return
+    publish_pending(deps, sweep_id)
+
+
+def _named(delivery: Delivery) -> bool:
+    return bool(delivery.headers.get("sweep_id") or delivery.message_id)
+
+
+def _accepted(data: Any) -> tuple[SweepSpec, Search]:
+    """The spec and its search, or the error that refuses them."""
+    spec = parse_spec(data)
+    total = total_trials(spec)
+    if total > MAX_TOTAL_TRIALS:  # parse_spec refuses these too; the database's bigint is the planner's own bound
+        raise SpecError([("space", f"the sweep would have {total:.3g} trials; at most 2^53 can be counted")])
+    return spec, Search(spec)
+
+
+def _start(deps: PlannerDeps, sweep_id: str, spec: SweepSpec, search: Search) -> None:
     raw = spec.to_json_dict()
-    with log.bound(sweep_id=sweep_id), deps.db.transaction() as conn:
+    with deps.db.transaction() as conn:
         total = total_trials(spec)
         if store.insert_sweep(conn, sweep_id, raw, spec.name, total, spec.priority):
+            if store.take_early_cancel(conn, sweep_id):
+                store.cancel_sweep(conn, sweep_id)
+                _log.info("sweep cancelled before it started (the cancel came first)", name=spec.name)
+                return
             _log.info("sweep accepted", name=spec.name, trials=total)
             top_up(conn, sweep_id, spec, search, deps.window)
         else:
             store.fill_tombstone(conn, sweep_id, raw, spec.name, total)
-    publish_pending(deps, sweep_id)
-    delivery.ack()
+
+
+def _reject(deps: PlannerDeps, sweep_id: str, name: str, error: str) -> None:
+    _log.warning("spec rejected", sweep_id=sweep_id, error=cap_text(error, 500))
+    with deps.db.transaction() as conn:
+        store.insert_rejected(conn, sweep_id, name, error)
 
 
 def handle_event(delivery: Delivery, deps: PlannerDeps) -> None:
@@ -201,7 +243,20 @@ def handle_events(deliveries: Sequence[Delivery], deps: PlannerDeps) -> None:
                 if one is not event:
                     over.add(one.message_id)
     for sweep_id, events in by_sweep.items():
-        _handle_sweep_events(sweep_id, events, deps, bodies, over)
+        try:
+            _handle_sweep_events(sweep_id, events, deps, bodies, over)
+        except RetryableError:
+            raise
+        except Exception as e:
+            # A trial's end is always recorded: without the values the
+            # database (or a decision on them) refused, with the reason.
+            reason = cap_text(str(e) or type(e).__name__, 500)
+            stripped = [bare(ev, reason) for ev in events]
+            if all(a is b for a, b in zip(stripped, events)):
+                raise
+            _log.error("trial ends recorded without their final values", sweep_id=sweep_id, reason=reason)
+            bodies.update((ev.message_id, encode(ev)) for ev, old in zip(stripped, events) if ev is not old)
+            _handle_sweep_events(sweep_id, stripped, deps, bodies, over)
 
 
 def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps, bodies: dict[str, bytes],
@@ -214,6 +269,7 @@ def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps, bo
             _log.warning("events for an unknown sweep", events=len(events))
             return
         spec, search = deps.stored_spec(conn, sweep_id, sweep["spec_version"])
+        events = _cleaned(events, spec, bodies)
         trials = store.get_trials(conn, [e.trial_id for e in events])  # one round trip, locked in a fixed order
         left = Counter(e.trial_id for e in events)
         # A start that came inside its run's end: its update is written with the
@@ -258,6 +314,20 @@ def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps, bo
     publish_pending(deps, sweep_id)
 
 
+def _cleaned(events: list[Any], spec: SweepSpec, bodies: dict[str, bytes]) -> list[Any]:
+    """The events without what the database cannot take (:mod:`.untrusted`);
+    a cleaned event is journaled as cleaned."""
+    out = []
+    for event in events:
+        clean = cleaned(event, spec.limits)
+        if clean is not event:
+            _log.warning("event values dropped", trial_id=event.trial_id, kind=event.kind,
+                         warnings=getattr(clean, "warnings", None))
+            bodies[clean.message_id] = encode(clean)
+        out.append(clean)
+    return out
+
+
 def _send_stop(deps: PlannerDeps, sweep_id: str, trial_id: str, decision: Decision) -> None:
     """Tell the agents to stop a run that must not go on (after the commit)."""
     if decision.stop is None:
@@ -269,8 +339,8 @@ def _send_stop(deps: PlannerDeps, sweep_id: str, trial_id: str, decision: Decisi
 
 
 def _extend(sweep_id: str, body: bytes, deps: PlannerDeps) -> None:
+    data = decoded_body(body, f"extend command for {sweep_id}")
     try:
-        data = json.loads(body)
         trials, budget, version = int(data.get("trials") or 0), dict(data.get("budget") or {}), int(data["version"])
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise DecodeError(f"extend command for {sweep_id!r}: body must be {{trials, budget, version}}: {e}") from e
@@ -294,10 +364,15 @@ def _extend(sweep_id: str, body: bytes, deps: PlannerDeps) -> None:
 
 
 def _cancel(sweep_id: str, deps: PlannerDeps) -> None:
-    if not sweep_id:
-        raise DecodeError("cancel command without a sweep_id header")
-    with deps.db.transaction() as conn:
+    """Cancel a known sweep (again: idempotent). An unknown id leaves no sweep
+    row: it is remembered a while, hidden, in case its submission is still
+    queued behind the cancel (which is posted at top priority)."""
+    with log.bound(sweep_id=sweep_id), deps.db.transaction() as conn:
         n = store.cancel_sweep(conn, sweep_id)
+        if n is None:
+            kept = store.remember_early_cancel(conn, sweep_id)
+            _log.warning("cancel of an unknown sweep", kept_for_its_submission=kept)
+            return
     _log.info("sweep cancelled", sweep_id=sweep_id, trials=n)
     _broadcast_cancel(deps, sweep_id)
 

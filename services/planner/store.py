@@ -11,10 +11,10 @@ from typing import Any
 from psycopg.types.json import Json, Jsonb
 
 from spotsweep.services.planner.decide import RetryPolicy, SweepState, TrialUpdate, TrialView
+from spotsweep.services.planner.untrusted import FLAGS, WARNINGS, pg_text
 from spotsweep.shared.db import Conn, Row
 from spotsweep.shared.messages import json_safe
 from spotsweep.shared.states import TrialState
-
 
 
 def trial_id_for(sweep_id: str, index: int) -> str:
@@ -32,7 +32,8 @@ def insert_sweep(conn: Conn, sweep_id: str, spec: dict[str, Any], name: str, tot
 
 
 def fill_tombstone(conn: Conn, sweep_id: str, spec: dict[str, Any], name: str, total: int) -> None:
-    """Record the spec of a sweep that was cancelled before it arrived (for reports)."""
+    """Record the spec of a sweep cancelled before it arrived, by a planner
+    before schema version 3 (which left a row without a spec; see :func:`take_early_cancel`)."""
     conn.execute(
         "UPDATE sweeps SET spec = %s, name = %s, total_trials = %s WHERE sweep_id = %s AND spec IS NULL AND state = 'cancelled'",
         (Json(spec), name, total, sweep_id),
@@ -43,7 +44,7 @@ def insert_rejected(conn: Conn, sweep_id: str, name: str, error: str) -> None:
     conn.execute(
         "INSERT INTO sweeps (sweep_id, name, state, error, finished_at) VALUES (%s, %s, 'rejected', %s, now())"
         " ON CONFLICT (sweep_id) DO NOTHING",
-        (sweep_id, name, error),
+        (sweep_id, name, pg_text(error)),
     )
 
 
@@ -170,16 +171,28 @@ def apply_update(conn: Conn, trial_id: str, u: TrialUpdate) -> None:
         " finished_at = CASE WHEN %s THEN now() ELSE finished_at END,"
         " run_id = COALESCE(%s, run_id), losses = COALESCE(%s, losses), params = COALESCE(%s, params),"
         " run_seconds = run_seconds + %s, rungs = rungs || COALESCE(%s, '{}'::jsonb),"
-        " run_started_at = CASE WHEN %s THEN now() ELSE run_started_at END"
+        " run_started_at = CASE WHEN %s THEN now() ELSE run_started_at END,"
+        f" flags = {_MERGED.format(column='flags', most=FLAGS)}, warnings = {_MERGED.format(column='warnings', most=WARNINGS)}"
         " WHERE trial_id = %s",
         (
             u.state.value, u.attempt, u.failures, u.preemptions,
-            Jsonb(json_safe(u.metrics)) if u.metrics is not None else None, u.state.value, u.error, u.agent,
+            Jsonb(json_safe(u.metrics)) if u.metrics is not None else None, u.state.value,
+            None if u.error is None else pg_text(u.error), u.agent,
             u.started, u.finished, u.run_id, u.losses, Jsonb(u.params) if u.params is not None else None,
             u.add_seconds, Jsonb(json_safe({str(k): v for k, v in u.rungs.items()})) if u.rungs else None,
-            u.started, trial_id,
+            u.started, *_twice(u.flags), *_twice(u.warnings), trial_id,
         ),
     )
+
+
+# An array column merged with new items: the old ones first, each item once, at most ``most``.
+_MERGED = ("CASE WHEN %s::text[] IS NULL THEN {column} ELSE ARRAY(SELECT x FROM unnest({column} || %s::text[])"
+           " WITH ORDINALITY AS u(x, o) GROUP BY x ORDER BY min(o) LIMIT {most}) END")
+
+
+def _twice(items: tuple[str, ...] | None) -> tuple[list[str] | None, list[str] | None]:
+    value = None if items is None else list(items)
+    return value, value
 
 
 def updated(row: Row, u: TrialUpdate) -> tuple[Row, TrialView]:
@@ -202,12 +215,13 @@ def updated(row: Row, u: TrialUpdate) -> tuple[Row, TrialView]:
 def finish_sweep(conn: Conn, sweep_id: str, state: str = "completed", error: str | None = None) -> None:
     conn.execute(
         "UPDATE sweeps SET state = %s, finished_at = now(), error = COALESCE(%s, error) WHERE sweep_id = %s AND state = 'running'",
-        (state, error, sweep_id),
+        (state, None if error is None else pg_text(error), sweep_id),
     )
 
 
 def fail_sweep(conn: Conn, sweep_id: str, error: str) -> int:
     """End the sweep as failed (its smoke stage failed): trials in flight are cancelled."""
+    error = pg_text(error)
     finish_sweep(conn, sweep_id, "failed", error)
     cur = conn.execute(
         "UPDATE trials SET state = 'cancelled', finished_at = now(), error = 'the sweep failed: ' || %s"
@@ -217,26 +231,47 @@ def fail_sweep(conn: Conn, sweep_id: str, error: str) -> int:
     return cur.rowcount
 
 
-def cancel_sweep(conn: Conn, sweep_id: str) -> int:
-    """Cancel the sweep and every trial not yet ended; returns trials cancelled.
-
-    A cancel can overtake its spec (it is posted at top priority): then a
-    tombstone row is left so that the spec, when it comes, starts nothing.
-    """
-    conn.execute(
-        "INSERT INTO sweeps (sweep_id, name, state, error, finished_at)"
-        " VALUES (%s, '?', 'cancelled', 'cancelled before the planner saw its spec', now()) ON CONFLICT DO NOTHING",
+def cancel_sweep(conn: Conn, sweep_id: str) -> int | None:
+    """Cancel the sweep and every trial not yet ended; returns trials cancelled,
+    or None when there is no such sweep (nothing is written)."""
+    cur = conn.execute(
+        "UPDATE sweeps SET state = CASE WHEN state = 'running' THEN 'cancelled' ELSE state END,"
+        " finished_at = CASE WHEN state = 'running' THEN now() ELSE finished_at END WHERE sweep_id = %s",
         (sweep_id,),
     )
-    conn.execute(
-        "UPDATE sweeps SET state = 'cancelled', finished_at = now() WHERE sweep_id = %s AND state = 'running'", (sweep_id,)
-    )
+    if cur.rowcount == 0:
+        return None
     cur = conn.execute(
         "UPDATE trials SET state = 'cancelled', finished_at = now(), error = 'cancelled by user'"
         " WHERE sweep_id = %s AND state IN ('pending', 'queued', 'running')",
         (sweep_id,),
     )
     return cur.rowcount
+
+
+# A cancel can overtake its spec (it is posted at top priority). It is kept
+# here, not as a sweep row (which every ``status`` would list for ever): a day
+# at most, and at most this many at once, so a flood of made-up ids costs
+# a bounded table nobody reads but the planner.
+EARLY_CANCELS = 10_000
+
+
+def remember_early_cancel(conn: Conn, sweep_id: str) -> bool:
+    """Keep a cancel of a sweep not seen yet; False when the table is full."""
+    conn.execute("DELETE FROM early_cancels WHERE received_at < now() - interval '1 day'")
+    cur = conn.execute(
+        "INSERT INTO early_cancels (sweep_id) SELECT %s WHERE (SELECT count(*) FROM early_cancels) < %s"
+        " ON CONFLICT DO NOTHING",
+        (sweep_id, EARLY_CANCELS),
+    )
+    return cur.rowcount == 1
+
+
+def take_early_cancel(conn: Conn, sweep_id: str) -> bool:
+    """Whether a cancel of this sweep came before its spec (and forget it)."""
+    cur = conn.execute("DELETE FROM early_cancels WHERE sweep_id = %s AND received_at >= now() - interval '1 day'",
+                       (sweep_id,))
+    return cur.rowcount > 0
 
 
 PENDING_PAGE = 100  # outbox rows published per confirmed batch

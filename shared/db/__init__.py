@@ -23,7 +23,7 @@ from spotsweep.shared.db.sqlstate import translated
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.settings import redact_url
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: trials.flags and trials.warnings
 Row = dict[str, Any]
 Conn = psycopg.Connection[Row]  # every connection here returns rows as dicts
 _MIGRATION_LOCK = 0x5907_5EE9  # pg_advisory_lock key: one migrator at a time

@@ -1,4 +1,4 @@
--- spotsweep results database, version 2 (idempotent: run whole on a new or a version-1 database).
+-- spotsweep results database, version 3 (idempotent: run whole on a new, a version-1 or a version-2 database).
 -- Public read API: the views trial_results and metric_points (docs/results.md).
 -- The tables behind them may change between versions; the views will not.
 
@@ -47,6 +47,14 @@ ALTER TABLE sweeps ADD COLUMN IF NOT EXISTS note text;                          
 ALTER TABLE sweeps ADD COLUMN IF NOT EXISTS spec_version int NOT NULL DEFAULT 0;       -- bumped by each `spotsweep extend`
 ALTER TABLE sweeps DROP CONSTRAINT IF EXISTS sweeps_state_check;
 ALTER TABLE sweeps ADD CONSTRAINT sweeps_state_check CHECK (state IN ('running', 'completed', 'cancelled', 'rejected', 'failed'));
+-- version 3: what the agent skipped or cut from a trial's output (tags such as skipped_lines; human text), over all attempts
+ALTER TABLE trials ADD COLUMN IF NOT EXISTS flags text[] NOT NULL DEFAULT '{}';
+ALTER TABLE trials ADD COLUMN IF NOT EXISTS warnings text[] NOT NULL DEFAULT '{}';
+-- version 3: cancels that came before their sweep's spec (kept a day; a cancel of an unknown sweep writes no sweeps row)
+CREATE TABLE IF NOT EXISTS early_cancels (
+    sweep_id    text PRIMARY KEY,
+    received_at timestamptz NOT NULL DEFAULT now()
+);
 CREATE INDEX IF NOT EXISTS trials_inflight ON trials (sweep_id) WHERE state IN ('pending', 'queued', 'running');
 CREATE INDEX IF NOT EXISTS trials_pending ON trials (state) WHERE state = 'pending';
 
@@ -77,7 +85,7 @@ CREATE OR REPLACE VIEW trial_results AS
 SELECT t.sweep_id, s.name AS sweep_name, t.trial_id, t.trial_name, t.state,
        t.params, t.metrics, t.attempt AS attempts, t.preemptions, t.error,
        t.started_at, t.finished_at, t.failures, t.losses, t.run_seconds, t.agent,
-       t.idx < 0 AS smoke, t.rungs
+       t.idx < 0 AS smoke, t.rungs, t.flags, t.warnings  -- new columns go last: CREATE OR REPLACE VIEW appends only
 FROM trials t JOIN sweeps s USING (sweep_id);
 
 CREATE OR REPLACE VIEW metric_points AS

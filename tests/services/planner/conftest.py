@@ -51,7 +51,7 @@ class Harness:
         except queue.Empty:
             return None
 
-    def submit(self, spec: dict[str, Any], sweep_id: str = "sw1") -> Any:
+    def submit(self, spec: dict[str, Any], sweep_id: str = "sw1-000000a0") -> Any:
         d = self.delivery(json.dumps(spec).encode(), {"sweep_id": sweep_id})
         handle_sweep_message(d, self.deps)
         return d

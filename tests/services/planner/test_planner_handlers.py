@@ -26,7 +26,7 @@ SPEC: dict[str, Any] = {
 }
 
 
-def submit(h: Any, delivery: Any, spec: dict[str, Any] | None = None, sweep_id: str = "sw1") -> Any:
+def submit(h: Any, delivery: Any, spec: dict[str, Any] | None = None, sweep_id: str = "sw1-000000a0") -> Any:
     return h.submit(spec or SPEC, sweep_id)
 
 
@@ -37,7 +37,7 @@ def finish(h: Any, delivery: Any, msg: TrialMessage, outcome: str = "completed",
 def test_submission_launches_max_concurrent_trials_with_rendered_commands(h: Any, delivery: Any) -> None:
     d = submit(h, delivery)
     assert d.settled == "ack"
-    sweep = h.sweep("sw1")
+    sweep = h.sweep("sw1-000000a0")
     assert (sweep["state"], sweep["total_trials"], sweep["next_index"]) == ("running", 6, 2)
     msgs = h.published(2)
     assert [m.argv for m in msgs] == [
@@ -45,7 +45,7 @@ def test_submission_launches_max_concurrent_trials_with_rendered_commands(h: Any
         ["python", "train.py", "--lr", "0.001", "--layers", "2"],
     ]
     assert all(m.attempt == 1 and m.metric == "val_loss" for m in msgs)
-    assert set(h.states("sw1").values()) == {"queued"}
+    assert set(h.states("sw1-000000a0").values()) == {"queued"}
     assert h.published() == []  # no more than max_concurrent in flight
 
 
@@ -54,7 +54,7 @@ def test_redelivered_submission_changes_nothing(h: Any, delivery: Any) -> None:
     submit(h, delivery)
     assert len(h.published(2)) == 2
     assert h.published() == []
-    assert h.sweep("sw1")["next_index"] == 2
+    assert h.sweep("sw1-000000a0")["next_index"] == 2
 
 
 def test_each_ending_trial_launches_the_next_until_the_sweep_completes(h: Any, delivery: Any) -> None:
@@ -63,12 +63,12 @@ def test_each_ending_trial_launches_the_next_until_the_sweep_completes(h: Any, d
     done = 0
     while inflight:
         msg = inflight.pop(0)
-        handle_event(delivery(encode(TrialStarted(sweep_id="sw1", trial_id=msg.trial_id, attempt=1, agent="a"))), h.deps)
+        handle_event(delivery(encode(TrialStarted(sweep_id="sw1-000000a0", trial_id=msg.trial_id, attempt=1, agent="a"))), h.deps)
         assert finish(h, delivery, msg, metrics={"val_loss": 1.0 / (msg.index + 1)}).settled == "ack"
         done += 1
         inflight += h.published(1 if done <= 4 else 0, timeout=0.5)
     assert done == 6
-    assert h.sweep("sw1")["state"] == "completed"
+    assert h.sweep("sw1-000000a0")["state"] == "completed"
     with h.db.transaction() as conn:
         rows = conn.execute("SELECT trial_name, state, metrics, attempts FROM trial_results ORDER BY trial_name").fetchall()
     assert [r["state"] for r in rows] == ["completed"] * 6
@@ -82,7 +82,7 @@ def test_crash_is_retried_as_a_new_attempt_then_marked_failed(h: Any, delivery: 
     retry = h.published(1)[0]
     assert (retry.trial_id, retry.attempt) == (first.trial_id, 2)
     finish(h, delivery, first, "completed")  # a late event of attempt 1 is fenced off
-    assert h.states("sw1")[first.trial_id] == "queued"
+    assert h.states("sw1-000000a0")[first.trial_id] == "queued"
     finish(h, delivery, retry, "failed", exit_code=1, error="ValueError: boom again")
     with h.db.transaction() as conn:
         row = conn.execute("SELECT state, error, attempts FROM trial_results WHERE trial_id = %s", (first.trial_id,)).fetchone()
@@ -92,19 +92,19 @@ def test_crash_is_retried_as_a_new_attempt_then_marked_failed(h: Any, delivery: 
 
 def test_invalid_spec_is_recorded_as_rejected_with_the_field(h: Any, delivery: Any) -> None:
     bad = {**SPEC, "space": {"lr": {"type": "uniform", "low": 1.0, "high": 0.5}}}
-    d = submit(h, delivery, bad, "bad1")
+    d = submit(h, delivery, bad, "bad1-000000a2")
     assert d.settled == "ack"
-    sweep = h.sweep("bad1")
+    sweep = h.sweep("bad1-000000a2")
     assert sweep["state"] == "rejected"
     assert "space.lr.low" in sweep["error"]
 
 
 def test_undecodable_messages_are_dead_lettered_and_the_planner_goes_on(h: Any, delivery: Any) -> None:
     handler = guarded(lambda d: handle_sweep_message(d, h.deps), "sweep")
-    d = delivery(b"\xff not json", {"sweep_id": "junk"})
+    d = delivery(b"\xff not json", {"sweep_id": "junk-000000a4"})
     handler(d)
     assert d.settled == "dead-letter"
-    assert h.sweep("junk")["state"] == "rejected"
+    assert h.sweep("junk-000000a4")["state"] == "rejected"
     e = delivery(b'{"kind": "trial.finished"}')
     guarded(lambda x: handle_event(x, h.deps), "event")(e)
     assert e.settled == "dead-letter"
@@ -124,26 +124,26 @@ class FlakyBroker(MemoryBroker):
 
 def test_trials_written_but_not_published_are_published_by_the_next_planner(h: Any, delivery: Any, database_url: str) -> None:
     crashed = PlannerDeps(db=h.db, broker=FlakyBroker())
-    d = delivery(json.dumps(SPEC).encode(), {"sweep_id": "sw2"})
+    d = delivery(json.dumps(SPEC).encode(), {"sweep_id": "sw2-000000a1"})
     with pytest.raises(RetryableError):
         handle_sweep_message(d, crashed)
     assert d.settled is None  # not acked: the broker would redeliver it
-    assert set(h.states("sw2").values()) == {"pending"}
+    assert set(h.states("sw2-000000a1").values()) == {"pending"}
     assert publish_pending(h.deps) == 2  # a restarted planner's recovery step
     assert sorted(m.index for m in h.published(2)) == [0, 1]
-    assert set(h.states("sw2").values()) == {"queued"}
-    submit(h, delivery, SPEC, "sw2")  # the redelivered submission adds nothing
+    assert set(h.states("sw2-000000a1").values()) == {"queued"}
+    submit(h, delivery, SPEC, "sw2-000000a1")  # the redelivered submission adds nothing
     assert h.published() == []
 
 
 def test_cancel_ends_the_sweep_and_its_trials(h: Any, delivery: Any) -> None:
     submit(h, delivery)
     h.published(2)
-    d = delivery(b"{}", {"kind": "cancel", "sweep_id": "sw1"})
+    d = delivery(b"{}", {"kind": "cancel", "sweep_id": "sw1-000000a0"})
     handle_sweep_message(d, h.deps)
     assert d.settled == "ack"
-    assert h.sweep("sw1")["state"] == "cancelled"
-    assert set(h.states("sw1").values()) == {"cancelled"}
+    assert h.sweep("sw1-000000a0")["state"] == "cancelled"
+    assert set(h.states("sw1-000000a0").values()) == {"cancelled"}
 
 
 def test_retry_policy_requeues_when_the_database_stays_down(delivery: Any) -> None:
@@ -185,11 +185,11 @@ def test_a_diverged_final_metric_is_stored_not_dead_lettered(h: Any, delivery: A
 
 
 def test_a_cancel_that_overtakes_its_spec_still_cancels_the_sweep(h: Any, delivery: Any) -> None:
-    handle_sweep_message(delivery(b"{}", {"kind": "cancel", "sweep_id": "early"}), h.deps)
-    d = submit(h, delivery, SPEC, "early")
+    handle_sweep_message(delivery(b"{}", {"kind": "cancel", "sweep_id": "early-000000a3"}), h.deps)
+    d = submit(h, delivery, SPEC, "early-000000a3")
     assert d.settled == "ack"
     assert h.published() == []
-    sweep = h.sweep("early")
+    sweep = h.sweep("early-000000a3")
     assert (sweep["state"], sweep["name"]) == ("cancelled", "grid")
 
 
@@ -199,23 +199,23 @@ def test_an_agent_that_missed_the_cancel_is_told_again(h: Any, delivery: Any) ->
     h.broker.consume(q, lambda d: (told.put(d.body), d.ack()), prefetch=10)
     submit(h, delivery)
     msg = h.published(2)[0]
-    handle_sweep_message(delivery(b"{}", {"kind": "cancel", "sweep_id": "sw1"}), h.deps)
+    handle_sweep_message(delivery(b"{}", {"kind": "cancel", "sweep_id": "sw1-000000a0"}), h.deps)
     assert decode(told.get(timeout=2)).kind == "sweep.cancel"  # type: ignore[attr-defined]
-    late = TrialStarted(sweep_id="sw1", trial_id=msg.trial_id, attempt=1, agent="late-agent")
+    late = TrialStarted(sweep_id="sw1-000000a0", trial_id=msg.trial_id, attempt=1, agent="late-agent")
     handle_event(delivery(encode(late)), h.deps)
-    assert decode(told.get(timeout=2)).sweep_id == "sw1"
-    assert h.states("sw1")[msg.trial_id] == "cancelled"
+    assert decode(told.get(timeout=2)).sweep_id == "sw1-000000a0"
+    assert h.states("sw1-000000a0")[msg.trial_id] == "cancelled"
 
 
 def test_a_failed_publish_is_retried_by_the_events_redelivery(h: Any, delivery: Any) -> None:
     submit(h, delivery, {**SPEC, "max_concurrent": 1})
     first = h.published(1)[0]
-    ev = TrialFinished(sweep_id="sw1", trial_id=first.trial_id, attempt=1, outcome="failed", error="x")
+    ev = TrialFinished(sweep_id="sw1-000000a0", trial_id=first.trial_id, attempt=1, outcome="failed", error="x")
     flaky = PlannerDeps(db=h.db, broker=FlakyBroker())
     d = delivery(encode(ev))
     with pytest.raises(RetryableError):
         handle_event(d, flaky)  # decision committed, publish failed, not acked
-    assert h.states("sw1")[first.trial_id] == "pending"
+    assert h.states("sw1-000000a0")[first.trial_id] == "pending"
     handle_event(delivery(encode(ev), redelivered=True), h.deps)  # the redelivery
     retry = h.published(1)[0]
     assert (retry.trial_id, retry.attempt) == (first.trial_id, 2)
@@ -225,8 +225,8 @@ def test_a_batch_of_events_of_two_sweeps_is_decided_in_order(h: Any, delivery: A
     """The planner consumes events in batches: a trial's start and end may arrive together."""
     from spotsweep.services.planner.handlers import handle_events
 
-    submit(h, delivery, {**SPEC, "max_concurrent": 1}, "one")
-    submit(h, delivery, {**SPEC, "max_concurrent": 1}, "two")
+    submit(h, delivery, {**SPEC, "max_concurrent": 1}, "one-000000a5")
+    submit(h, delivery, {**SPEC, "max_concurrent": 1}, "two-000000a6")
     msgs = h.published(2)
     batch = []
     for msg in msgs:
@@ -234,5 +234,5 @@ def test_a_batch_of_events_of_two_sweeps_is_decided_in_order(h: Any, delivery: A
         batch.append(delivery(encode(TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=1, outcome="completed",
                                                    run_id="r", metrics={"val_loss": 0.5}))))
     handle_events(batch, h.deps)
-    assert {h.states(s)[m.trial_id] for s, m in zip(("one", "two"), msgs)} == {"completed"}
-    assert sorted((m.sweep_id, m.index) for m in h.published(2)) == [("one", 1), ("two", 1)]  # each launched its next
+    assert {h.states(s)[m.trial_id] for s, m in zip(("one-000000a5", "two-000000a6"), msgs)} == {"completed"}
+    assert sorted((m.sweep_id, m.index) for m in h.published(2)) == [("one-000000a5", 1), ("two-000000a6", 1)]  # each launched its next

@@ -92,11 +92,11 @@ def drive(h: Any, sweep_id: str, restart_after: int | None = None) -> list[float
 
 
 def test_model_based_suggestions_are_rebuilt_from_the_database_after_a_planner_restart(h: Any) -> None:
-    straight = drive(h, "tpe-a")
-    restarted = drive(h, "tpe-b", restart_after=4)
+    straight = drive(h, "tpe-a-000000ad")
+    restarted = drive(h, "tpe-b-000000ae", restart_after=4)
     assert len(straight) == 8 and len(set(straight)) == 8
     assert restarted == straight  # the same history and seed give the same suggestions
-    assert h.sweep("tpe-b")["state"] == "completed"
+    assert h.sweep("tpe-b-000000ae")["state"] == "completed"
 
 
 def test_a_budget_cap_stops_launching_and_the_sweep_ends_with_the_reason(h: Any) -> None:
@@ -105,7 +105,7 @@ def test_a_budget_cap_stops_launching_and_the_sweep_ends_with_the_reason(h: Any)
     for _ in range(2):
         run(h, h.published(1)[0], 0.1, duration=3600.0)  # each trial takes a GPU-hour
     assert h.published(timeout=0.3) == []  # a third would pass 2.5 GPU-hours
-    sweep = h.sweep("sw1")
+    sweep = h.sweep("sw1-000000a0")
     assert sweep["state"] == "completed" and sweep["total_trials"] == 2 and "budget.max_gpu_hours" in sweep["note"]
 
 
@@ -128,9 +128,9 @@ def test_a_failing_smoke_trial_stops_the_sweep_before_the_rest_is_launched(h: An
     first, second = sorted(h.published(2), key=lambda m: m.trial_name)
     h.start(first, run_id="s0")
     h.finish(first, "failed", run_id="s0", error="Traceback...\nImportError: no module named flash_attn", exit_code=1)
-    sweep = h.sweep("sw1")
+    sweep = h.sweep("sw1-000000a0")
     assert sweep["state"] == "failed" and "smoke trial 0 failed: ImportError" in sweep["error"]
-    assert h.states("sw1")[second.trial_id] == "cancelled" and h.published(timeout=0.3) == []
+    assert h.states("sw1-000000a0")[second.trial_id] == "cancelled" and h.published(timeout=0.3) == []
 
 
 def test_extend_continues_a_finished_sweep_with_its_history(h: Any, delivery: Any) -> None:
@@ -140,17 +140,17 @@ def test_extend_continues_a_finished_sweep_with_its_history(h: Any, delivery: An
     first = h.published(2)
     for msg in first:
         run(h, msg, 0.1)
-    assert h.sweep("sw1")["state"] == "completed"
-    cmd = extension("sw1", version=0, trials=2)
+    assert h.sweep("sw1-000000a0")["state"] == "completed"
+    cmd = extension("sw1-000000a0", version=0, trials=2)
     d = delivery(cmd.body, cmd.headers)
     handle_sweep_message(d, h.deps)
     handle_sweep_message(delivery(cmd.body, cmd.headers, redelivered=True), h.deps)  # applied once
     more = h.published(2)
     assert [m.index for m in more] == [2, 3] and h.published(timeout=0.3) == []
-    assert h.sweep("sw1")["state"] == "running" and h.sweep("sw1")["total_trials"] == 4
+    assert h.sweep("sw1-000000a0")["state"] == "running" and h.sweep("sw1-000000a0")["total_trials"] == 4
     for msg in more:
         run(h, msg, 0.2)
-    assert h.sweep("sw1")["state"] == "completed"
+    assert h.sweep("sw1-000000a0")["state"] == "completed"
     assert [h.trial(m.trial_id)["params"] for m in first] == [m.params for m in first]  # history intact
 
 
@@ -186,7 +186,7 @@ def test_a_promotion_that_would_pass_a_cap_completes_the_trial_at_its_rung(h: An
     assert (row["state"], row["params"]["steps"], row["attempts"]) == ("completed", 3, 2)
     assert row["rungs"] == {"1": 0.5, "3": 0.4} and row["metrics"] == {"loss": 0.4}
     assert h.published(timeout=0.3) == []  # and no new trial: it could not be promoted either
-    sweep = h.sweep("sw1")
+    sweep = h.sweep("sw1-000000a0")
     assert sweep["state"] == "completed" and sweep["total_trials"] == 1
     assert sweep["note"].startswith("budget.max_gpu_hours: 3.00 GPU-h used, 9.00 expected with the promotion, the cap is 4.5")
 
@@ -199,13 +199,13 @@ def test_asha_charges_a_new_trial_its_first_rung_not_a_whole_trial(h: Any) -> No
         msg = h.published(1)[0]
     # The next trial is charged 1 step (an hour): 10 <= 12. A whole trial (9 hours) would not fit.
     assert (msg.index, msg.params["steps"]) == (1, 1)
-    assert h.trial("sw1.0")["params"]["steps"] == 9
+    assert h.trial("sw1-000000a0.0")["params"]["steps"] == 9
     for index in (1, 2, 3):  # 10, 11, then 12 GPU-hours: each pruned at rung 1
         assert msg.index == index
         run(h, msg, 0.9, duration=HOUR)
         msg = next(iter(h.published(timeout=0.3)), msg)
-    assert h.states("sw1") == {"sw1.0": "completed", "sw1.1": "pruned", "sw1.2": "pruned", "sw1.3": "pruned"}
-    sweep = h.sweep("sw1")
+    assert h.states("sw1-000000a0") == {"sw1-000000a0.0": "completed", "sw1-000000a0.1": "pruned", "sw1-000000a0.2": "pruned", "sw1-000000a0.3": "pruned"}
+    sweep = h.sweep("sw1-000000a0")
     assert sweep["state"] == "completed"
     assert sweep["note"] == "budget.max_gpu_hours: 12.00 GPU-h used, 13.00 expected with one more trial, the cap is 12"
 
@@ -217,7 +217,7 @@ def test_a_cost_cap_stops_launching_at_the_price(h: Any) -> None:
     for _ in range(2):
         run(h, h.published(1)[0], 0.1, duration=HOUR)  # 2.00 a trial
     assert h.published(timeout=0.3) == []  # a third would spend 6.00
-    sweep = h.sweep("sw1")
+    sweep = h.sweep("sw1-000000a0")
     assert sweep["state"] == "completed" and sweep["total_trials"] == 2
     assert sweep["note"] == "budget.max_cost: 4.00 spent, 6.00 expected with one more trial, the cap is 5"
 
@@ -241,10 +241,10 @@ def test_wall_time_refuses_a_trial_that_could_not_finish_in_time(h: Any) -> None
     run(h, h.published(1)[0], 0.1, duration=600.0)  # trials take 10 minutes
     second = h.published(1)[0]
     h.start(second, run_id="s")
-    age(h, "sw1", 3300, trials="in flight")  # the sweep has been running 55 minutes when the second ends
+    age(h, "sw1-000000a0", 3300, trials="in flight")  # the sweep has been running 55 minutes when the second ends
     h.finish(second, "completed", run_id="s", metrics={"loss": 0.2}, duration=600.0)
     assert h.published(timeout=0.3) == []  # 55 + 10 minutes would pass the hour
-    sweep = h.sweep("sw1")
+    sweep = h.sweep("sw1-000000a0")
     assert sweep["state"] == "completed" and sweep["total_trials"] == 2
     assert sweep["note"].startswith("budget.wall_time: 3300s elapsed, a trial takes about 600s, the cap is 3600s")
 
@@ -254,15 +254,15 @@ def test_extend_after_a_cap_with_a_larger_budget_runs_on(h: Any, delivery: Any) 
     h.submit(spec)
     for _ in range(2):
         run(h, h.published(1)[0], 0.1, duration=HOUR)
-    assert h.sweep("sw1")["state"] == "completed" and h.sweep("sw1")["total_trials"] == 2
-    cmd = extension("sw1", version=0, budget={"max_gpu_hours": 4.5})
+    assert h.sweep("sw1-000000a0")["state"] == "completed" and h.sweep("sw1-000000a0")["total_trials"] == 2
+    cmd = extension("sw1-000000a0", version=0, budget={"max_gpu_hours": 4.5})
     handle_sweep_message(delivery(cmd.body, cmd.headers), h.deps)
     third = h.published(1)[0]
-    assert third.index == 2 and h.sweep("sw1")["state"] == "running" and h.sweep("sw1")["note"] is None
+    assert third.index == 2 and h.sweep("sw1-000000a0")["state"] == "running" and h.sweep("sw1-000000a0")["note"] is None
     run(h, third, 0.1, duration=HOUR)
     run(h, h.published(1)[0], 0.1, duration=HOUR)
     assert h.published(timeout=0.3) == []  # 4 GPU-hours used: a fifth would pass 4.5
-    sweep = h.sweep("sw1")
+    sweep = h.sweep("sw1-000000a0")
     assert sweep["state"] == "completed" and sweep["total_trials"] == 4 and "the cap is 4.5" in sweep["note"]
 
 
@@ -270,22 +270,22 @@ def test_the_time_a_finished_sweep_waited_for_extend_does_not_count_against_wall
     h.submit({**WALL, "space": {"x": list(range(4))}, "strategy": {"type": "grid", "max_trials": 2}})
     for _ in range(2):
         run(h, h.published(1)[0], 0.1, duration=60.0)
-    assert h.sweep("sw1")["state"] == "completed"
-    age(h, "sw1", 86400)  # it ended a day ago, after running for a moment
-    cmd = extension("sw1", version=0, trials=2)
+    assert h.sweep("sw1-000000a0")["state"] == "completed"
+    age(h, "sw1-000000a0", 86400)  # it ended a day ago, after running for a moment
+    cmd = extension("sw1-000000a0", version=0, trials=2)
     handle_sweep_message(delivery(cmd.body, cmd.headers), h.deps)
     more = h.published(1)
-    assert [m.index for m in more] == [2] and h.sweep("sw1")["note"] is None
+    assert [m.index for m in more] == [2] and h.sweep("sw1-000000a0")["note"] is None
 
 
 def test_a_smoke_trial_with_a_nan_objective_fails_the_sweep_with_a_clear_error(h: Any) -> None:
     h.submit(SMOKE)
     first, second = sorted(h.published(2), key=lambda m: m.trial_name)
     run(h, first, float("nan"))
-    sweep = h.sweep("sw1")
+    sweep = h.sweep("sw1-000000a0")
     assert sweep["state"] == "failed"
     assert sweep["error"].startswith("smoke trial 0 completed with loss = nan: not a finite number (did the run diverge?)")
-    assert h.states("sw1")[second.trial_id] == "cancelled" and h.published(timeout=0.3) == []
+    assert h.states("sw1-000000a0")[second.trial_id] == "cancelled" and h.published(timeout=0.3) == []
 
 
 def test_median_stopping_judges_the_first_step_of_an_event_that_carries_several(h: Any) -> None:
@@ -322,16 +322,16 @@ def drive_nsga2(h: Any, sweep_id: str, restart_after: int | None = None) -> list
 
 
 def test_nsga2_generations_and_parents_live_in_the_database_across_a_planner_restart(h: Any) -> None:
-    straight = drive_nsga2(h, "nsga-a")
-    restarted = drive_nsga2(h, "nsga-b", restart_after=6)  # mid generation 1: its parents come from the database
+    straight = drive_nsga2(h, "nsga-a-000000af")
+    restarted = drive_nsga2(h, "nsga-b-000000b0", restart_after=6)  # mid generation 1: its parents come from the database
     assert len(straight) == 12 and restarted == straight
     with h.db.transaction() as conn:
         generations = [r["g"] for r in conn.execute(
-            "SELECT (search_attrs->>'NSGAIISampler:generation')::int AS g FROM trials WHERE sweep_id = 'nsga-b' ORDER BY idx")]
+            "SELECT (search_attrs->>'NSGAIISampler:generation')::int AS g FROM trials WHERE sweep_id = 'nsga-b-000000b0' ORDER BY idx")]
     # The sampler's per-trial state, persisted with each trial: generations follow each other (a trial launched
     # while the last of a generation still runs is drawn from that generation).
     assert generations == sorted(generations) and generations[0] == 0 and generations[-1] >= 2, generations
-    assert {"NSGAIISampler:parent:1", "NSGAIISampler:parent:2"} <= set(h.sweep("nsga-b")["search_attrs"])  # and the study's
+    assert {"NSGAIISampler:parent:1", "NSGAIISampler:parent:2"} <= set(h.sweep("nsga-b-000000b0")["search_attrs"])  # and the study's
 
 
 def test_a_model_based_sampler_is_told_the_curves_of_pruned_trials(h: Any, monkeypatch: Any) -> None:

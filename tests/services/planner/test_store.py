@@ -30,7 +30,7 @@ UPDATES = [
 @pytest.mark.parametrize("first", UPDATES, ids=lambda u: u.state.value)
 @pytest.mark.parametrize("second", UPDATES, ids=lambda u: u.state.value)
 def test_updated_matches_the_row_apply_update_writes(h: Any, first: TrialUpdate, second: TrialUpdate) -> None:
-    h.submit(SPEC, "st")
+    h.submit(SPEC, "st-000000aa")
     trial_id = h.published(2)[0].trial_id
     with h.db.transaction() as conn:
         row, _ = store.get_trial(conn, trial_id) or pytest.fail("no trial")
@@ -45,7 +45,7 @@ def test_updated_matches_the_row_apply_update_writes(h: Any, first: TrialUpdate,
 def test_only_the_queued_mark_skips_the_wait_for_the_disk(h: Any) -> None:
     """The outbox's mark may be lost in a crash (the trial is published again
     and its second run stopped); the transactions that decide must not be."""
-    h.submit(SPEC, "sq")
+    h.submit(SPEC, "sq-000000ab")
     trial_id = h.published(2)[0].trial_id
     with h.db.transaction() as conn:
         store.mark_queued(conn, [trial_id])
@@ -60,7 +60,7 @@ def test_only_the_queued_mark_skips_the_wait_for_the_disk(h: Any) -> None:
 def test_a_merged_update_writes_what_the_two_in_order_write(h: Any, first: TrialUpdate, second: TrialUpdate) -> None:
     """A short run's start and end are written with one UPDATE: the row must be
     the one the two UPDATEs in order leave (or the merge must refuse)."""
-    h.submit(SPEC, "sm")
+    h.submit(SPEC, "sm-000000ac")
     one, two = (m.trial_id for m in h.published(2))
     with h.db.transaction() as conn:
         for trial_id in (one, two):  # a history to overwrite or keep: an earlier attempt's error and metrics
