@@ -107,3 +107,44 @@ def test_an_agent_does_not_load_the_planner_s_numerics(tmp_path: Path) -> None:
         proc.kill()
         proc.wait()
     assert "_multiarray_umath" not in maps and "openblas" not in maps and "scipy" not in maps
+
+
+def test_cancel_and_extend_of_an_unknown_sweep_are_refused_and_post_nothing(database_url: str) -> None:
+    """A typo (or a 100 KB id) is refused with exit 2 before anything is posted: the broker here is unreachable,
+    so a post would exit 69; the planner never sees the id and writes no row for it."""
+    env = {"SPOTSWEEP_DATABASE_URL": database_url, "SPOTSWEEP_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/%2F"}
+    proc = cli("cancel", "nope-0000000a", env=env)
+    assert proc.returncode == 2 and "no sweep with id 'nope-0000000a'" in proc.stderr and "Traceback" not in proc.stderr
+    huge = "x\x1b[2J" * 20_000
+    for command in (["cancel", huge], ["extend", huge, "--trials", "1"]):
+        proc = cli(*command, env=env)
+        assert proc.returncode == 2 and "no sweep with id 'x\\\\x1b[2Jx" in proc.stderr, proc.stderr[:500]
+        assert "\x1b" not in proc.stderr and len(proc.stderr) < 2000
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:  # a row an older planner let in under a raw header
+        conn.execute("INSERT INTO sweeps (sweep_id, name, state) VALUES ('../../evil/x', 'x', 'running')")
+        assert conn.execute("SELECT count(*) FROM sweeps").fetchone() == (1,)
+    proc = cli("cancel", "../../evil/x", env=env)
+    assert proc.returncode == 2 and "is not of the form NAME-<8 hex digits>" in proc.stderr
+
+
+def test_report_metrics_flag_names_what_is_missing(database_url: str) -> None:
+    import psycopg
+
+    from spotsweep.shared.db import Database
+
+    Database(database_url).migrate()
+    spec = {"name": "m", "command": ["t"], "metric": {"name": "loss"}, "space": {"x": [1]}}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO sweeps (sweep_id, name, spec, state, total_trials) VALUES ('m-0000000a', 'm', %s,"
+                     " 'completed', 1)", (json.dumps(spec),))
+        conn.execute("INSERT INTO trials (trial_id, sweep_id, idx, trial_name, params, state, metrics) VALUES"
+                     " ('m.0', 'm-0000000a', 0, 'm_0', '{\"x\": 1}', 'completed', '{\"loss\": \"NaN\", \"acc\": 0.5}')")
+    env = {"SPOTSWEEP_DATABASE_URL": database_url}
+    proc = cli("report", "m-0000000a", "--metrics", "acc", env=env)
+    assert proc.returncode == 0 and " nan " in proc.stdout and "0.5" in proc.stdout, proc.stderr
+    proc = cli("report", "m-0000000a", "--metrics", "accuracy", env=env)
+    assert proc.returncode == 2 and "--metrics: no trial of this sweep reported 'accuracy' (2 metric(s): loss, acc)" in proc.stderr
+    proc = cli("report", "m-0000000a", "--metrics", ",", env=env)
+    assert proc.returncode == 2 and "expected NAME,NAME" in proc.stderr
