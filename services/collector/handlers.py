@@ -47,7 +47,7 @@ _STAGE = (
 )
 _NAMES = Limits(metric_name_chars=HARD_METRIC_NAME_CHARS)  # what the database can index, whatever the spec allows
 _STEPS = (-(2**63), 2**63 - 1)  # points.step is a bigint
-Point = tuple[str, str | None, int | None, int, str, float]
+Point = tuple[str, str, int, int, str, float]  # a row of points, in _COLUMNS order
 
 
 @dataclass

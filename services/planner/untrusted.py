@@ -54,7 +54,7 @@ def cleaned(event: E, limits: Limits) -> E:
             update[name] = pg_text(value, limit)
     if isinstance(event, TrialFinished):
         update.update(_finished(event, limits))
-    return event.model_copy(update=update) if update else event
+    return event.model_copy(update=update) if update else event  # type: ignore[return-value]
 
 
 def _finished(event: TrialFinished, limits: Limits) -> dict[str, Any]:
