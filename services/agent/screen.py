@@ -68,18 +68,21 @@ class Screen:
     def admit(self, number: int, item: str | BadLine) -> Parsed | None:
         """The parsed line ``number`` if it gets through, else None (and it is counted)."""
         if isinstance(item, BadLine):
-            return self._skip("too_long", number, item.reason)
+            self._skip("too_long", number, item.reason)
+            return None
         checkpoint = _CHECKPOINT_KEY in item  # cheap, before parsing: over the rate a line costs no parse
         if not checkpoint and not self._take_token():
-            return self._skip("rate", number, f"over {self.limits.lines_per_second:g} lines a second after a burst of "
-                                              f"{self.limits.line_burst} (limits.lines_per_second, limits.line_burst)")
+            self._skip("rate", number, self._over_rate())
+            return None
         parsed = parse_line(item)
         if isinstance(parsed, BadLine):
-            return self._skip("invalid", number, parsed.reason)
+            self._skip("invalid", number, parsed.reason)
+            return None
         if isinstance(parsed, Checkpoint | Heartbeat):
             return parsed
         if checkpoint and not self._take_token():  # a metric named "checkpoint"'s line after all
-            return self._skip("rate", number, "over the rate (limits.lines_per_second)")
+            self._skip("rate", number, self._over_rate())
+            return None
         return self._names_ok(number, parsed)
 
     def _names_ok(self, number: int, points: Points) -> Points | None:
@@ -87,13 +90,19 @@ class Screen:
         for name in new:
             problem = metric_name_problem(name, self.limits)
             if problem is not None:
-                return self._skip("name", number, problem)
+                self._skip("name", number, problem)
+                return None
         if len(self._names) + len(new) > self.limits.metric_names:
             more = f" and {len(new) - 1} more new names" if len(new) > 1 else ""
-            return self._skip("names", number, f"metric {new[0][:80]!r}{more} would make {len(self._names) + len(new)} "
-                                               f"distinct names (limits.metric_names = {self.limits.metric_names})")
+            self._skip("names", number, f"metric {new[0][:80]!r}{more} would make {len(self._names) + len(new)} "
+                                        f"distinct names (limits.metric_names = {self.limits.metric_names})")
+            return None
         self._names.update(new)
         return points
+
+    def _over_rate(self) -> str:
+        return (f"over {self.limits.lines_per_second:g} lines a second after a burst of {self.limits.line_burst} "
+                "(limits.lines_per_second, limits.line_burst)")
 
     def _take_token(self) -> bool:
         now = self._clock()
@@ -117,7 +126,6 @@ class Screen:
             _log.warning("metrics line skipped", reason=cap_text(reason, 200), line=number, trial_id=self._trial_id)
         else:
             seen.count += 1
-        return None
 
     def note(self, flag: str, warning: str) -> None:
         """Record something skipped or cut outside the lines (a refused file, a truncated log)."""

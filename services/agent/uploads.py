@@ -18,7 +18,7 @@ import tempfile
 import uuid
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.checkpoint_layout import loss_prefix
@@ -135,7 +135,7 @@ def _same_file(path: Path, f: BinaryIO) -> bool:
     return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
-def _copy_range(fd: int, start: int, end: int, into: BinaryIO, chunk: int = 1 << 20) -> None:
+def _copy_range(fd: int, start: int, end: int, into: IO[bytes], chunk: int = 1 << 20) -> None:
     while start < end:
         data = os.pread(fd, min(chunk, end - start), start)
         if not data:
