@@ -1,0 +1,196 @@
+"""The JSON API: the same data the pages draw, for scripts and the pages' own polling.
+
+Each handler runs its queries in Starlette's thread pool (the database
+layer is synchronous, one connection per thread). Unknown ids answer 404
+with ``{"error": ...}``; bodies are strict JSON (:func:`.present.dumps`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from datetime import datetime, timezone
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from spotsweep.services.reporter.web import importance as imp
+from spotsweep.services.reporter.web import present, queries
+from spotsweep.services.reporter.web.downsample import downsample
+from spotsweep.shared.db import Database
+from spotsweep.shared.errors import SpecError
+from spotsweep.shared.spec import parse_spec
+
+MAX_POINTS, MAX_POINTS_LIMIT = 500, 10_000
+CURVES, CURVES_LIMIT = 100, 1000
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(present.dumps(body), status_code=status, media_type="application/json")
+
+
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HTTPException(400, f"{name} must be an integer (got {raw!r})") from None
+    if not low <= value <= high:
+        raise HTTPException(400, f"{name} must be between {low} and {high} (got {value})")
+    return value
+
+
+class Api:
+    """Handlers over one database; ``importance`` results are cached per
+    sweep state (they change only when a trial completes)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._importance: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+
+    def _sweep(self, sweep_id: str) -> dict[str, Any]:
+        with self.db.transaction() as conn:
+            row = queries.sweep(conn, sweep_id)
+        if row is None:
+            raise HTTPException(404, f"no sweep with id {sweep_id!r}")
+        return row
+
+    # -- sync bodies, run in the thread pool --------------------------------------
+
+    def sweeps_body(self) -> list[dict[str, Any]]:
+        now = datetime.now(timezone.utc)
+        with self.db.transaction() as conn:
+            rows = queries.sweeps(conn)
+        return [present.sweep_json(r, r["counts"], r["best"], queries.age(r["created_at"], now)) for r in rows]
+
+    def sweep_body(self, sweep_id: str) -> dict[str, Any]:
+        """One sweep: its header, counts, best, metric names and space (for the page's charts)."""
+        row = self._sweep(sweep_id)
+        with self.db.transaction() as conn:
+            counts = queries.counts(conn, sweep_id)
+            best = queries.best_so_far(conn, sweep_id, row["metric"], row["mode"]) if row["metric"] else []
+            sample = [r["trial_id"] for r in conn.execute(
+                "SELECT trial_id FROM trial_results WHERE sweep_id = %s AND state = 'running' LIMIT 20", (sweep_id,))]
+            metrics = queries.metric_names(conn, sweep_id, sample)
+        body = present.sweep_json(row, counts, best[-1]["value"] if best else None,
+                                  queries.age(row["created_at"], datetime.now(timezone.utc)))
+        return {**body, "metrics": metrics, "space": space_json(row.get("spec"))}
+
+    def trials_body(self, sweep_id: str) -> list[dict[str, Any]]:
+        row = self._sweep(sweep_id)
+        with self.db.transaction() as conn:
+            rows = queries.trials(conn, sweep_id)
+        return present.ranked_json(rows, row["metric"], row["mode"])
+
+    def curves_body(self, sweep_id: str, metric: str, max_points: int, limit: int, wanted: list[str]) -> dict[str, Any]:
+        row = self._sweep(sweep_id)
+        with self.db.transaction() as conn:
+            rows = [r for r in queries.trials(conn, sweep_id) if not r["smoke"] or r["trial_id"] in wanted]
+            chosen = [r for r in rows if r["trial_id"] in wanted] if wanted else present.ranked(rows, row["metric"], row["mode"])
+            chosen = chosen[:limit]
+            curves = queries.curves(conn, [r["trial_id"] for r in chosen], metric)
+        if wanted and len(chosen) < len(set(wanted)):
+            missing = sorted(set(wanted) - {r["trial_id"] for r in chosen})
+            raise HTTPException(404, f"no trial {missing[0]!r} in sweep {sweep_id!r}")
+        out = []
+        for r in chosen:
+            points = curves[r["trial_id"]]
+            resumes = [[step, attempt] for i, (step, _, attempt) in enumerate(points) if i and attempt != points[i - 1][2]]
+            kept = downsample([(step, value) for step, value, _ in points], max_points)
+            out.append({"trial_id": r["trial_id"], "trial_name": r["trial_name"], "state": r["state"],
+                        "points": [[step, value] for step, value in kept], "resumes": resumes})
+        return {"metric": metric, "max_points": max_points, "trials": out}
+
+    def best_body(self, sweep_id: str, metric: str | None) -> dict[str, Any]:
+        row = self._sweep(sweep_id)
+        metric = metric or row["metric"]
+        with self.db.transaction() as conn:
+            rows = queries.best_so_far(conn, sweep_id, metric, row["mode"] if metric == row["metric"] else "min")
+        return {"metric": metric, "mode": row["mode"],
+                "points": [{"time": r["finished_at"], "trial_id": r["trial_id"], "trial_name": r["trial_name"],
+                            "value": r["value"]} for r in rows]}
+
+    def importance_body(self, sweep_id: str, metric: str | None, method: str) -> dict[str, Any]:
+        row = self._sweep(sweep_id)
+        metric = metric or row["metric"]
+        mode = row["mode"] if metric == row["metric"] else "min"
+        with self.db.transaction() as conn:
+            rows = conn.execute("SELECT trial_id, state, params, metrics, smoke, finished_at FROM trial_results"
+                                " WHERE sweep_id = %s AND state = 'completed'", (sweep_id,)).fetchall()
+        key = (sweep_id, metric, method, len(rows), max((r["finished_at"] for r in rows if r["finished_at"]), default=None))
+        if key in self._importance:
+            return self._importance[key]
+        try:
+            space = parse_spec(row["spec"]).space
+        except (SpecError, TypeError) as e:
+            return {"metric": metric, "params": [], "interactions": [], "trials": 0, "method": method,
+                    "reason": f"the sweep's stored spec cannot be read: {e}"}
+        body = imp.as_json(imp.importance(space, rows, metric, mode, method))
+        self._importance[key] = body
+        while len(self._importance) > 64:
+            self._importance.popitem(last=False)
+        return body
+
+    def trial_body(self, sweep_id: str, trial_id: str) -> dict[str, Any]:
+        self._sweep(sweep_id)
+        with self.db.transaction() as conn:
+            row = queries.trial(conn, sweep_id, trial_id)
+            if row is None:
+                raise HTTPException(404, f"no trial {trial_id!r} in sweep {sweep_id!r}")
+            attempts = queries.attempts(conn, trial_id)
+            names = queries.trial_metric_names(conn, trial_id)
+        return {**present.trial_json(row), "error": row.get("error"), "sweep_id": sweep_id,
+                "agent": row.get("agent"), "losses": row.get("losses"), "metric_names": names, "attempt_points": attempts}
+
+    # -- ASGI endpoints ------------------------------------------------------------
+
+    async def sweeps(self, request: Request) -> Response:
+        return json_response(await run_in_threadpool(self.sweeps_body))
+
+    async def sweep(self, request: Request) -> Response:
+        return json_response(await run_in_threadpool(self.sweep_body, request.path_params["sweep_id"]))
+
+    async def trials(self, request: Request) -> Response:
+        return json_response(await run_in_threadpool(self.trials_body, request.path_params["sweep_id"]))
+
+    async def curves(self, request: Request) -> Response:
+        metric = request.query_params.get("metric")
+        if not metric:
+            raise HTTPException(400, "give the metric: ?metric=NAME")
+        max_points = _int(request, "max_points", MAX_POINTS, 2, MAX_POINTS_LIMIT)
+        limit = _int(request, "limit", CURVES, 1, CURVES_LIMIT)
+        wanted = request.query_params.getlist("trial")
+        return json_response(await run_in_threadpool(self.curves_body, request.path_params["sweep_id"], metric,
+                                                     max_points, limit, wanted))
+
+    async def best(self, request: Request) -> Response:
+        return json_response(await run_in_threadpool(self.best_body, request.path_params["sweep_id"],
+                                                     request.query_params.get("metric")))
+
+    async def importance(self, request: Request) -> Response:
+        method = request.query_params.get("method", "fanova")
+        if method not in imp.METHODS:
+            raise HTTPException(400, f"method must be one of {', '.join(imp.METHODS)} (got {method!r})")
+        return json_response(await run_in_threadpool(self.importance_body, request.path_params["sweep_id"],
+                                                     request.query_params.get("metric"), method))
+
+    async def trial(self, request: Request) -> Response:
+        return json_response(await run_in_threadpool(self.trial_body, request.path_params["sweep_id"],
+                                                     request.path_params["trial_id"]))
+
+
+def space_json(spec: Any) -> dict[str, Any]:
+    """The spec's space for the parallel-coordinates axes: kind, log scale, choices."""
+    try:
+        space = parse_spec(spec).space
+    except (SpecError, TypeError):
+        return {}
+    out: dict[str, Any] = {}
+    for name, param in space.items():
+        kind = getattr(param, "type", "choice")
+        out[name] = {"type": kind, "log": kind == "loguniform", "values": getattr(param, "values", None)}
+    return out

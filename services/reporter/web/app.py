@@ -1,0 +1,118 @@
+"""``spotsweep dashboard``: the ASGI app (Starlette) and its pages.
+
+Pages are Jinja2 templates with autoescaping on, so every name and error
+text a trial produced is text, never markup; the charts and the leaderboard
+are drawn in the browser by ECharts (vendored under ``static/``, no CDN)
+from the JSON API (:mod:`.api`), which the sweep page polls every few
+seconds while the sweep runs. Errors never show a traceback: unknown ids are
+404 (a page, or ``{"error": ...}`` under ``/api``), a database that is down
+is 503, anything else 500 with one line.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from spotsweep.services.reporter.web import queries
+from spotsweep.services.reporter.web.api import Api, json_response
+from spotsweep.shared.db import Database
+from spotsweep.shared.errors import RetryableError
+from spotsweep.shared import log as logs
+
+log = logs.get(__name__)
+PACKAGE = "spotsweep.services.reporter.web"
+POLL_SECONDS = 3  # a running sweep's page is at most this far behind (plus one request)
+
+
+def _templates() -> Environment:
+    env = Environment(loader=PackageLoader(PACKAGE, "templates"), autoescape=select_autoescape(default=True))
+    env.globals["poll_ms"] = POLL_SECONDS * 1000
+    return env
+
+
+class Pages:
+    def __init__(self, db: Database, api: Api) -> None:
+        self.db, self.api, self.env = db, api, _templates()
+
+    def render(self, name: str, code: int = 200, **context: Any) -> HTMLResponse:
+        return HTMLResponse(self.env.get_template(name).render(**context), status_code=code)
+
+    async def index(self, request: Request) -> Response:
+        sweeps = await run_in_threadpool(self.api.sweeps_body)
+        return self.render("index.html", sweeps=sweeps)
+
+    async def sweep(self, request: Request) -> Response:
+        body = await run_in_threadpool(self.api.sweep_body, request.path_params["sweep_id"])
+        return self.render("sweep.html", sweep=body)
+
+    async def trial(self, request: Request) -> Response:
+        sweep_id, trial_id = request.path_params["sweep_id"], request.path_params["trial_id"]
+        sweep = await run_in_threadpool(self.api._sweep, sweep_id)
+        trial = await run_in_threadpool(self.api.trial_body, sweep_id, trial_id)
+        now = datetime.now(timezone.utc)
+        return self.render("trial.html", sweep=sweep, trial=trial, age=queries.age(trial["finished_at"], now))
+
+    async def healthz(self, request: Request) -> Response:
+        def ping() -> None:
+            with self.db.transaction() as conn:
+                conn.execute("SELECT 1 FROM trial_results LIMIT 1")
+
+        try:
+            await run_in_threadpool(ping)
+        except RetryableError as e:
+            return json_response({"ok": False, "database": str(e)}, 503)
+        return json_response({"ok": True})
+
+
+def _error_handlers(pages: Pages) -> dict[Any, Any]:
+    def answer(request: Request, status: int, message: str) -> Response:
+        if request.url.path.startswith("/api/") or request.url.path == "/healthz":
+            return json_response({"error": message}, status)
+        return pages.render("error.html", status, status=status, message=message)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return answer(request, exc.status_code, str(exc.detail))
+
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        log.warning("dashboard.database_unavailable", error=str(exc))
+        return answer(request, 503, f"the results database is unavailable: {exc}")
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.exception("dashboard.error", path=request.url.path)
+        return answer(request, 500, f"internal error ({type(exc).__name__}); the dashboard's log has the details")
+
+    return {HTTPException: http_error, RetryableError: unavailable, Exception: internal}
+
+
+def make_app(db: Database) -> Starlette:
+    """The dashboard over ``db`` (schema already there: ``Database.migrate()``)."""
+    api = Api(db)
+    pages = Pages(db, api)
+    static = resources.files(PACKAGE).joinpath("static")
+    routes = [
+        Route("/", pages.index),
+        Route("/sweeps/{sweep_id}", pages.sweep),
+        Route("/sweeps/{sweep_id}/trials/{trial_id}", pages.trial),
+        Route("/healthz", pages.healthz),
+        Route("/api/sweeps", api.sweeps),
+        Route("/api/sweeps/{sweep_id}", api.sweep),
+        Route("/api/sweeps/{sweep_id}/trials", api.trials),
+        Route("/api/sweeps/{sweep_id}/trials/{trial_id}", api.trial),
+        Route("/api/sweeps/{sweep_id}/curves", api.curves),
+        Route("/api/sweeps/{sweep_id}/best", api.best),
+        Route("/api/sweeps/{sweep_id}/importance", api.importance),
+        Mount("/static", StaticFiles(directory=str(static)), name="static"),
+    ]
+    return Starlette(routes=routes, exception_handlers=_error_handlers(pages))

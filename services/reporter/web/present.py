@@ -1,0 +1,113 @@
+"""Rows as the JSON API returns them: ranked, strict JSON, one shape.
+
+Pure functions over the rows :mod:`.queries` returns, so the ranking rules
+and the JSON contract are tested without a database:
+
+* The objective ranks finished trials best first by the sweep's mode; a
+  final value that is ``NaN`` or infinite (stored as the strings ``"NaN"``,
+  ``"Infinity"``, ``"-Infinity"``) ranks after every finite one, whatever
+  the mode: a diverged trial is never the best.
+* Non-finite numbers stay the strings the database stores (``metrics``) or
+  become them (curve values): the API is strict JSON a browser can parse.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+from spotsweep.shared.messages import json_safe
+
+_LATER = {"running": 2, "queued": 3, "pending": 3, "pruned": 4, "failed": 5, "cancelled": 6}
+
+
+def finite(value: object) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def rank_key(row: dict[str, Any], metric: str, mode: str) -> tuple[int, float, str]:
+    """Sort key, best first: completed with a finite objective (by value),
+    completed without one (NaN, missing), then running, queued, pruned,
+    failed, cancelled."""
+    value = finite((row.get("metrics") or {}).get(metric))
+    if row["state"] == "completed":
+        if value is not None:
+            return (0, value if mode == "min" else -value, row["trial_id"])
+        return (1, 0.0, row["trial_id"])
+    return (_LATER.get(row["state"], 7), 0.0, row["trial_id"])
+
+
+def ranked(rows: list[dict[str, Any]], metric: str, mode: str) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: rank_key(r, metric, mode))
+
+
+def trial_json(row: dict[str, Any], rank: int | None = None) -> dict[str, Any]:
+    """One trial as ``GET /api/sweeps/<id>/trials`` lists it."""
+    return {
+        "trial_id": row["trial_id"],
+        "trial_name": row["trial_name"],
+        "state": row["state"],
+        "params": row.get("params") or {},
+        "metrics": row.get("metrics") or {},
+        "attempts": row.get("attempts"),
+        "preemptions": row.get("preemptions"),
+        "failures": row.get("failures"),
+        "flags": list(row.get("flags") or []),
+        "warnings": list(row.get("warnings") or []),
+        "smoke": bool(row.get("smoke")),
+        "rank": rank,
+        "agent": row.get("agent"),
+        "run_seconds": row.get("run_seconds"),
+        "started_at": row.get("started_at"),
+        "finished_at": row.get("finished_at"),
+    }
+
+
+def ranked_json(rows: list[dict[str, Any]], metric: str, mode: str) -> list[dict[str, Any]]:
+    """Trials best first, each with its rank (1-based) when it has a finite objective."""
+    out = []
+    for i, row in enumerate(ranked(rows, metric, mode), 1):
+        has_rank = row["state"] == "completed" and finite((row.get("metrics") or {}).get(metric)) is not None
+        out.append(trial_json(row, i if has_rank else None))
+    return out
+
+
+def sweep_json(row: dict[str, Any], counts: dict[str, int], best: float | None, age: str) -> dict[str, Any]:
+    return {
+        "sweep_id": row["sweep_id"],
+        "name": row["name"],
+        "state": row["state"],
+        "counts": counts,
+        "total": sum(counts.values()),
+        "metric": row["metric"],
+        "mode": row["mode"],
+        "best": best,
+        "created_at": row["created_at"],
+        "finished_at": row["finished_at"],
+        "age": age,
+        "error": row.get("error"),
+        "note": row.get("note"),
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def dumps(value: Any) -> bytes:
+    """Strict JSON (``allow_nan=False``): datetimes as ISO 8601, non-finite
+    floats as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``."""
+    return json.dumps(json_safe(_plain(value)), allow_nan=False, separators=(",", ":")).encode()

@@ -1,0 +1,139 @@
+"""The dashboard's reads: a few set-based queries over the public views.
+
+Every function takes a connection and answers one question in one or two
+round trips, whatever the number of trials: per-state counts and best
+values are SQL aggregates, best-so-far is a window function, curves are one
+``trial_id = ANY(...)`` query that walks the points' primary key (never the
+whole sweep's points). ``sweeps`` is read only for what no view carries yet
+(a sweep's state, spec and times), as ``spotsweep report`` does.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from spotsweep.shared.db import Conn
+
+# A sweep's objective, from its stored spec (one metric, or a list of objectives).
+_OBJECTIVE = "COALESCE(s.spec->'metric'->>'name', s.spec->'metric'->0->>'name', '')"
+_MODE = "COALESCE(s.spec->'metric'->>'mode', s.spec->'metric'->0->>'mode', 'min')"
+_SWEEP = ("SELECT s.sweep_id, s.name, s.state, s.error, s.note, s.created_at, s.finished_at, s.spec,"
+          f" {_OBJECTIVE} AS metric, {_MODE} AS mode FROM sweeps s")
+
+
+def sweeps(conn: Conn) -> list[dict[str, Any]]:
+    """Every sweep, newest first, with trials per state and the best final
+    objective of its completed trials (finite values only)."""
+    rows = conn.execute(_SWEEP.replace(", s.spec,", ",") + " ORDER BY s.created_at DESC").fetchall()
+    stats = conn.execute(
+        f"SELECT r.sweep_id, r.state, count(*) AS n,"
+        f" min((r.metrics->>{_OBJECTIVE})::float) FILTER (WHERE r.state = 'completed'"
+        f"   AND jsonb_typeof(r.metrics->{_OBJECTIVE}) = 'number') AS lo,"
+        f" max((r.metrics->>{_OBJECTIVE})::float) FILTER (WHERE r.state = 'completed'"
+        f"   AND jsonb_typeof(r.metrics->{_OBJECTIVE}) = 'number') AS hi"
+        " FROM trial_results r JOIN sweeps s USING (sweep_id) WHERE NOT r.smoke GROUP BY 1, 2"
+    ).fetchall()
+    by_id = {r["sweep_id"]: {**r, "counts": {}, "best": None} for r in rows}
+    for st in stats:
+        sweep = by_id.get(st["sweep_id"])
+        if sweep is None:
+            continue
+        sweep["counts"][st["state"]] = st["n"]
+        value = st["lo"] if sweep["mode"] == "min" else st["hi"]
+        if value is not None and (sweep["best"] is None or (value < sweep["best"]) == (sweep["mode"] == "min")):
+            sweep["best"] = value
+    return list(by_id.values())
+
+
+def sweep(conn: Conn, sweep_id: str) -> dict[str, Any] | None:
+    """One sweep's header (with its spec), or None when there is no such sweep."""
+    return conn.execute(_SWEEP + " WHERE s.sweep_id = %s", (sweep_id,)).fetchone()
+
+
+def counts(conn: Conn, sweep_id: str) -> dict[str, int]:
+    rows = conn.execute("SELECT state, count(*) AS n FROM trial_results WHERE sweep_id = %s AND NOT smoke GROUP BY 1",
+                        (sweep_id,)).fetchall()
+    return {r["state"]: r["n"] for r in rows}
+
+
+def trials(conn: Conn, sweep_id: str) -> list[dict[str, Any]]:
+    """Every trial of a sweep as ``trial_results`` has it (``flags`` and
+    ``warnings`` when the view has them), in index order."""
+    return conn.execute("SELECT * FROM trial_results WHERE sweep_id = %s ORDER BY smoke DESC, started_at NULLS LAST, trial_id",
+                        (sweep_id,)).fetchall()
+
+
+def trial(conn: Conn, sweep_id: str, trial_id: str) -> dict[str, Any] | None:
+    return conn.execute("SELECT * FROM trial_results WHERE sweep_id = %s AND trial_id = %s", (sweep_id, trial_id)).fetchone()
+
+
+def metric_names(conn: Conn, sweep_id: str, sample: list[str]) -> list[str]:
+    """Metric names: the sweep's final metrics, and what a few trials
+    (``sample``: running ones have no final metrics yet) reported."""
+    rows = conn.execute(
+        "SELECT DISTINCT jsonb_object_keys(metrics) AS name FROM trial_results WHERE sweep_id = %s"
+        " UNION SELECT DISTINCT name FROM metric_points WHERE trial_id = ANY(%s)",
+        (sweep_id, sample),
+    ).fetchall()
+    return sorted(r["name"] for r in rows)
+
+
+def curves(conn: Conn, trial_ids: list[str], metric: str) -> dict[str, list[tuple[int, float, int]]]:
+    """Each trial's curve of ``metric`` as (step, value, attempt), by step;
+    a step reported by several attempts keeps the latest one's value (as
+    ``metric_points``' documented example merges attempts)."""
+    rows = conn.execute(
+        "SELECT DISTINCT ON (trial_id, step) trial_id, step, value, attempt FROM metric_points"
+        " WHERE trial_id = ANY(%s) AND name = %s ORDER BY trial_id, step, attempt DESC",
+        (trial_ids, metric),
+    ).fetchall()
+    out: dict[str, list[tuple[int, float, int]]] = {t: [] for t in trial_ids}
+    for r in rows:
+        out[r["trial_id"]].append((r["step"], r["value"], r["attempt"]))
+    return out
+
+
+def best_so_far(conn: Conn, sweep_id: str, metric: str, mode: str) -> list[dict[str, Any]]:
+    """The running best of the objective over finished trials by finish
+    time: only the trials that improved it (a window function)."""
+    best = "min" if mode == "min" else "max"
+    return conn.execute(
+        "SELECT finished_at, trial_id, trial_name, value FROM ("
+        f"  SELECT finished_at, trial_id, trial_name, value, {best}(value) OVER (ORDER BY finished_at, trial_id) AS best"
+        "   FROM (SELECT finished_at, trial_id, trial_name, (metrics->>%s)::float AS value FROM trial_results"
+        "         WHERE sweep_id = %s AND state = 'completed' AND NOT smoke AND finished_at IS NOT NULL"
+        "           AND jsonb_typeof(metrics->%s) = 'number') f"
+        ") w WHERE value = best ORDER BY finished_at, trial_id",
+        (metric, sweep_id, metric),
+    ).fetchall()
+
+
+def attempts(conn: Conn, trial_id: str) -> list[dict[str, Any]]:
+    """What each attempt of a trial reported: steps, points, first and last time."""
+    return conn.execute(
+        "SELECT attempt, min(step) AS first_step, max(step) AS last_step, count(*) AS points,"
+        " min(recorded_at) AS first_at, max(recorded_at) AS last_at"
+        " FROM metric_points WHERE trial_id = %s GROUP BY attempt ORDER BY attempt",
+        (trial_id,),
+    ).fetchall()
+
+
+def trial_metric_names(conn: Conn, trial_id: str) -> list[str]:
+    rows = conn.execute("SELECT DISTINCT name FROM metric_points WHERE trial_id = %s ORDER BY name", (trial_id,)).fetchall()
+    return [r["name"] for r in rows]
+
+
+def age(since: datetime | None, now: datetime) -> str:
+    """``3d 4h``, ``5h 2m``, ``42s``: how long ago, for people."""
+    if since is None:
+        return ""
+    seconds = max(0, int((now - since).total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"

@@ -1,0 +1,40 @@
+// spotsweep dashboard: helpers shared by the pages. Text from trials is only
+// ever set with textContent, never as markup.
+"use strict";
+const SS = {
+  async json(url) {
+    const r = await fetch(url, {cache: "no-store"});
+    if (!r.ok) throw new Error(url + ": " + r.status);
+    return r.json();
+  },
+  // The API keeps non-finite values as the strings "NaN", "Infinity", "-Infinity": charts draw them as gaps.
+  num(v) { return typeof v === "number" ? v : null; },
+  fmt(v) {
+    if (v === null || v === undefined) return "";
+    if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toPrecision(6).replace(/\.?0+(e|$)/, "$1");
+    if (typeof v === "object") return JSON.stringify(v);
+    return String(v);
+  },
+  // ECharts tooltips are HTML: every name in one goes through this.
+  esc(text) { return echarts.format.encodeHTML(String(text)); },
+  el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = text;
+    if (cls) e.className = cls;
+    return e;
+  },
+  chart(id) {
+    const node = typeof id === "string" ? document.getElementById(id) : id;
+    const c = echarts.getInstanceByDom(node) || echarts.init(node, null, {renderer: "canvas"});
+    window.addEventListener("resize", () => c.resize());
+    return c;
+  },
+  trialUrl(sweep, trial) { return "/sweeps/" + encodeURIComponent(sweep) + "/trials/" + encodeURIComponent(trial); },
+  poll(fn, ms, keepGoing) {
+    const tick = async () => {
+      try { await fn(); } catch (e) { console.warn("refresh failed:", e.message); }
+      if (keepGoing()) setTimeout(tick, ms);
+    };
+    return tick();
+  },
+};

@@ -1,0 +1,22 @@
+// All sweeps: the table refreshes itself while any sweep runs.
+"use strict";
+(function () {
+  const body = document.getElementById("sweeps").tBodies[0];
+  let running = true;
+  async function refresh() {
+    const sweeps = await SS.json("/api/sweeps");
+    running = sweeps.some(s => s.state === "running");
+    if (!sweeps.length) return;
+    body.replaceChildren(...sweeps.map(s => {
+      const tr = document.createElement("tr");
+      const name = SS.el("td"); const a = SS.el("a", s.name); a.href = "/sweeps/" + encodeURIComponent(s.sweep_id); name.append(a);
+      const state = SS.el("td"); state.append(SS.el("span", s.state, "state state-" + s.state));
+      const counts = SS.el("td");
+      for (const [k, n] of Object.entries(s.counts)) { counts.append(SS.el("span", k + " " + n, "count state-" + k), " "); }
+      tr.append(name, SS.el("td", s.sweep_id, "mono"), state, counts,
+                SS.el("td", s.best === null ? "" : s.metric + " " + SS.fmt(s.best), "num"), SS.el("td", s.age));
+      return tr;
+    }));
+  }
+  setTimeout(() => SS.poll(refresh, Number(document.body.dataset.poll), () => running), Number(document.body.dataset.poll));
+})();

@@ -1,0 +1,184 @@
+// One sweep: leaderboard, learning curves, best so far, parallel coordinates,
+// importance. Everything comes from the JSON API and is refreshed every few
+// seconds while the sweep runs (and once more when it ends).
+"use strict";
+(function () {
+  const SWEEP = document.body.dataset.sweep;
+  const POLL = Number(document.body.dataset.poll);
+  const API = "/api/sweeps/" + encodeURIComponent(SWEEP);
+  const MAX_ROWS = 500;
+  const S = {sweep: null, trials: [], sortKey: "rank", sortDir: 1, filter: "", curveMetric: null,
+             completed: -1, running: true, columns: []};
+
+  // -- leaderboard ---------------------------------------------------------------
+  function columns() {
+    const params = new Set(Object.keys(S.sweep.space || {})), metrics = new Set();
+    for (const t of S.trials) { Object.keys(t.params).forEach(k => params.add(k)); Object.keys(t.metrics).forEach(k => metrics.add(k)); }
+    const ms = [...metrics].sort((a, b) => (a !== S.sweep.metric) - (b !== S.sweep.metric) || a.localeCompare(b));
+    return [{key: "rank", label: "#", get: t => t.rank},
+            {key: "trial_name", label: "trial", get: t => t.trial_name, link: true},
+            {key: "state", label: "state", get: t => t.state, badge: true},
+            ...[...params].map(p => ({key: "p:" + p, label: p, get: t => t.params[p], num: true})),
+            ...ms.map(m => ({key: "m:" + m, label: params.has(m) ? "metric:" + m : m, get: t => t.metrics[m], num: true})),
+            {key: "attempts", label: "attempts", get: t => t.attempts, num: true},
+            {key: "preemptions", label: "preemptions", get: t => t.preemptions, num: true},
+            {key: "flags", label: "flags", get: t => t.flags.concat(t.smoke ? ["smoke"] : []).join(" "), flags: true}];
+  }
+  function compare(a, b) {
+    // numbers before strings ("NaN" and other text sort last), missing values last
+    const ka = a === undefined || a === null ? 2 : typeof a === "number" ? 0 : 1;
+    const kb = b === undefined || b === null ? 2 : typeof b === "number" ? 0 : 1;
+    if (ka !== kb) return ka - kb;
+    if (ka === 0) return (a - b) * S.sortDir;
+    if (ka === 1) return String(a).localeCompare(String(b)) * S.sortDir;
+    return 0;
+  }
+  function drawHeader() {
+    const tr = document.createElement("tr");
+    for (const c of S.columns) {
+      const th = SS.el("th", c.label);
+      if (c.key === S.sortKey) th.className = S.sortDir > 0 ? "sorted-asc" : "sorted-desc";
+      th.addEventListener("click", () => {
+        S.sortDir = S.sortKey === c.key ? -S.sortDir : 1; S.sortKey = c.key; drawTable();
+      });
+      tr.append(th);
+    }
+    document.querySelector("#leaderboard thead").replaceChildren(tr);
+  }
+  function matches(t, words) {
+    if (!words.length) return true;
+    const hay = [t.trial_name, t.trial_id, t.state, ...t.flags, ...Object.entries(t.params).map(([k, v]) => k + "=" + v)]
+      .join(" ").toLowerCase();
+    return words.every(w => hay.includes(w));
+  }
+  function drawTable() {
+    S.columns = columns();
+    drawHeader();
+    const col = S.columns.find(c => c.key === S.sortKey) || S.columns[0];
+    const words = S.filter.toLowerCase().split(/\s+/).filter(Boolean);
+    const rows = S.trials.filter(t => matches(t, words)).sort((a, b) => compare(col.get(a), col.get(b)));
+    const body = document.querySelector("#leaderboard tbody");
+    body.replaceChildren(...rows.slice(0, MAX_ROWS).map(t => {
+      const tr = document.createElement("tr");
+      tr.dataset.trial = t.trial_id;
+      for (const c of S.columns) {
+        const v = c.get(t), td = SS.el("td", null, c.num ? "num" : "");
+        if (c.link) { const a = SS.el("a", v); a.href = SS.trialUrl(SWEEP, t.trial_id); td.append(a); }
+        else if (c.badge) td.append(SS.el("span", v, "state state-" + v));
+        else if (c.flags) v.split(" ").filter(Boolean).forEach(f => td.append(SS.el("span", f, "flag")));
+        else td.textContent = SS.fmt(v);
+        tr.append(td);
+      }
+      return tr;
+    }));
+    document.getElementById("shown").textContent = rows.length > MAX_ROWS
+      ? `showing ${MAX_ROWS} of ${rows.length} matching (${S.trials.length} trials): filter or sort to see others`
+      : `${rows.length} of ${S.trials.length} trials`;
+  }
+
+  // -- charts ----------------------------------------------------------------------
+  async function drawCurves() {
+    const metric = S.curveMetric;
+    if (!metric) return;
+    const c = await SS.json(API + "/curves?max_points=400&limit=60&metric=" + encodeURIComponent(metric));
+    const series = c.trials.filter(t => t.points.length).map(t => ({
+      name: t.trial_name, type: "line", showSymbol: false, sampling: "none", connectNulls: false,
+      data: t.points.map(([s, v]) => [s, SS.num(v)]),
+      markLine: t.resumes.length ? {symbol: "none", silent: true, lineStyle: {type: "dashed", width: 1},
+        label: {formatter: p => "attempt " + p.data.attempt, fontSize: 10},
+        data: t.resumes.map(([step, attempt]) => ({xAxis: step, attempt}))} : undefined,
+    }));
+    const note = document.getElementById("curve-note");
+    note.textContent = `${series.length} trial(s), at most ${c.max_points} points each` +
+      (S.trials.length > c.trials.length ? ` (the best ${c.trials.length} of ${S.trials.length})` : "");
+    SS.chart("curves").setOption({
+      animation: false, grid: {left: 60, right: 20, top: 30, bottom: 50},
+      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.seriesName)}<br>step ${p.value[0]}: ${SS.fmt(p.value[1])}`},
+      legend: {type: "scroll", top: 0}, dataZoom: [{type: "inside"}, {type: "slider", height: 18, bottom: 4}],
+      xAxis: {type: "value", name: "step", nameLocation: "end"}, yAxis: {type: "value", scale: true, name: metric},
+      series,
+    }, {replaceMerge: ["series"]});
+  }
+  async function drawBest() {
+    if (!S.sweep.metric) return;
+    const b = await SS.json(API + "/best");
+    const data = b.points.map(p => ({value: [p.time, p.value], name: p.trial_name}));
+    SS.chart("best-chart").setOption({
+      animation: false, grid: {left: 60, right: 20, top: 20, bottom: 40},
+      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}<br>${SS.fmt(p.value[1])}`},
+      xAxis: {type: "time"}, yAxis: {type: "value", scale: true, name: b.metric},
+      series: [{type: "line", step: "end", data, symbolSize: 6}],
+    });
+  }
+  function drawParallel() {
+    const space = S.sweep.space || {}, metric = S.sweep.metric;
+    const names = Object.keys(space);
+    const done = S.trials.filter(t => t.state === "completed" && typeof t.metrics[metric] === "number");
+    const axes = names.map((n, i) => {
+      const p = space[n];
+      if (p.values) return {dim: i, name: n, type: "category", data: p.values.map(String)};
+      return {dim: i, name: n, type: p.log ? "log" : "value", scale: true};
+    });
+    axes.push({dim: names.length, name: metric, type: "value", scale: true, nameTextStyle: {fontWeight: "bold"}});
+    const values = done.map(t => t.metrics[metric]);
+    const data = done.map(t => ({name: t.trial_name,
+      value: [...names.map(n => space[n].values ? String(t.params[n]) : t.params[n]), t.metrics[metric]]}));
+    SS.chart("parallel").setOption({
+      animation: false, parallelAxis: axes, parallel: {left: 50, right: 90, top: 40, bottom: 30},
+      visualMap: values.length ? {type: "continuous", dimension: names.length, min: Math.min(...values), max: Math.max(...values),
+        inRange: {color: S.sweep.mode === "min" ? ["#1a9850", "#fee08b", "#d73027"] : ["#d73027", "#fee08b", "#1a9850"]},
+        right: 0, top: "middle", calculable: true} : undefined,
+      tooltip: {trigger: "item", formatter: p => SS.esc(p.name)},
+      series: [{type: "parallel", lineStyle: {width: 1, opacity: 0.5}, data, progressive: 1000}],
+    }, {replaceMerge: ["series", "parallelAxis"]});
+  }
+  async function drawImportance() {
+    const imp = await SS.json(API + "/importance");
+    document.getElementById("importance-note").textContent = imp.reason
+      ? imp.reason : `fANOVA over ${imp.trials} completed trials (share of the objective's variance)`;
+    const bar = (id, rows, label) => SS.chart(id).setOption({
+      animation: false, grid: {left: 120, right: 30, top: 10, bottom: 30},
+      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}: ${SS.fmt(p.value)}`},
+      xAxis: {type: "value", max: v => Math.max(v.max, 0.01)},
+      yAxis: {type: "category", inverse: true, data: rows.map(label)},
+      series: [{type: "bar", data: rows.map(r => r.importance), label: {show: true, position: "right", formatter: p => SS.fmt(p.value)}}],
+    }, {replaceMerge: ["series"]});
+    bar("importance", imp.params, r => r.name);
+    bar("interactions", imp.interactions.slice(0, 8), r => r.params.join(" × "));
+  }
+
+  // -- refresh -------------------------------------------------------------------
+  function drawHead() {
+    const s = S.sweep;
+    const state = document.getElementById("sweep-state");
+    state.textContent = s.state; state.className = "state state-" + s.state;
+    document.getElementById("counts").textContent =
+      Object.entries(s.counts).map(([k, n]) => `${n} ${k}`).join(", ") || "no trials yet";
+    document.getElementById("best").textContent = s.best === null ? "–" : SS.fmt(s.best);
+    document.getElementById("age").textContent = s.age;
+    document.getElementById("live").textContent = s.state === "running" ? "· live, refreshed every " + POLL / 1000 + " s" : "";
+    const select = document.getElementById("curve-metric");
+    if (select.options.length !== s.metrics.length) {
+      select.replaceChildren(...s.metrics.map(m => { const o = SS.el("option", m); o.value = m; return o; }));
+      S.curveMetric = S.curveMetric || (s.metrics.includes(s.metric) ? s.metric : s.metrics[0]);
+      if (S.curveMetric) select.value = S.curveMetric;
+    }
+  }
+  async function refresh() {
+    const [sweep, trials] = await Promise.all([SS.json(API), SS.json(API + "/trials")]);
+    const wasRunning = S.running;
+    S.sweep = sweep; S.trials = trials; S.running = sweep.state === "running";
+    drawHead();
+    drawTable();
+    drawParallel();
+    const completed = sweep.counts.completed || 0;
+    const jobs = [drawCurves(), drawBest()];
+    if (completed !== S.completed || (wasRunning && !S.running)) { S.completed = completed; jobs.push(drawImportance()); }
+    await Promise.all(jobs);
+    document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
+  }
+
+  document.getElementById("filter").addEventListener("input", e => { S.filter = e.target.value; drawTable(); });
+  document.getElementById("curve-metric").addEventListener("change", e => { S.curveMetric = e.target.value; drawCurves(); });
+  SS.poll(refresh, POLL, () => S.running);
+})();
