@@ -1,0 +1,33 @@
+"""Ranking and the JSON contract, without a database."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+from spotsweep.services.reporter.web.present import dumps, ranked, ranked_json
+
+
+def row(trial_id: str, state: str, value: object) -> dict:
+    return {"trial_id": trial_id, "trial_name": trial_id, "state": state, "params": {}, "metrics": {"loss": value}}
+
+
+def test_non_finite_objectives_rank_after_every_finite_one_in_both_modes() -> None:
+    rows = [row("nan", "completed", "NaN"), row("inf", "completed", "-Infinity"), row("a", "completed", 2.0),
+            row("b", "completed", 1.0), row("run", "running", None), row("fail", "failed", None)]
+    assert [r["trial_id"] for r in ranked(rows, "loss", "min")][:2] == ["b", "a"]
+    assert [r["trial_id"] for r in ranked(rows, "loss", "max")][:2] == ["a", "b"]
+    for mode in ("min", "max"):
+        order = [r["trial_id"] for r in ranked(rows, "loss", mode)]
+        assert set(order[2:4]) == {"nan", "inf"} and order[4:] == ["run", "fail"]
+
+
+def test_only_trials_with_a_finite_objective_get_a_rank() -> None:
+    rows = [row("nan", "completed", "NaN"), row("a", "completed", 2.0), row("run", "running", None)]
+    assert [(t["trial_id"], t["rank"]) for t in ranked_json(rows, "loss", "min")] == [("a", 1), ("nan", None), ("run", None)]
+
+
+def test_dumps_is_strict_json_with_the_contract_strings() -> None:
+    body = {"v": [float("nan"), float("inf"), -float("inf"), 1.5], "t": datetime(2026, 1, 2, tzinfo=timezone.utc), "p": (1, 2)}
+    assert json.loads(dumps(body)) == {"v": ["NaN", "Infinity", "-Infinity", 1.5], "t": "2026-01-02T00:00:00+00:00", "p": [1, 2]}
+    json.loads(dumps(body), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))  # no bare NaN tokens
