@@ -141,7 +141,7 @@
       tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}: ${SS.fmt(p.value)}`},
       xAxis: {type: "value", max: v => Math.max(v.max, 0.01)},
       yAxis: {type: "category", inverse: true, data: rows.map(label)},
-      series: [{type: "bar", data: rows.map(r => r.importance), label: {show: true, position: "right", formatter: p => SS.fmt(p.value)}}],
+      series: [{type: "bar", data: rows.map(r => r.importance), label: {show: true, position: "right", formatter: p => p.value.toFixed(3)}}],
     }, {replaceMerge: ["series"]});
     bar("importance", imp.params, r => r.name);
     bar("interactions", imp.interactions.slice(0, 8), r => r.params.join(" × "));

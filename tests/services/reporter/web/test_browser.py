@@ -1,0 +1,119 @@
+"""The dashboard in a real browser: Debian's chromium driven by Playwright.
+
+Skipped, saying how to enable it, where chromium is missing (``.ci/run``
+installs it). Screenshots go under each test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dashseed import HOSTILE, Dashboard, add_points, add_trial, small_sweep
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = os.environ.get("SPOTSWEEP_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("chromium is not installed: `apt-get install -y chromium` (Debian; .ci/run does it) "
+                    "or set SPOTSWEEP_TEST_CHROMIUM to a Chromium binary")
+    playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture()
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1800})
+    pg = context.new_page()
+    pg.errors = []  # console errors and uncaught exceptions, checked by each test
+    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    pg.on("dialog", lambda d: (pg.errors.append("dialog: " + d.message), d.dismiss()))  # an alert() would be script run
+    yield pg
+    context.close()
+
+
+def refreshed(pg: Any, at_least: int = 1) -> None:
+    pg.wait_for_function(f"Number(document.body.dataset.refreshed || 0) >= {at_least}", timeout=20_000)
+
+
+def test_the_sweep_page_lists_every_trial_draws_its_charts_and_updates_live(dashboard: Dashboard, page: Any,
+                                                                           tmp_path: Path) -> None:
+    ids = small_sweep(dashboard.db)
+    page.goto(f"{dashboard.url}/sweeps/web-test-1")
+    refreshed(page)
+    rows = page.locator("#leaderboard tbody tr")
+    assert rows.count() == len(ids)
+    assert sorted(page.locator("#leaderboard tbody tr").evaluate_all("rs => rs.map(r => r.dataset.trial)")) == sorted(ids.values())
+    assert page.locator("#leaderboard tbody a", has_text=HOSTILE).count() == 1  # the name is text, not a tag
+    for chart in ("curves", "best-chart", "parallel", "importance", "interactions"):
+        assert page.locator(f"#{chart} canvas").count() >= 1, chart
+    page.wait_for_function("!document.getElementById('importance-note').textContent.includes('at least')")
+    page.screenshot(path=str(tmp_path / "sweep.png"), full_page=True)
+
+    # filter and sort
+    page.fill("#filter", "exp_00")
+    assert rows.count() == 7  # exp_000..exp_007 less the hostile index 3
+    page.fill("#filter", "")
+    page.click("#leaderboard th:has-text('lr')")
+    lrs = [float(x) for x in page.locator("#leaderboard tbody tr td:nth-child(4)").all_inner_texts()]
+    assert lrs == sorted(lrs)
+    page.click("#leaderboard th:has-text('#')")  # back to the ranking
+
+    # a trial finishes while the page is open: it appears without a reload
+    before = int(page.evaluate("document.body.dataset.refreshed"))
+    new = add_trial(dashboard.db, "web-test-1", 11, "exp_late", {"lr": 0.003, "opt": "adam", "layers": 2},
+                    metrics={"val_loss": 0.5})
+    add_points(dashboard.db, "web-test-1", [(new, 1, s, "val_loss", 0.5 + 1 / (1 + s)) for s in range(100)])
+    page.wait_for_selector(f"#leaderboard tbody tr[data-trial='{new}']", timeout=15_000)
+    assert int(page.evaluate("document.body.dataset.refreshed")) > before
+    assert page.locator("#leaderboard tbody tr").first.get_attribute("data-trial") == new  # the new best ranks first
+    page.screenshot(path=str(tmp_path / "sweep-updated.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_a_trial_page_opens_from_the_leaderboard_with_its_curves(dashboard: Dashboard, page: Any, tmp_path: Path) -> None:
+    ids = small_sweep(dashboard.db)
+    page.goto(f"{dashboard.url}/sweeps/web-test-1")
+    refreshed(page)
+    page.click("#leaderboard tbody a:has-text('exp_005')")
+    page.wait_for_url(f"**/trials/{ids['exp_005']}")
+    refreshed(page)
+    assert page.locator("#trial-curves .chart canvas").count() == 2  # train_loss and val_loss
+    assert "attempts 2" in page.inner_text("main") and "preemptions 1" in page.inner_text("main")
+    page.screenshot(path=str(tmp_path / "trial.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_a_trial_named_like_a_script_tag_is_text(dashboard: Dashboard, page: Any, tmp_path: Path) -> None:
+    ids = small_sweep(dashboard.db)
+    for trial in (ids[HOSTILE], ids["exp_failed"]):
+        page.goto(f"{dashboard.url}/sweeps/web-test-1/trials/{trial}")
+        refreshed(page)
+    assert HOSTILE in page.inner_text("#error")
+    page.goto(f"{dashboard.url}/sweeps/web-test-1/trials/{ids[HOSTILE]}")
+    assert page.inner_text("#trial-name").startswith(HOSTILE)
+    assert page.locator("main script").count() == 0
+    page.screenshot(path=str(tmp_path / "hostile.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_unknown_ids_show_a_404_page_and_the_index_lists_sweeps(dashboard: Dashboard, page: Any) -> None:
+    small_sweep(dashboard.db)
+    response = page.goto(f"{dashboard.url}/sweeps/nope")
+    assert response.status == 404 and "no sweep with id 'nope'" in page.inner_text("main")
+    page.goto(dashboard.url + "/")
+    assert page.locator("#sweeps tbody a", has_text="web-test").count() == 1
