@@ -249,10 +249,12 @@ def handle_events(deliveries: Sequence[Delivery], deps: PlannerDeps) -> None:
             raise
         except Exception as e:
             # A trial's end is always recorded: without the values the
-            # database (or a decision on them) refused, with the reason.
+            # database (or a decision on them) refused, with the reason. Only
+            # for a message alone: in a batch, the batching wrapper first
+            # splits it, so that no other trial's end loses its values.
             reason = cap_text(str(e) or type(e).__name__, 500)
             stripped = [bare(ev, reason) for ev in events]
-            if all(a is b for a, b in zip(stripped, events)):
+            if len(deliveries) > 1 or all(a is b for a, b in zip(stripped, events)):
                 raise
             _log.error("trial ends recorded without their final values", sweep_id=sweep_id, reason=reason)
             bodies.update((ev.message_id, encode(ev)) for ev, old in zip(stripped, events) if ev is not old)

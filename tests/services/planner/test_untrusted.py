@@ -166,3 +166,26 @@ def test_a_message_id_of_another_shape_names_the_sweep_through_a_hash() -> None:
     assert first == submission_id({}, "../../evil", "grid") and first.startswith("grid-")
     assert submission_id({}, "a7c8f7e0-6f7e-4c8e-9d6e-5e2f1b7e9c10", "[/boom]").startswith("rejected-")
     assert submission_id({}, "grid-0123abcd", "grid") == "grid-0123abcd"
+
+
+def test_a_bad_event_in_a_batch_costs_no_other_trial_its_values(h: Any) -> None:
+    from functools import partial
+
+    from spotsweep.shared.broker.batching import BatchingHandler
+    from spotsweep.shared.messages import TrialFinished, TrialStarted, encode
+
+    h.submit({**SPEC, "max_concurrent": 2}, SID)
+    a, b = h.published(2)
+    bad = TrialStarted(sweep_id=SID, trial_id="nope\x00", attempt=1, agent="x")  # the database refuses the NUL
+    ends = [TrialFinished(sweep_id=SID, trial_id=m.trial_id, attempt=1, outcome="completed", metrics={"loss": 0.1 * m.index})
+            for m in (a, b)]
+    deliveries = [h.delivery(encode(e)) for e in (ends[0], bad, ends[1])]
+    batcher = BatchingHandler(partial(handlers.handle_events, deps=h.deps), max_batch=3, max_wait=0.01, retry_pause=0.01)
+    try:
+        for d in deliveries:
+            batcher(d)
+    finally:
+        batcher.close()
+    assert [d.settled for d in deliveries] == ["ack", "dead-letter", "ack"]
+    assert h.trial(b.trial_id)["metrics"] == {"loss": 0.1} and h.trial(b.trial_id)["flags"] == []
+    assert h.trial(a.trial_id)["state"] == "completed"
