@@ -24,12 +24,14 @@ from spotsweep.services.planner import main as planner
 from spotsweep.services.planner import store as planner_store
 from spotsweep.services.planner.handlers import new_sweep_id, submission
 from spotsweep.services.reporter import report as reporter
+from spotsweep.services.reporter.safe import printable
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.db import Database
 from spotsweep.shared.db.embedded import embedded_url
 from spotsweep.shared.errors import PermanentError
+from spotsweep.shared.limits import cap_text
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import Settings
 from spotsweep.shared.spec import SweepSpec
@@ -81,7 +83,7 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
     batcher.close()
     planner_deps.close()
     if state == "rejected":
-        raise PermanentError(f"sweep refused: {reporter.sweep_counts(db, sweep_id)[0]['error']}")
+        raise PermanentError(f"sweep refused: {printable(cap_text(reporter.sweep_counts(db, sweep_id)[0]['error'] or ''))}")
     rep = reporter.build(db, sweep_id)
     reporter.print_leaderboard(rep)
     if csv is not None:
@@ -89,8 +91,8 @@ def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, con
         console.print(f"wrote {n} rows to {csv}")
     sweep = reporter.sweep_counts(db, sweep_id)[0]
     for why in (sweep["error"], sweep["note"]):
-        if why:
-            console.print(why, markup=False, highlight=False)
+        if why:  # trial output can reach a sweep's error: escaped and bounded like every report line
+            console.print(printable(cap_text(why), newlines=True), markup=False, highlight=False)
     console.print(f"sweep {sweep_id}: {state}; results in `spotsweep report {sweep_id}` and the trial_results view")
     print(sweep_id)
     # Pruned trials did what early stopping asked of them; failed or cancelled ones did not.
