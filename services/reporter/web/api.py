@@ -89,8 +89,11 @@ class Api:
     def curves_body(self, sweep_id: str, metric: str, max_points: int, limit: int, wanted: list[str]) -> dict[str, Any]:
         row = self._sweep(sweep_id)
         with self.db.transaction() as conn:
-            rows = [r for r in queries.trials(conn, sweep_id) if not r["smoke"] or r["trial_id"] in wanted]
-            chosen = [r for r in rows if r["trial_id"] in wanted] if wanted else present.ranked(rows, row["metric"], row["mode"])
+            if wanted:
+                chosen = queries.trials(conn, sweep_id, only=wanted)
+            else:
+                rows = [r for r in queries.trials(conn, sweep_id) if not r["smoke"]]
+                chosen = present.ranked(rows, row["metric"], row["mode"])
             chosen = chosen[:limit]
             curves = queries.curves(conn, [r["trial_id"] for r in chosen], metric)
         if wanted and len(chosen) < len(set(wanted)):

@@ -162,7 +162,11 @@ def importance(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], me
     when they cannot be told (too few trials, nothing varies)."""
     dists = distributions(space)
     varied = {k: d for k, d in dists.items() if not d.single()}
-    trials = study_trials(space, rows, metric, varied)
+    usable = [r for r in rows if r.get("state") == "completed" and not r.get("smoke")
+              and finite((r.get("metrics") or {}).get(metric)) is not None]
+    if len(usable) > MAX_TRIALS:  # sampled before building trials: create_trial validates each one
+        usable = random.Random(seed).sample(usable, MAX_TRIALS)
+    trials = study_trials(space, usable, metric, varied)
     empty = Importance(metric, trials=len(trials), method=method)
     if len(trials) < MIN_TRIALS:
         reason = f"{len(trials)} completed trial(s) with a finite {metric!r}; importance needs at least {MIN_TRIALS}"
@@ -171,8 +175,6 @@ def importance(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], me
         return Importance(**{**empty.__dict__, "reason": "no parameter of the space takes more than one value"})
     if len({t.value for t in trials}) == 1:
         return Importance(**{**empty.__dict__, "reason": f"every trial has the same {metric!r}: nothing to explain"})
-    if len(trials) > MAX_TRIALS:
-        trials = random.Random(seed).sample(trials, MAX_TRIALS)
     fixed = [(k, 0.0) for k in dists if k not in varied]
     names = list(varied)
     if method == "ped-anova":

@@ -57,11 +57,13 @@ def counts(conn: Conn, sweep_id: str) -> dict[str, int]:
     return {r["state"]: r["n"] for r in rows}
 
 
-def trials(conn: Conn, sweep_id: str) -> list[dict[str, Any]]:
-    """Every trial of a sweep as ``trial_results`` has it (``flags`` and
-    ``warnings`` when the view has them), in index order."""
-    return conn.execute("SELECT * FROM trial_results WHERE sweep_id = %s ORDER BY smoke DESC, started_at NULLS LAST, trial_id",
-                        (sweep_id,)).fetchall()
+def trials(conn: Conn, sweep_id: str, only: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every trial of a sweep (or those of ``only``) as ``trial_results`` has
+    it (``flags`` and ``warnings`` when the view has them), by start."""
+    where = " AND trial_id = ANY(%s)" if only is not None else ""
+    args = (sweep_id, only) if only is not None else (sweep_id,)
+    return conn.execute(f"SELECT * FROM trial_results WHERE sweep_id = %s{where} ORDER BY smoke DESC, started_at NULLS LAST,"
+                        " trial_id", args).fetchall()
 
 
 def trial(conn: Conn, sweep_id: str, trial_id: str) -> dict[str, Any] | None:
