@@ -24,7 +24,7 @@ from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec import parse_spec
 
 MAX_POINTS, MAX_POINTS_LIMIT = 500, 10_000
-CURVES, CURVES_LIMIT = 100, 1000
+CURVES, CURVES_LIMIT = 50, 1000
 
 
 def json_response(body: Any, status: int = 200) -> Response:
@@ -92,8 +92,7 @@ class Api:
             if wanted:
                 chosen = queries.trials(conn, sweep_id, only=wanted)
             else:
-                rows = [r for r in queries.trials(conn, sweep_id) if not r["smoke"]]
-                chosen = present.ranked(rows, row["metric"], row["mode"])
+                chosen = present.ranked(queries.ranking(conn, sweep_id, row["metric"]), row["metric"], row["mode"])
             chosen = chosen[:limit]
             curves = queries.curves(conn, [r["trial_id"] for r in chosen], metric)
         if wanted and len(chosen) < len(set(wanted)):

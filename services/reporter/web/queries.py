@@ -66,6 +66,13 @@ def trials(conn: Conn, sweep_id: str, only: list[str] | None = None) -> list[dic
                         " trial_id", args).fetchall()
 
 
+def ranking(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
+    """What ranking needs of every trial (not smoke ones): id, name, state, the metric."""
+    return conn.execute(
+        "SELECT trial_id, trial_name, state, jsonb_build_object(%s::text, metrics->%s) AS metrics FROM trial_results"
+        " WHERE sweep_id = %s AND NOT smoke", (metric, metric, sweep_id)).fetchall()
+
+
 def trial(conn: Conn, sweep_id: str, trial_id: str) -> dict[str, Any] | None:
     return conn.execute("SELECT * FROM trial_results WHERE sweep_id = %s AND trial_id = %s", (sweep_id, trial_id)).fetchone()
 
