@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -46,9 +47,30 @@ def database(settings: Settings) -> Database:
     return Database(embedded_url(settings.home / "pg"))
 
 
-def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, console: Console | None = None) -> int:
+def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, console: Console | None = None,
+        dashboard: int | None = None) -> int:
+    """Run a sweep on this machine; with ``dashboard`` (a port) serve the dashboard meanwhile."""
     console = console or Console(stderr=True)
     db = database(settings)
+    stop_dashboard = _dashboard(db, dashboard, console)
+    try:
+        return _run(spec, settings, workers, csv, console, db)
+    finally:
+        stop_dashboard()
+
+
+def _dashboard(db: Database, port: int | None, console: Console) -> Callable[[], None]:
+    if port is None:
+        return lambda: None
+    from spotsweep.services.reporter.web.main import DEFAULT_HOST, serve_in_background
+
+    db.migrate()  # the dashboard may be asked for a page before the planner has migrated
+    stop = serve_in_background(db, DEFAULT_HOST, port)
+    console.print(f"dashboard: http://{DEFAULT_HOST}:{port}/ (while the sweep runs; `spotsweep dashboard` afterwards)")
+    return stop
+
+
+def _run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, console: Console, db: Database) -> int:
     broker = MemoryBroker()
     store = LocalArtifactStore(settings.home / "artifacts")
     resource_class = spec.resources.resource_class

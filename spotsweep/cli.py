@@ -30,6 +30,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = _positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, got {text!r}")
+    return value
+
+
 def _names(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
@@ -47,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("spec", type=Path)
     r.add_argument("--workers", type=_positive, default=2, help="trials at once (default 2)")
     r.add_argument("--csv", type=Path)
+    r.add_argument("--dashboard", nargs="?", const=8265, type=_port, metavar="PORT",
+                   help="serve the dashboard on 127.0.0.1:PORT (default 8265) while the sweep runs")
 
     s = sub.add_parser("submit", help="post a sweep to the planner queue")
     s.add_argument("spec", type=Path)
@@ -83,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--top", type=int)
     rep.add_argument("--metrics", type=_names, metavar="NAME,NAME",
                      help="metric columns beside the objective (default: the first 8 by name; --csv then writes only these)")
+
+    d = sub.add_parser("dashboard", help="serve the web dashboard of every sweep (results database or local mode's)")
+    d.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
+    d.add_argument("--port", type=_port, default=8265, help="port (default 8265)")
 
     sub.add_parser("planner", help="run the planner service")
     sub.add_parser("collector", help="run the collector service")
@@ -190,7 +203,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if cmd == "run":
         from spotsweep.services import local
 
-        return local.run(spec, settings, args.workers, args.csv)
+        return local.run(spec, settings, args.workers, args.csv, dashboard=args.dashboard)
     if cmd == "submit":
         sweep_id = commands.submit(spec, settings)
         print(sweep_id)
@@ -212,6 +225,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return ExitCode.OK
     if cmd == "status":
         return commands.status(args.sweep, settings, args.json)
+    if cmd == "dashboard":
+        from spotsweep.services.reporter.web import serve
+
+        return serve(settings, args.host, args.port)
     if cmd == "ls":
         return commands.list_trials(args.filter, settings, args.json)
     if cmd == "report":
