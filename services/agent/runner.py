@@ -131,12 +131,6 @@ class Confirms:
     trial is redelivered). Metrics, progress and checkpoints do gate the final
     event: a trial must not be reported over before its points are stored.
 
-    A start may also be *held* (:meth:`hold`): it goes out with the first
-    other event, or when the process outlives its first poll (:meth:`release`);
-    a process that ends sooner takes it in its final event (:meth:`take_held`),
-    one message instead of two for the many trials that fail at once (a bad
-    config, a missing file) or do almost nothing.
-
     ``publish`` may return a Future (``Broker.publish_async``) or nothing (a
     synchronous publish, a test's list): both work."""
 
@@ -144,31 +138,8 @@ class Confirms:
         self._publish = publish
         self._pending: list[Future[None]] = []
         self._started: Future[None] | None = None
-        self._held: TrialStarted | None = None
-        self._announce: Callable[[], None] = lambda: None
-
-    def hold(self, started: TrialStarted, announce: Callable[[], None] = lambda: None) -> None:
-        """Keep the run's start back until :meth:`release` or the next event;
-        ``announce`` runs when it is sent (the agent logs the start then, so a
-        run over at once logs one line, its end)."""
-        self._held = started
-        self._announce = announce
-
-    def release(self) -> None:
-        """Publish the held start, if any (the process is still running)."""
-        held, self._held = self._held, None
-        if held is not None:
-            self(held)
-            self._announce()
-
-    def take_held(self) -> TrialStarted | None:
-        """The start never sent (the process ended first), for the final event to carry."""
-        held, self._held = self._held, None
-        return held
 
     def __call__(self, event: Envelope) -> None:
-        if self._held is not None and not isinstance(event, TrialStarted):
-            self.release()  # the planner must know a run before any of its other events
         future = self._publish(event)
         if future is None:
             return
@@ -217,7 +188,7 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
 
     def end(outcome: Result, **fields: Any) -> TrialFinished:
         return TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
-                             run_id=run_id, outcome=outcome, started=send.take_held(), **fields)
+                             run_id=run_id, outcome=outcome, **fields)
 
     if not msg.argv or not msg.argv[0]:
         return end("failed", failure="exit", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
@@ -240,10 +211,10 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         started = time.monotonic()
         try:
             WATCHDOG.add(proc.pid)  # start_new_session: the trial's pid is its process group's id
-            send.hold(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
-                                   agent=config.agent_id, run_id=run_id, resume_step=resume, redelivered=redelivered,
-                                   losses=losses),
-                      lambda: _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids))
+            # Sent at once, as its own message: the planner knows the run from its first instant.
+            send(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
+                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses))
+            _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids)
             outcome = supervise(proc, msg, store, send, config, control, Tail(metrics_path, msg.limits.line_bytes),
                                 ckpt_dir, run_id, restored)
             send.wait()  # the final event is published only after its points and checkpoints are confirmed

@@ -111,8 +111,6 @@ def supervise(
     """Supervise until the process exits. ``publish`` may publish without waiting
     (:class:`~.runner.Confirms`); its ``wait`` is called before each checkpoint commit."""
     confirm: Callable[[], None] = getattr(publish, "wait", lambda: None)
-    # A held start goes out once the process outlives its first poll (see runner.Confirms).
-    release: Callable[[], None] | None = getattr(publish, "release", None)
     # Final metrics start from what the checkpoint kept: a resumed run need
     # not re-report what was reported before it, even by a run that was lost.
     outcome = Outcome(final=dict(restored or {}))
@@ -226,9 +224,6 @@ def supervise(
                     elif now - term_sent_at > control.grace:
                         signal_group(proc, signal.SIGKILL)
             wait(0 if tail.behind else config.poll_seconds)  # behind: read on at once, still minding the limits above
-            if release is not None and proc.poll() is None:
-                release()
-                release = None
     finally:
         wait.close()
     proc.wait()

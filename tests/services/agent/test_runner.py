@@ -258,16 +258,17 @@ def test_a_start_the_broker_refused_fails_the_run() -> None:
         send.wait()
 
 
-def test_a_run_over_within_one_poll_sends_its_start_inside_its_end(store: LocalArtifactStore, tmp_path: Path) -> None:
-    """One message instead of two for a trial that ends at once (a bad config,
-    a crash on import): the start rides on the end, with everything it says."""
+def test_a_run_over_within_one_poll_sends_its_start_as_its_own_message(store: LocalArtifactStore, tmp_path: Path) -> None:
+    """A trial that ends at once (a bad config, a crash on import) still sends
+    its start first and on its own: the end never carries it (schema v4's
+    start-inside-end is retired; the planner only still decodes it)."""
     config = RunnerConfig(agent_id="a", workdir=tmp_path / "work", poll_seconds=30.0)
     msg = message("").model_copy(update={"argv": ["/bin/true"]})
     final, events = run(store, config, msg)
-    assert final.outcome == "completed" and events.of(TrialStarted) == []
-    assert final.started is not None and final.started.run_id == final.run_id and final.started.agent == "a"
-    assert (final.started.redelivered, final.started.losses, final.started.resume_step) == (False, 0, None)
-    assert final.started.time <= final.time
+    assert final.outcome == "completed" and final.started is None
+    starts = events.of(TrialStarted)
+    assert len(starts) == 1 and events[0] is starts[0] and starts[0].run_id == final.run_id and starts[0].agent == "a"
+    assert (starts[0].redelivered, starts[0].losses, starts[0].resume_step) == (False, 0, None)
 
 
 def test_a_run_that_outlives_one_poll_sends_its_start_while_it_runs(store: LocalArtifactStore, tmp_path: Path) -> None:
@@ -290,13 +291,22 @@ def test_a_run_that_outlives_one_poll_sends_its_start_while_it_runs(store: Local
     assert len(starts) == 1 and starts[0].run_id == final.run_id and final.started is None
 
 
-def test_a_held_start_goes_out_before_any_other_event_of_its_run() -> None:
-    """The planner must know a run before its progress or checkpoints."""
-    sent: list[Any] = []
-    send = Confirms(sent.append)
-    start = TrialStarted(sweep_id="sw", trial_id="sw.0", attempt=1, agent="a", run_id="r")
-    send.hold(start)
-    assert sent == []
-    send(TrialMetrics(sweep_id="sw", trial_id="sw.0", attempt=1, steps=[1], names=["loss"], values=[0.5]))
-    assert [e.kind for e in sent] == ["trial.started", "trial.metrics"] and sent[0] is start
-    assert send.take_held() is None  # sent: the end does not carry it again
+def test_the_start_is_sent_before_the_process_runs_a_poll(store: LocalArtifactStore, tmp_path: Path) -> None:
+    """Not up to one poll late: with a poll of 30 s the start is out while
+    the trial runs (it waits for a file the publish function writes on
+    seeing the start, and would fail after 3 s)."""
+    config = RunnerConfig(agent_id="a", workdir=tmp_path / "work", poll_seconds=30.0)
+    seen_start = tmp_path / "seen-start"
+    events: list[Any] = []
+
+    def publish(event: Any) -> None:
+        events.append(event)
+        if isinstance(event, TrialStarted):
+            seen_start.touch()
+
+    script = (f"import os, sys, time\nfor _ in range(300):\n    if os.path.exists({str(seen_start)!r}): sys.exit(0)\n"
+              "    time.sleep(0.01)\nsys.exit(3)")
+    final = run_trial(message(script), store, publish, config, RunControl())
+    assert final is not None and final.outcome == "completed", final and final.error
+    assert isinstance(events[0], TrialStarted)
+

@@ -78,8 +78,8 @@ def test_a_run_the_planner_stops_is_killed_and_not_reported(kit: Any) -> None:
 def test_every_run_has_its_own_id_and_says_if_it_was_redelivered(kit: Any) -> None:
     first, events1 = kit.run(kit.message("print(1)"))
     second, events2 = kit.run(kit.message("print(1)"), redelivered=True, losses=2)
-    # each start is sent alone, or inside the run's end when the run was over within one poll
-    s1, s2 = (events1.of(TrialStarted) or [first.started])[0], (events2.of(TrialStarted) or [second.started])[0]
+    # each start is its own message, sent when the process starts
+    s1, s2 = events1.of(TrialStarted)[0], events2.of(TrialStarted)[0]
     assert s1.run_id and s1.run_id != s2.run_id and first.run_id == s1.run_id and second.run_id == s2.run_id
     assert (s1.redelivered, s1.losses, s2.redelivered, s2.losses) == (False, 0, True, 2)
 
