@@ -30,6 +30,7 @@ from pathlib import Path
 from spotsweep.services.agent import uploads
 from spotsweep.services.agent.lines import Checkpoint, Parsed, Points
 from spotsweep.services.agent.screen import Screen
+from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.tail import Item, Tail
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
@@ -94,13 +95,6 @@ class ExitWait:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def supervise(
@@ -185,7 +179,7 @@ def supervise(
 
     def end(reason: str) -> None:
         outcome.reason = reason
-        signal_group(proc, signal.SIGKILL)
+        killpg(proc.pid)
 
     wait = ExitWait(proc.pid)
     try:
@@ -201,7 +195,7 @@ def supervise(
             if exited:
                 break
             if control.kill.is_set():
-                signal_group(proc, signal.SIGKILL)
+                killpg(proc.pid)
             elif control.lost.is_set():
                 if outcome.reason != "lost":
                     end("lost")
@@ -220,9 +214,9 @@ def supervise(
                     if term_sent_at is None:
                         outcome.reason = "preempted"
                         term_sent_at = now
-                        signal_group(proc, signal.SIGTERM)
+                        killpg(proc.pid, signal.SIGTERM)
                     elif now - term_sent_at > control.grace:
-                        signal_group(proc, signal.SIGKILL)
+                        killpg(proc.pid)
             wait(0 if tail.behind else config.poll_seconds)  # behind: read on at once, still minding the limits above
     finally:
         wait.close()

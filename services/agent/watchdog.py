@@ -16,8 +16,8 @@ the agent's process group does not take it along, reads lines from a pipe
 whose write end only the agent holds: ``+PGID`` when a trial's group starts,
 ``-PGID`` once it has been reaped. When the pipe reaches end of file (the
 agent exited, however it died: the kernel closes its descriptors) it
-SIGKILLs every group still registered, and on Linux also every process that
-carries the agent's token in its environment (a trial started in the
+SIGKILLs every group still registered, and also every process that
+carries the agent's token in its environment (found with psutil; a trial started in the
 instant before its ``+PGID`` was written, or a child that left its group),
 then exits.
 """
@@ -31,7 +31,10 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
-from pathlib import Path
+
+import psutil
+
+from spotsweep.services.agent.signals import killpg
 
 TOKEN_VAR = "SPOTSWEEP_AGENT_TOKEN"
 
@@ -92,24 +95,16 @@ class Watchdog:
         return self._proc
 
 
-def _kill(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _carriers(token: str) -> list[int]:
-    """Processes whose environment holds ``token`` (Linux: /proc/PID/environ of our own user)."""
-    needle = f"{TOKEN_VAR}={token}".encode()
+    """Processes whose environment holds ``token`` (those of our own user: psutil
+    cannot read another user's environment, and they are not ours to kill)."""
     found = []
-    for entry in Path("/proc").iterdir() if Path("/proc/self/environ").exists() else ():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                pass  # gone, or not ours
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(TOKEN_VAR) == token:
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            pass  # gone, a zombie, or not ours
     return found
 
 
@@ -122,7 +117,7 @@ def serve(token: str) -> None:
         if line[:1] in (b"+", b"-") and line[1:].isdigit():
             (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
     for pgid in groups:
-        _kill(pgid)
+        killpg(pgid)
     me = os.getpid()
     for pid in _carriers(token):
         if pid != me:

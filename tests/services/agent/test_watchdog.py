@@ -111,3 +111,21 @@ def test_what_a_trial_leaves_running_in_its_group_ends_with_it(tmp_path: Path) -
     assert final is not None and final.outcome == "completed"
     child = int(pid_file.read_text())
     assert wait_until(lambda: not alive(child)), "a background child outlived its completed trial"
+
+
+def test_carriers_are_the_processes_whose_environment_holds_the_token() -> None:
+    """psutil finds them (a trial that left its group still carries the token)."""
+    from spotsweep.services.agent.watchdog import TOKEN_VAR, _carriers
+
+    token = "t" + os.urandom(8).hex()
+    env = dict(os.environ, **{TOKEN_VAR: token})
+    carrier = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        wait_until(lambda: carrier.pid in _carriers(token), timeout=10)
+        assert other.pid not in _carriers(token)
+    finally:
+        carrier.kill()
+        other.kill()
+        carrier.wait()
+        other.wait()
