@@ -31,7 +31,7 @@ from pathlib import Path
 from spotsweep.services.agent import uploads
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.runner import DeliveryLost, RunControl, RunnerConfig, run_trial
-from spotsweep.services.agent.workspace import Workspace, remove_stale, slot_label
+from spotsweep.services.agent.workspace import remove_own, remove_stale
 from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker, Consumer, Delivery, Outgoing
@@ -49,7 +49,7 @@ class Slots:
 
     def __init__(self, n: int, gpus: list[str] | None) -> None:
         self.count = n
-        self._workspaces: dict[int, Workspace] = {}
+        self._workdirs: set[Path] = set()
         self._free: queue.Queue[tuple[int, str | None]] = queue.Queue()
         for i in range(n):
             # More slots than GPUs share them round-robin (small models); never
@@ -64,19 +64,16 @@ class Slots:
         finally:
             self._free.put(slot)
 
-    def workspace(self, index: int, parent: Path) -> Workspace:
-        """The scratch tree of slot ``index`` (under ``parent``), kept for its next trials."""
-        space = self._workspaces.get(index)
-        if space is None or space.parent != parent:
-            if not any(w.parent == parent for w in list(self._workspaces.values())):
-                remove_stale(parent)  # the first tree here: clear what agents killed outright left
-            space = self._workspaces[index] = Workspace(parent, slot_label(index))
-        return space
+    def use_workdir(self, parent: Path) -> None:
+        """Runs make their trees under ``parent``: clear what agents killed outright left there (once)."""
+        if parent not in self._workdirs:
+            self._workdirs.add(parent)
+            remove_stale(parent)
 
     def remove_workspaces(self) -> None:
-        """Delete every slot's scratch tree (the agent is exiting)."""
-        for space in list(self._workspaces.values()):
-            space.remove()
+        """Delete what this agent's runs left (the agent is exiting: a run stopped hard may not have)."""
+        for parent in list(self._workdirs):
+            remove_own(parent)
 
 
 @dataclass
@@ -226,8 +223,7 @@ def _run(delivery: Delivery, msg: TrialMessage, deps: AgentDeps, losses: int) ->
         )
         try:
             return run_trial(msg, deps.store, deps.send_event, deps.config, control, gpu,
-                             redelivered=delivery.redelivered, losses=losses,
-                             workspace=deps.slots.workspace(slot, deps.config.workdir))
+                             redelivered=delivery.redelivered, losses=losses)
         except DeliveryLost as e:
             notice = TrialLost(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
                                agent=deps.config.agent_id, run_id=e.run_id, reason="", duration=e.duration)

@@ -59,6 +59,7 @@ def start(
     broker.declare([topology.dead_letter_queue(), topology.trial_queue_spec(resource_class)])
     config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent")
     deps = AgentDeps(broker=broker, store=store, config=config, slots=slots, state=state or AgentState())
+    slots.use_workdir(config.workdir)
     control_queue = broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
     broker.consume(control_queue, guarded(partial(handle_control, deps=deps), "control"), prefetch=10)
     send_notices(deps)

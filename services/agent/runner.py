@@ -30,7 +30,8 @@ from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.supervise import Outcome, RunControl, RunnerConfig, supervise
 from spotsweep.services.agent.tail import Tail
 from spotsweep.services.agent.watchdog import TOKEN_VAR, Watchdog
-from spotsweep.services.agent.workspace import Paths, Workspace
+from spotsweep.services.agent import workspace
+from spotsweep.services.agent.workspace import Paths
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.errors import PermanentError, RetryableError
@@ -158,15 +159,12 @@ def run_trial(
     *,
     redelivered: bool = False,
     losses: int = 0,
-    workspace: Workspace | None = None,
 ) -> TrialFinished | None:
     """Run the attempt to its end and return (not publish) its final event; every
     event published on the way but ``started`` is confirmed by the broker when
-    this returns.
-    ``workspace``: the slot's scratch tree (by default a throwaway one)."""
+    this returns. The run gets a new scratch tree under ``config.workdir``, removed when it ends."""
     run_id = uuid.uuid4().hex[:12]
-    space = workspace or Workspace(config.workdir, reuse=False)
-    with space.use(f"{msg.trial_id}-a{msg.attempt}") as paths:
+    with workspace.fresh(config.workdir, f"{msg.trial_id}-a{msg.attempt}") as paths:
         return _run(msg, store, Confirms(publish), config, control, gpu, redelivered, losses, run_id, paths)
 
 

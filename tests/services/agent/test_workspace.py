@@ -1,8 +1,8 @@
-"""A slot's scratch tree is reused, but every trial starts in an empty one.
+"""Every run gets a new, empty scratch tree, removed when it ends.
 
 Real trial processes through ``run_trial``: what one trial leaves in its
 working directory, checkpoint directory, metrics file or logs must never be
-seen by the next trial of the same slot.
+seen by the next trial, and nothing of it stays on disk.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 from spotsweep.services.agent.handlers import Slots
-from spotsweep.services.agent.workspace import Workspace
 from spotsweep.shared.artifacts.checkpoints import log_key
 
 from .conftest import Kit
@@ -39,49 +38,22 @@ print("noise " * 1000, file=sys.stderr)
 """
 
 
-def _seen(kit: Kit, workspace: Workspace, out: Path) -> dict[str, object]:
-    final, _ = kit.run(kit.message(LOOK_AND_LITTER, env={"SEEN": str(out)}), workspace=workspace)
+def _seen(kit: Kit, out: Path) -> dict[str, object]:
+    final, _ = kit.run(kit.message(LOOK_AND_LITTER, env={"SEEN": str(out)}))
     assert final.outcome == "completed", final.error
     assert final.metrics == {"loss": 0.5}
     return dict(json.loads(out.read_text()))
 
 
-def test_the_next_trial_of_a_slot_starts_in_an_empty_tree(kit: Kit, tmp_path: Path) -> None:
-    space = Workspace(tmp_path / "work", "slot0")
-    first = _seen(kit, space, tmp_path / "seen1.json")
-    second = _seen(kit, space, tmp_path / "seen2.json")
+def test_every_run_starts_in_a_new_empty_tree_removed_when_it_ends(kit: Kit, tmp_path: Path) -> None:
+    """Behaviour changed with issue 18: no tree is kept for a slot's next trial."""
+    first = _seen(kit, tmp_path / "seen1.json")
+    second = _seen(kit, tmp_path / "seen2.json")
     assert first == {"cwd": [], "ckpt": [], "metrics": 0, "root": first["root"]}
-    assert second == first  # the same folder, and nothing of the first trial left in it
-    root = Path(str(first["root"]))
-    left = {p.name: p for p in root.iterdir()}
-    assert sorted(left) == ["checkpoint", "metrics.jsonl", "stderr.log", "stdout.log"]  # the cwd is made anew
-    assert all(p.stat().st_size == 0 for p in left.values() if p.is_file())  # no disk held till the next trial
-    space.remove()
-    assert not root.exists()
-
-
-WHERE = """
-import json, os
-st = os.stat(".")
-open(os.environ["SEEN"], "a").write(json.dumps({"cwd": os.getcwd(), "inode": st.st_ino, "empty": os.listdir(".") == []}) + "\\n")
-if os.environ.get("LITTER"):
-    open("out.txt", "w").write("x")
-"""
-
-
-def test_an_empty_cwd_is_kept_for_the_next_run_and_a_littered_one_is_not(kit: Kit, tmp_path: Path) -> None:
-    """No directory to make and remove per trial when the run left its cwd
-    empty; one it wrote into is removed, and the next run gets a new one."""
-    space = Workspace(tmp_path / "work", "slot0")
-    seen = tmp_path / "seen.jsonl"
-    for litter in ("", "", "1", ""):
-        final, _ = kit.run(kit.message(WHERE, env={"SEEN": str(seen), "LITTER": litter}), workspace=space)
-        assert final.outcome == "completed", final.error
-    runs = [json.loads(line) for line in seen.read_text().splitlines()]
-    assert all(r["empty"] for r in runs)
-    assert runs[0]["cwd"] == runs[1]["cwd"] == runs[2]["cwd"] and runs[0]["inode"] == runs[2]["inode"]
-    assert runs[3]["cwd"] != runs[2]["cwd"]  # the third run wrote into it: a new cwd under a new name
-    assert not Path(runs[2]["cwd"]).exists()
+    assert second == {"cwd": [], "ckpt": [], "metrics": 0, "root": second["root"]}
+    assert first["root"] != second["root"]  # a tree of its own, under a name no earlier run had
+    assert not Path(str(first["root"])).exists() and not Path(str(second["root"])).exists()
+    assert list(kit.config.workdir.iterdir()) == []
 
 
 REPLACES_ITS_FOLDERS = """
@@ -95,17 +67,16 @@ open(ckpt, "w").write("nor this")
 """
 
 
-def test_a_trial_that_replaces_its_folders_with_files_does_not_break_the_slot(kit: Kit, tmp_path: Path) -> None:
-    space = Workspace(tmp_path / "work", "slot0")
-    final, _ = kit.run(kit.message(REPLACES_ITS_FOLDERS), workspace=space)
+def test_a_trial_that_replaces_its_folders_with_files_leaves_nothing_behind(kit: Kit, tmp_path: Path) -> None:
+    final, _ = kit.run(kit.message(REPLACES_ITS_FOLDERS))
     assert final.outcome == "completed", final.error
-    seen = _seen(kit, space, tmp_path / "seen.json")
+    assert list(kit.config.workdir.iterdir()) == []
+    seen = _seen(kit, tmp_path / "seen.json")
     assert seen["cwd"] == [] and seen["ckpt"] == []
-    assert len(list((tmp_path / "work").iterdir())) == 1  # the same tree, cleaned: nothing left behind
 
 
 def test_a_throwaway_tree_is_removed(kit: Kit, tmp_path: Path) -> None:
-    final, _ = kit.run(kit.message("open('out.txt', 'w').write('x')"))  # no workspace: one of its own
+    final, _ = kit.run(kit.message("open('out.txt', 'w').write('x')"))
     assert final.outcome == "completed", final.error
     assert list(kit.config.workdir.iterdir()) == []
 
@@ -126,13 +97,12 @@ def test_cleaning_up_removes_links_never_what_they_point_to(kit: Kit, tmp_path: 
     (outside / "deep").mkdir(parents=True)
     (outside / "deep" / "keep.pt").write_bytes(b"precious")
     (tmp_path / "notes.txt").write_text("precious")
-    space = Workspace(tmp_path / "work", "slot0")
-    final, _ = kit.run(kit.message(LINKS_OUT, env={"OUTSIDE_DIR": str(outside), "OUTSIDE_FILE": str(tmp_path / "notes.txt")}),
-                       workspace=space)
+    final, _ = kit.run(kit.message(LINKS_OUT, env={"OUTSIDE_DIR": str(outside), "OUTSIDE_FILE": str(tmp_path / "notes.txt")}))
     assert final.outcome == "completed", final.error
     assert (outside / "deep" / "keep.pt").read_bytes() == b"precious"
     assert (tmp_path / "notes.txt").read_text() == "precious"
-    seen = _seen(kit, space, tmp_path / "seen.json")  # the next trial gets real, empty folders again
+    assert list(kit.config.workdir.iterdir()) == []  # the links were removed with the tree
+    seen = _seen(kit, tmp_path / "seen.json")  # the next trial gets real, empty folders again
     assert seen["cwd"] == [] and seen["ckpt"] == []
     assert (outside / "deep" / "keep.pt").read_bytes() == b"precious"  # its litter went into a real folder
 
@@ -175,10 +145,9 @@ open(os.environ["SEEN"], "w").write(json.dumps({"cwd": sorted(os.listdir(".")), 
 
 def test_a_process_that_left_the_trial_does_not_write_into_the_next_one(kit: Kit, tmp_path: Path) -> None:
     env = {name: str(tmp_path / name.lower()) for name in ("READY", "GO", "DONE")} | {"SEEN": str(tmp_path / "seen.json")}
-    space = Workspace(tmp_path / "work", "slot0")
-    final, _ = kit.run(kit.message(ESCAPES, env=env), workspace=space)
+    final, _ = kit.run(kit.message(ESCAPES, env=env))
     assert final.outcome == "completed", final.error
-    second, _ = kit.run(kit.message(WAITS, env=env), workspace=space)
+    second, _ = kit.run(kit.message(WAITS, env=env))
     assert second.outcome == "completed", second.error
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert seen["done"]  # the stray process wrote while the second trial ran
@@ -192,12 +161,23 @@ def test_an_agent_removes_the_trees_of_agents_killed_outright(tmp_path: Path) ->
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # its pid names a process that no longer exists
     work = tmp_path / "work"
-    stale = work / f"slot0-p{gone.pid}-abc123"
-    (stale / "run-7").mkdir(parents=True)
-    alive = work / f"slot0-p{os.getppid()}-def456"  # another agent on the node, still running
+    stale = work / f"p{gone.pid}-sw.0-a1-abc123"
+    (stale / "run").mkdir(parents=True)
+    alive = work / f"p{os.getppid()}-sw.1-a1-def456"  # another agent on the node, still running
     alive.mkdir()
     unrelated = work / "notes"
     unrelated.mkdir()
-    Slots(1, None).workspace(0, work)
+    Slots(1, None).use_workdir(work)
     assert not stale.exists()
     assert alive.exists() and unrelated.exists()
+
+
+def test_an_exiting_agent_removes_its_own_trees_only(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    mine, other = work / f"p{os.getpid()}-sw.0-a1-x", work / f"p{os.getppid()}-sw.1-a1-y"
+    (mine / "run").mkdir(parents=True)
+    other.mkdir()
+    slots = Slots(1, None)
+    slots.use_workdir(work)
+    slots.remove_workspaces()
+    assert not mine.exists() and other.exists()
