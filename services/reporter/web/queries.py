@@ -51,6 +51,15 @@ def sweep(conn: Conn, sweep_id: str) -> dict[str, Any] | None:
     return conn.execute(_SWEEP + " WHERE s.sweep_id = %s", (sweep_id,)).fetchone()
 
 
+def find_sweep(conn: Conn, id_or_name: str) -> dict[str, Any] | None:
+    """A sweep's header by its id or, failing that, the newest sweep with that name."""
+    row = sweep(conn, id_or_name)
+    if row is None:
+        row = conn.execute(_SWEEP + " WHERE s.name = %s ORDER BY s.created_at DESC, s.sweep_id DESC LIMIT 1",
+                           (id_or_name,)).fetchone()
+    return row
+
+
 def counts(conn: Conn, sweep_id: str) -> dict[str, int]:
     rows = conn.execute("SELECT state, count(*) AS n FROM trial_results WHERE sweep_id = %s AND NOT smoke GROUP BY 1",
                         (sweep_id,)).fetchall()
