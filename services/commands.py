@@ -258,11 +258,19 @@ def _short(value: object) -> str:
     return f"{number:.4g}" if number is not None else shown(value)
 
 
-def report(sweep_id: str, settings: Settings, csv: Path | None, top: int | None, metrics: list[str] | None = None) -> int:
-    """The sweep's leaderboard (the objective and ``metrics``, default a few), and every metric in ``csv``."""
-    rep = reporter.build(database(settings), sweep_id, metrics or ())
+def report(sweep_id: str, settings: Settings, csv: Path | None, top: int | None, metrics: list[str] | None = None,
+           html: Path | None = None) -> int:
+    """The sweep's leaderboard (the objective and ``metrics``, default a few), every metric in
+    ``csv``, and in ``html`` the dashboard's sweep page as one offline file."""
+    db = database(settings)
+    rep = reporter.build(db, sweep_id, metrics or ())
     reporter.print_leaderboard(rep, top=top)
     if csv is not None:
         n = reporter.write_csv(rep, csv, rep.metrics if metrics else None)
         print(f"wrote {n} rows to {csv}")
+    if html is not None:
+        from spotsweep.services.reporter import html as html_report
+
+        size = html_report.write(db, sweep_id, html)
+        print(f"wrote {html} ({size / 1e6:.1f} MB): open it in a browser, no network needed")
     return ExitCode.OK

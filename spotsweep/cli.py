@@ -86,9 +86,11 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("schema", help="print the JSON Schemas of the spec and the messages")
 
-    rep = sub.add_parser("report", help="leaderboard and CSV of a sweep")
+    rep = sub.add_parser("report", help="leaderboard, CSV and offline HTML report of a sweep")
     rep.add_argument("sweep")
     rep.add_argument("--csv", type=Path)
+    rep.add_argument("--html", type=Path, metavar="FILE",
+                     help="write the dashboard's sweep page as one self-contained HTML file (works offline)")
     rep.add_argument("--top", type=int)
     rep.add_argument("--metrics", type=_names, metavar="NAME,NAME",
                      help="metric columns beside the objective (default: the first 8 by name; --csv then writes only these)")
@@ -232,7 +234,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if cmd == "ls":
         return commands.list_trials(args.filter, settings, args.json)
     if cmd == "report":
-        return commands.report(args.sweep, settings, args.csv, args.top, args.metrics)
+        return commands.report(args.sweep, settings, args.csv, args.top, args.metrics, args.html)
     raise AssertionError(cmd)  # argparse refuses unknown commands
 
 

@@ -1,8 +1,30 @@
 // spotsweep dashboard: helpers shared by the pages. Text from trials is only
-// ever set with textContent, never as markup.
+// ever set with textContent, never as markup. In an offline report
+// (`spotsweep report --html`) the API's answers are inlined in the page, in a
+// script element of type application/json with the id spotsweep-data, and
+// json() reads them from there instead of the network.
 "use strict";
 const SS = {
+  // The report's inlined data, or null on the dashboard.
+  offline() {
+    if (SS._data === undefined) {
+      const node = document.getElementById("spotsweep-data");
+      SS._data = node ? JSON.parse(node.textContent) : null;
+    }
+    return SS._data;
+  },
+  // An API answer from the report's data: /api/sweeps/ID[/trials|/best|/importance|/curves?metric=M].
+  fromReport(url) {
+    const d = SS.offline(), u = new URL(url, "http://report.invalid/");
+    const tail = u.pathname.replace(/^\/api\/sweeps\/[^/]+/, ""), metric = u.searchParams.get("metric");
+    const curves = Object.prototype.hasOwnProperty.call(d.curves, metric) ? d.curves[metric] : undefined;
+    const answer = tail === "" ? d.sweep : tail === "/trials" ? d.trials : tail === "/best" ? d.best
+      : tail === "/importance" ? d.importance : tail === "/curves" ? curves : undefined;
+    if (answer === undefined) throw new Error("not in this report: " + url);
+    return answer;
+  },
   async json(url) {
+    if (SS.offline()) return SS.fromReport(url);
     const r = await fetch(url, {cache: "no-store"});
     if (!r.ok) throw new Error(url + ": " + r.status);
     return r.json();

@@ -1,6 +1,7 @@
 // One sweep: leaderboard, learning curves, best so far, parallel coordinates,
 // importance. Everything comes from the JSON API and is refreshed every few
-// seconds while the sweep runs (and once more when it ends).
+// seconds while the sweep runs (and once more when it ends); in an offline
+// report from the data inlined in the page, drawn once.
 "use strict";
 (function () {
   const SWEEP = document.body.dataset.sweep;
@@ -63,7 +64,8 @@
       tr.dataset.trial = t.trial_id;
       for (const c of S.columns) {
         const v = c.get(t), td = SS.el("td", null, c.num ? "num" : "");
-        if (c.link) { const a = SS.el("a", v); a.href = SS.trialUrl(SWEEP, t.trial_id); td.append(a); }
+        if (c.link && !SS.offline()) { const a = SS.el("a", v); a.href = SS.trialUrl(SWEEP, t.trial_id); td.append(a); }
+        else if (c.link) td.append(SS.el("span", v, "name"));  // a report has no trial pages
         else if (c.badge) td.append(SS.el("span", v, "state state-" + v));
         else if (c.flags) v.split(" ").filter(Boolean).forEach(f => td.append(SS.el("span", f, "flag")));
         else td.textContent = SS.fmt(v);
@@ -156,7 +158,8 @@
       Object.entries(s.counts).map(([k, n]) => `${n} ${k}`).join(", ") || "no trials yet";
     document.getElementById("best").textContent = s.best === null ? "–" : SS.fmt(s.best);
     document.getElementById("age").textContent = s.age;
-    document.getElementById("live").textContent = s.state === "running" ? "· live, refreshed every " + POLL / 1000 + " s" : "";
+    document.getElementById("live").textContent = SS.offline() ? "" :
+      s.state === "running" ? "· live, refreshed every " + POLL / 1000 + " s" : "";
     const select = document.getElementById("curve-metric");
     if (select.options.length !== s.metrics.length) {
       select.replaceChildren(...s.metrics.map(m => { const o = SS.el("option", m); o.value = m; return o; }));
@@ -180,5 +183,5 @@
 
   document.getElementById("filter").addEventListener("input", e => { S.filter = e.target.value; drawTable(); });
   document.getElementById("curve-metric").addEventListener("change", e => { S.curveMetric = e.target.value; drawCurves(); });
-  SS.poll(refresh, POLL, () => S.running);
+  SS.poll(refresh, POLL, () => S.running && !SS.offline());  // a report is drawn once
 })();
