@@ -19,10 +19,11 @@ from pathlib import Path
 
 from spotsweep.services.agent import notice
 from spotsweep.services.agent.handlers import (
-    AgentDeps, AgentState, Slots, handle_control, handle_trial, resume_after_cooldown, send_notices,
+    Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
 )
 from spotsweep.services.agent.health import DEFAULT_COOLDOWN_S, Health
-from spotsweep.services.agent.runner import RunControl, RunnerConfig, kill_all
+from spotsweep.services.agent.runner import RunnerConfig, kill_all
+from spotsweep.services.agent.state import Agent, Slots
 from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts import open_store
 from spotsweep.shared.artifacts.port import ArtifactStore
@@ -47,47 +48,53 @@ def detect_gpus() -> list[str]:
 
 def start(
     broker: Broker, store: ArtifactStore, slots: Slots, resource_class: str = "gpu", workdir: Path | None = None,
-    agent_id: str | None = None, state: AgentState | None = None,
-) -> AgentDeps:
+    agent_id: str | None = None,
+) -> Connection:
+    """:func:`connect` a new agent (one connection, as local mode and tests use it)."""
+    agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+    config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent")
+    return connect(broker, Agent(store=store, config=config, slots=slots), resource_class)
+
+
+def connect(broker: Broker, agent: Agent, resource_class: str = "gpu") -> Connection:
     """Declare, subscribe to control messages, and consume trials with one worker per slot.
 
-    Called again on every reconnection with the same ``slots`` and ``state``
-    (so GPUs held by trials of a dead connection are not handed out twice,
-    and a node found broken stays out).
+    Called again on every reconnection with the same ``agent`` (so GPUs held
+    by trials of a dead connection are not handed out twice, and a node found
+    broken stays out).
     """
-    agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
     broker.declare([topology.dead_letter_queue(), topology.trial_queue_spec(resource_class)])
-    config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent")
-    deps = AgentDeps(broker=broker, store=store, config=config, slots=slots, state=state or AgentState())
-    slots.use_workdir(config.workdir)
+    conn = Connection(broker=broker, agent=agent)
+    agent.slots.use_workdir(agent.config.workdir)
     control_queue = broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
-    broker.consume(control_queue, guarded(partial(handle_control, deps=deps), "control"), prefetch=10)
-    send_notices(deps)
+    broker.consume(control_queue, guarded(partial(handle_control, conn=conn), "control"), prefetch=10)
+    send_notices(conn)
 
-    deps.resume = partial(consume_trials, broker, deps, resource_class, slots.count, slots.count)
-    if deps.state.health.tripped:
-        _log.error(f"not taking trials for another {deps.state.health.remaining():.0f} s: recent trials of several "
-                   "sweeps all failed on this node", detail=deps.state.health.summary())
-        resume_after_cooldown(deps)
-        return deps
-    deps.resume()
-    _log.info("agent ready", agent=agent_id, slots=slots.count, resource_class=resource_class)
-    return deps
+    count = agent.slots.count
+    conn.resume = partial(consume_trials, broker, conn, resource_class, count, count)
+    if agent.health.tripped:
+        _log.error(f"not taking trials for another {agent.health.remaining():.0f} s: recent trials of several "
+                   "sweeps all failed on this node", detail=agent.health.summary())
+        resume_after_cooldown(conn)
+        return conn
+    conn.resume()
+    _log.info("agent ready", agent=agent.config.agent_id, slots=count, resource_class=resource_class)
+    return conn
 
 
-def consume_trials(broker: Broker, deps: AgentDeps, resource_class: str, prefetch: int, concurrency: int) -> Consumer:
+def consume_trials(broker: Broker, conn: Connection, resource_class: str, prefetch: int, concurrency: int) -> Consumer:
     """Subscribe ``handle_trial`` to the class's trials queue (at start, and after a breaker's cooldown)."""
     consumer = broker.consume(
         # No in-place retry: a trial handler that raised has lost its delivery
         # (the broker went away) and the trial is redelivered to some agent.
-        topology.trials_queue(resource_class), guarded(partial(handle_trial, deps=deps), "trial", Backoff(attempts=1)),
+        topology.trials_queue(resource_class), guarded(partial(handle_trial, conn=conn), "trial", Backoff(attempts=1)),
         # Deliveries prefetched but not started when this consumer is cancelled
         # (a drain, a breaker trip) go to handle_trial, which hands them back
         # unmarked, instead of being requeued marked "redelivered": the next
         # agent would count each as a loss.
         prefetch=prefetch, concurrency=concurrency, finish_buffered=True,
     )
-    deps.trials_consumer = consumer
+    conn.trials_consumer = consumer
     return consumer
 
 
@@ -107,7 +114,7 @@ def describe_loss(close_reason: str | None) -> str:
     return "the agent's connection to RabbitMQ was lost"
 
 
-def notice_watcher(kind: str, url: str | None, control: RunControl, interval: float = 5.0) -> Callable[[Callable[[], None]], None] | None:
+def notice_watcher(kind: str, url: str | None, interval: float = 5.0) -> Callable[[Callable[[], None]], None] | None:
     """``serve``'s ``watch`` hook for ``--preemption-notice``; None for ``signal``."""
     if kind == "signal":
         return None
@@ -161,26 +168,26 @@ def main(settings: Settings, slots: int | None, resource_class: str, grace: floa
     gpus = gpu_groups(detect_gpus(), gpus_per_slot)
     pool = Slots(slots or max(1, len(gpus)), gpus)
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
-    control = RunControl(grace=grace)
-    state = AgentState(control=control, health=Health(limit=max_node_failures, cooldown=node_cooldown))
-    agent_id = f"{socket.gethostname()}-{os.getpid()}"
+    workdir = workdir or Path(tempfile.gettempdir()) / "spotsweep-agent"
+    agent = Agent(store=store, config=RunnerConfig(agent_id=f"{socket.gethostname()}-{os.getpid()}", workdir=workdir),
+                  slots=pool, health=Health(limit=max_node_failures, cooldown=node_cooldown), grace=grace)
     done = threading.Event()  # serve() returned: the drain deadline has nothing left to bound
     deadline_lock = threading.Lock()
     deadline: list[threading.Thread] = []
 
     def start_on(broker: Broker) -> Cleanup:
-        deps = start(broker, store, pool, resource_class, workdir, agent_id, state)
+        conn = connect(broker, agent, resource_class)
 
         def lost() -> None:
             # When this connection ends, its deliveries are void: trials still
             # running on it are stopped (RabbitMQ hands them out again).
-            deps.lost_reason = describe_loss(broker.close_reason)
+            conn.lost_reason = describe_loss(broker.close_reason)
             if broker.close_reason:
-                _log.error("running trials lost with the channel", reason=deps.lost_reason)
-            deps.lost.set()
+                _log.error("running trials lost with the channel", reason=conn.lost_reason)
+            conn.lost.set()
             # Let the stopped trials' handlers note what was lost, so the next
             # connection reports it (their processes die within a poll).
-            deps.wait_idle(timeout=15)
+            conn.wait_idle(timeout=15)
 
         return lost
 
@@ -189,18 +196,18 @@ def main(settings: Settings, slots: int | None, resource_class: str, grace: floa
         # checkpoint (then SIGKILL); each is then reported preempted and acked,
         # and the planner puts it back for another node to resume. The whole
         # drain is bounded by --grace + --after-grace.
-        control.preempt.set()
+        agent.preempt.set()
         with deadline_lock:  # a notice, then the platform's SIGTERM: one deadline, from the first
             if not deadline:
                 deadline.append(bound_drain(grace + after_grace, kill, done))
 
     def kill() -> None:
-        control.kill.set()
+        agent.kill.set()
         kill_all()
 
     try:
         return serve(broker_factory(settings), start_on, drain, kill,
-                     watch=notice_watcher(preemption_notice, metadata_url, control, notice_interval))
+                     watch=notice_watcher(preemption_notice, metadata_url, notice_interval))
     finally:
         done.set()
         kill_all()  # whatever way we leave, no trial runs on unsupervised

@@ -27,7 +27,8 @@ from typing import Any, BinaryIO
 
 from spotsweep.services.agent import uploads
 from spotsweep.services.agent.signals import killpg
-from spotsweep.services.agent.supervise import Outcome, RunControl, RunnerConfig, supervise
+from spotsweep.services.agent.controls import RunControls
+from spotsweep.services.agent.supervise import Outcome, RunnerConfig, supervise
 from spotsweep.services.agent.tail import Tail
 from spotsweep.services.agent.watchdog import TOKEN_VAR, Watchdog
 from spotsweep.services.agent import workspace
@@ -37,7 +38,7 @@ from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.messages import Envelope, Failure, Outcome as Result, TrialFinished, TrialMessage, TrialStarted
 
-__all__ = ["DeliveryLost", "RunControl", "RunnerConfig", "kill_all", "run_trial"]
+__all__ = ["DeliveryLost", "RunControls", "RunnerConfig", "kill_all", "run_trial"]
 
 _log = log.get("spotsweep.agent")
 ERROR_TAIL_LINES = 20
@@ -154,7 +155,7 @@ def run_trial(
     store: ArtifactStore,
     publish: Callable[[Envelope], Future[None] | None],
     config: RunnerConfig,
-    control: RunControl,
+    control: RunControls,
     gpu: str | None = None,
     *,
     redelivered: bool = False,
@@ -168,7 +169,7 @@ def run_trial(
         return _run(msg, store, Confirms(publish), config, control, gpu, redelivered, losses, run_id, paths)
 
 
-def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControl,
+def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControls,
          gpu: str | None, redelivered: bool, losses: int, run_id: str, paths: Paths) -> TrialFinished | None:
     ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
     run_dir, ckpt_dir, metrics_path, out_path, err_path = paths.run, paths.checkpoint, paths.metrics, paths.stdout, paths.stderr

@@ -18,35 +18,23 @@ import os
 import select
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from spotsweep.services.agent.committer import LineReader
+from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.pump import MetricPump
 from spotsweep.services.agent.screen import Screen
 from spotsweep.services.agent.signals import killpg
-from spotsweep.services.agent.stop_policy import Action, Limits, Signals, StopState, decide
+from spotsweep.services.agent.stop_policy import Action, Limits, StopState, decide
 from spotsweep.services.agent.tail import Item, Tail
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.messages import Envelope, TrialMessage
 
 _log = log.get("spotsweep.agent")
-
-
-@dataclass
-class RunControl:
-    """Signals from the agent to a running trial, set from other threads."""
-
-    preempt: threading.Event = field(default_factory=threading.Event)  # SIGTERM the trial, wait for grace
-    kill: threading.Event = field(default_factory=threading.Event)  # SIGKILL now
-    lost: threading.Event = field(default_factory=threading.Event)  # the delivery's connection died: SIGKILL, no report
-    cancelled: Callable[[], bool] = lambda: False
-    stopped: Callable[[str], str | None] = lambda run_id: None  # the planner's stop reason for a run, if any
-    grace: float = 90.0
 
 
 @dataclass(frozen=True)
@@ -95,12 +83,6 @@ class ExitWait:
             self._fd = None
 
 
-def _signals(control: RunControl, run_id: str) -> Signals:
-    """The agent's signals about this run, as plain values for the stop policy."""
-    return Signals(kill=control.kill.is_set(), lost=control.lost.is_set(), stop=control.stopped(run_id),
-                   cancelled=control.cancelled(), preempt=control.preempt.is_set())
-
-
 def _act(proc: subprocess.Popen[bytes], action: Action) -> None:
     if action == "kill":
         killpg(proc.pid)
@@ -110,7 +92,7 @@ def _act(proc: subprocess.Popen[bytes], action: Action) -> None:
 
 def supervise(
     proc: subprocess.Popen[bytes], msg: TrialMessage, store: ArtifactStore, publish: Callable[[Envelope], None],
-    config: RunnerConfig, control: RunControl, tail: Tail, ckpt_dir: Path, run_id: str,
+    config: RunnerConfig, control: RunControls, tail: Tail, ckpt_dir: Path, run_id: str,
     restored: dict[str, float] | None = None,
 ) -> Outcome:
     """Supervise until the process exits. ``publish`` may publish without waiting
@@ -136,7 +118,7 @@ def supervise(
             pump.flush_if_due(now)
             if exited:
                 break
-            state, action = decide(state, _signals(control, run_id), now, limits)
+            state, action = decide(state, control.signals(run_id), now, limits)
             _act(proc, action)
             wait(0 if tail.behind else config.poll_seconds)  # behind: read on at once, still minding the limits above
     finally:

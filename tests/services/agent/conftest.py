@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services.agent.runner import RunControl, RunnerConfig, run_trial
+from spotsweep.services.agent.runner import RunControls, RunnerConfig, run_trial
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.messages import TrialMessage
 
@@ -33,9 +33,9 @@ class Kit:
         return TrialMessage(sweep_id="sw", trial_id="sw.0", attempt=attempt, trial_name="t0", index=0, params={},
                             argv=["python", "-c", script], metric="loss", **fields)
 
-    def run(self, msg: TrialMessage, control: RunControl | None = None, **kw: Any) -> tuple[Any, Recorder]:
+    def run(self, msg: TrialMessage, control: RunControls | None = None, **kw: Any) -> tuple[Any, Recorder]:
         events = Recorder()
-        return run_trial(msg, self.store, events, self.config, control or RunControl(), **kw), events
+        return run_trial(msg, self.store, events, self.config, control or RunControls(), **kw), events
 
 
 @pytest.fixture()

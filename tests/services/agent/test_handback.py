@@ -15,9 +15,9 @@ import pika
 import pytest
 
 from waiting import take, wait_until
-from spotsweep.services.agent.handlers import AgentDeps, AgentState, Slots
+from spotsweep.services.agent.handlers import Agent, Connection, Slots
 from spotsweep.services.agent.health import Health
-from spotsweep.services.agent.main import consume_trials, start
+from spotsweep.services.agent.main import connect, consume_trials
 from spotsweep.services.agent.runner import RunnerConfig
 from spotsweep.shared import topology
 from spotsweep.shared.artifacts.local import LocalArtifactStore
@@ -86,25 +86,25 @@ def node(rabbit_url: str, tmp_path: Path) -> Iterator[Node]:
 
 
 def test_a_node_found_broken_leaves_the_trials_behind_unmarked(node: Node, tmp_path: Path) -> None:
-    deps = start(node.broker, node.store, Slots(1, None), "cpu", tmp_path / "work", "a1",
-                 AgentState(health=Health(limit=2)))
+    deps = connect(node.broker, Agent(store=node.store, config=RunnerConfig(agent_id="a1", workdir=tmp_path / "work"),
+                                      slots=Slots(1, None), health=Health(limit=2)), "cpu")
     node.submit(trial("a", 0, NO_GPU), trial("b", 1, NO_GPU), *(trial("c", i, "print(1)") for i in (2, 3, 4)))
     assert len(node.seen(TrialFinished, n=2)) == 2
-    assert wait_until(lambda: deps.state.health.tripped, timeout=30)
+    assert wait_until(lambda: deps.agent.health.tripped, timeout=30)
     node.broker.stop(drain=True)  # everything this connection held is settled by now
     assert node.waiting() == [("c.2", False), ("c.3", False), ("c.4", False)]  # none looks lost to the next agent
 
 
 def test_a_draining_agent_hands_back_trials_it_had_prefetched_but_not_started(node: Node, tmp_path: Path) -> None:
-    deps = AgentDeps(broker=node.broker, store=node.store, slots=Slots(1, None),
-                     config=RunnerConfig(agent_id="a1", workdir=tmp_path / "work"))
+    deps = Connection(node.broker, Agent(store=node.store, slots=Slots(1, None),
+                                         config=RunnerConfig(agent_id="a1", workdir=tmp_path / "work")))
     # More prefetched than running: two trials wait in the consumer's buffer
     # behind the running one, as they do for a moment when a slot frees up.
     consumer = consume_trials(node.broker, deps, "cpu", prefetch=3, concurrency=1)
     node.submit(trial("sw", 0, FOREVER), trial("sw", 1, "print(1)"), trial("sw", 2, "print(1)"))
     assert [e.trial_id for e in node.seen(TrialStarted, n=1)] == ["sw.0"]
     assert wait_until(lambda: len(consumer.buffer) == 2, timeout=30)  # type: ignore[attr-defined]
-    deps.control.preempt.set()  # what the agent's drain does on SIGTERM...
+    deps.agent.preempt.set()  # what the agent's drain does on SIGTERM...
     node.broker.stop(drain=True)  # ...then serve() stops the connection, draining
     assert [(e.trial_id, e.outcome) for e in node.seen(TrialFinished, n=1)] == [("sw.0", "preempted")]
     assert node.waiting() == [("sw.1", False), ("sw.2", False)]

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from waiting import take
-from spotsweep.services.agent.handlers import AgentDeps, AgentState, Slots, handle_control, handle_trial
+from spotsweep.services.agent.handlers import Agent as AgentState, Connection, Slots, handle_control, handle_trial
 from spotsweep.services.agent.health import Health
-from spotsweep.services.agent.main import start
+from spotsweep.services.agent.main import connect
 from spotsweep.services.agent.runner import RunnerConfig
 from spotsweep.shared import topology
 from spotsweep.shared.artifacts.checkpoint_layout import loss_prefix
@@ -35,9 +35,9 @@ class Agent:
         every_event = self.broker.declare_private_queue([(topology.EVENTS_EXCHANGE, "#")])
         self.broker.consume(every_event, lambda d: ([self.events.put(e) for e in unpack(decode(d.body))], d.ack()), prefetch=100)
         self.store = LocalArtifactStore(tmp / "artifacts")
-        self.deps = AgentDeps(broker=self.broker, store=self.store, slots=Slots(1, None),
-                              config=RunnerConfig(agent_id="a1", workdir=tmp / "work"),
-                              state=AgentState(health=health or Health()))
+        self.deps = Connection(self.broker, AgentState(store=self.store, slots=Slots(1, None),
+                                                  config=RunnerConfig(agent_id="a1", workdir=tmp / "work"),
+                                                  health=health or Health()))
 
     def seen(self, kind: type, n: int = 1, timeout: float = 3.0) -> list[Any]:
         return take(self.events, kind, n, timeout)
@@ -79,7 +79,7 @@ def test_a_fresh_delivery_counts_no_loss(agent: Agent, delivery: Any) -> None:
 def test_a_draining_agent_hands_the_trial_back_without_it_looking_lost(agent: Agent, delivery: Any) -> None:
     back: queue.Queue[Any] = queue.Queue()
     agent.broker.consume(topology.trials_queue("cpu"), lambda d: (back.put(d), d.ack()), prefetch=10)
-    agent.deps.control.preempt.set()
+    agent.deps.agent.preempt.set()
     d = delivery(encode(trial()), headers={"sweep_id": "sw"}, message_id="sw.0#1")
     handle_trial(d, agent.deps)
     assert d.settled == "ack"
@@ -96,7 +96,7 @@ def test_a_node_that_fails_every_trial_stops_taking_them(tmp_path: Path, deliver
     agent.deps.trials_consumer = agent.broker.consume(topology.trials_queue("cpu"), lambda d: None)
     for i, sweep in enumerate(("sw", "other")):  # trials of two sweeps: the node, not a sweep, is broken
         handle_trial(delivery(encode(trial(i, NO_GPU, sweep=sweep))), agent.deps)
-    assert agent.deps.state.health.tripped and agent.deps.trials_consumer.cancelled  # type: ignore[attr-defined]
+    assert agent.deps.agent.health.tripped and agent.deps.trials_consumer.cancelled  # type: ignore[attr-defined]
     d = delivery(encode(trial(5)))
     back: queue.Queue[Any] = queue.Queue()
     agent.broker.consume(topology.trials_queue("cpu"), lambda x: (back.put(x), x.ack()), prefetch=10)
@@ -118,8 +118,8 @@ def test_one_sweep_whose_script_fails_everywhere_does_not_stop_the_agent(tmp_pat
 
 def test_a_tripped_agent_takes_trials_again_after_its_cooldown(tmp_path: Path) -> None:
     agent = Agent(tmp_path)
-    deps = start(agent.broker, agent.store, Slots(1, None), "cpu", tmp_path / "work", "a1",
-                 AgentState(health=Health(limit=2, cooldown=0.5)))
+    deps = connect(agent.broker, AgentState(store=agent.store, config=RunnerConfig(agent_id="a1", workdir=tmp_path / "work"),
+                                       slots=Slots(1, None), health=Health(limit=2, cooldown=0.5)), "cpu")
 
     def submit(msg: TrialMessage) -> None:
         agent.broker.publish(Outgoing(topology.TRIALS_EXCHANGE, "cpu", encode(msg), message_id=msg.trial_id))
@@ -132,15 +132,15 @@ def test_a_tripped_agent_takes_trials_again_after_its_cooldown(tmp_path: Path) -
     submit(trial(2, "print('fine')", sweep="c"))  # waits in the queue for the cooldown, then runs here
     finished = agent.seen(TrialFinished, timeout=30)
     assert [(e.trial_id, e.outcome) for e in finished] == [("c.2", "completed")]
-    assert deps.trials_consumer is not first and not deps.state.health.tripped
-    deps.control.preempt.set()
+    assert deps.trials_consumer is not first and not deps.agent.health.tripped
+    deps.agent.preempt.set()
     agent.broker.stop()
 
 
 def test_stop_messages_reach_the_runs_they_name(agent: Agent, delivery: Any) -> None:
     stop = StopTrial(sweep_id="sw", trial_id="sw.0", attempt=1, run_id="r1", reason="duplicate")
     handle_control(delivery(encode(stop)), agent.deps)
-    assert agent.deps.stop_reason("r1") == "duplicate" and agent.deps.stop_reason("r2") is None
+    assert agent.deps.agent.stop_reason("r1") == "duplicate" and agent.deps.agent.stop_reason("r2") is None
 
 
 def test_a_draining_agent_acks_its_last_trial_before_the_handler_returns(agent: Agent, delivery: Any) -> None:
@@ -158,7 +158,7 @@ def test_a_draining_agent_acks_its_last_trial_before_the_handler_returns(agent: 
         return publish(messages)
 
     agent.broker.publish_async = publish_async  # type: ignore[method-assign]
-    threading.Timer(0.3, agent.deps.control.preempt.set).start()  # the node's notice, mid-trial
+    threading.Timer(0.3, agent.deps.agent.preempt.set).start()  # the node's notice, mid-trial
     d = delivery(encode(trial(script="import time; time.sleep(5)")))
     handle_trial(d, agent.deps)
     assert slow.done() and d.settled == "ack"

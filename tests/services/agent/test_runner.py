@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services.agent.runner import Confirms, RunControl, RunnerConfig, run_trial
+from spotsweep.services.agent.runner import Confirms, RunControls, RunnerConfig, run_trial
 from spotsweep.shared.artifacts.checkpoints import latest_checkpoint, log_key
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.errors import RetryableError
@@ -34,10 +34,10 @@ class Events(list):  # type: ignore[type-arg]
         return [e for e in self if isinstance(e, kind)]
 
 
-def run(store: LocalArtifactStore, config: RunnerConfig, msg: TrialMessage, control: RunControl | None = None,
+def run(store: LocalArtifactStore, config: RunnerConfig, msg: TrialMessage, control: RunControls | None = None,
         gpu: str | None = None) -> tuple[Any, Events]:
     events: list[Any] = []
-    final = run_trial(msg, store, events.append, config, control or RunControl(), gpu)
+    final = run_trial(msg, store, events.append, config, control or RunControls(), gpu)
     return final, Events(events)
 
 
@@ -141,7 +141,7 @@ while not stop:
 trial.checkpoint_saved(step)
 sys.exit(143)
 """
-    control = RunControl(grace=10)
+    control = RunControls(grace=10)
     threading.Timer(0.5, control.preempt.set).start()
     started = time.monotonic()
     final, events = run(store, config, message(script), control)
@@ -153,7 +153,7 @@ sys.exit(143)
 
 def test_preempted_trial_that_ignores_sigterm_is_killed_after_grace(store: LocalArtifactStore, config: RunnerConfig) -> None:
     script = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)"
-    control = RunControl(grace=0.5)
+    control = RunControls(grace=0.5)
     threading.Timer(1.0, control.preempt.set).start()  # after the script ignores SIGTERM
     started = time.monotonic()
     final, _ = run(store, config, message(script), control)
@@ -164,7 +164,7 @@ def test_preempted_trial_that_ignores_sigterm_is_killed_after_grace(store: Local
 def test_cancelled_sweep_kills_the_trial(store: LocalArtifactStore, config: RunnerConfig) -> None:
     flag = threading.Event()
     threading.Timer(0.3, flag.set).start()
-    final, _ = run(store, config, message("import time; time.sleep(60)"), RunControl(cancelled=flag.is_set))
+    final, _ = run(store, config, message("import time; time.sleep(60)"), RunControls(cancelled=flag.is_set))
     assert final.outcome == "cancelled"
 
 
@@ -184,7 +184,7 @@ def test_an_invalid_checkpoint_is_skipped_and_the_trial_goes_on(store: LocalArti
 def test_a_lost_connection_stops_the_trial_without_reporting_it(store: LocalArtifactStore, config: RunnerConfig) -> None:
     from spotsweep.shared.errors import RetryableError
 
-    control = RunControl()
+    control = RunControls()
     threading.Timer(0.5, control.lost.set).start()
     started = time.monotonic()
     with pytest.raises(RetryableError, match="redelivered") as lost:
@@ -196,7 +196,7 @@ def test_a_lost_connection_stops_the_trial_without_reporting_it(store: LocalArti
 
 def test_the_agent_failing_on_a_trial_reports_a_failed_attempt(tmp_path: Path, delivery: Any) -> None:
     """Not the trial's fault, but the planner must hear of it, or the trial hangs."""
-    from spotsweep.services.agent.handlers import AgentDeps, Slots, handle_trial
+    from spotsweep.services.agent.handlers import Agent, Connection, Slots, handle_trial
     from spotsweep.shared.broker.memory import MemoryBroker
     from spotsweep.shared.messages import TrialFinished, decode, encode
     from spotsweep.shared import topology
@@ -206,8 +206,8 @@ def test_the_agent_failing_on_a_trial_reports_a_failed_attempt(tmp_path: Path, d
     seen: list[Any] = []
     broker.consume(topology.PLANNER_EVENTS_QUEUE, lambda d: (seen.append(decode(d.body)), d.ack()), prefetch=100)
     (tmp_path / "file").write_text("")  # the workdir's parent is a file: mkdtemp fails with an OSError
-    deps = AgentDeps(broker=broker, store=LocalArtifactStore(tmp_path / "a"), slots=Slots(1, None),
-                     config=RunnerConfig(agent_id="a1", workdir=tmp_path / "file" / "work"))
+    deps = Connection(broker, Agent(store=LocalArtifactStore(tmp_path / "a"), slots=Slots(1, None),
+                                    config=RunnerConfig(agent_id="a1", workdir=tmp_path / "file" / "work")))
     d = delivery(encode(message("print(1)")))
     handle_trial(d, deps)
     assert d.settled == "ack"
@@ -285,7 +285,7 @@ def test_a_run_that_outlives_one_poll_sends_its_start_while_it_runs(store: Local
 
     script = (f"import os, sys, time\nfor _ in range(3000):\n    if os.path.exists({str(seen_start)!r}): sys.exit(0)\n"
               "    time.sleep(0.01)\nsys.exit(3)")
-    final = run_trial(message(script), store, publish, config, RunControl())
+    final = run_trial(message(script), store, publish, config, RunControls())
     assert final is not None and final.outcome == "completed", final and final.error  # exit 3: no start while it ran
     starts = [e for e in events if isinstance(e, TrialStarted)]
     assert len(starts) == 1 and starts[0].run_id == final.run_id and final.started is None
@@ -306,7 +306,7 @@ def test_the_start_is_sent_before_the_process_runs_a_poll(store: LocalArtifactSt
 
     script = (f"import os, sys, time\nfor _ in range(300):\n    if os.path.exists({str(seen_start)!r}): sys.exit(0)\n"
               "    time.sleep(0.01)\nsys.exit(3)")
-    final = run_trial(message(script), store, publish, config, RunControl())
+    final = run_trial(message(script), store, publish, config, RunControls())
     assert final is not None and final.outcome == "completed", final and final.error
     assert isinstance(events[0], TrialStarted)
 

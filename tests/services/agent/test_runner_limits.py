@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from spotsweep.services.agent.runner import RunControl
+from spotsweep.services.agent.runner import RunControls
 from spotsweep.shared.messages import TrialFinished, TrialStarted
 
 HANGS_AFTER_TWO = """
@@ -59,7 +59,7 @@ def test_a_cuda_out_of_memory_exit_is_classified_for_the_retry_policy(kit: Any) 
 
 def test_a_run_the_planner_stops_is_killed_and_not_reported(kit: Any) -> None:
     stops: dict[str, str] = {}
-    control = RunControl(stopped=stops.get)
+    control = RunControls(stopped=stops.get)
     events: list[Any] = []
 
     def publish(event: Any) -> None:
@@ -94,14 +94,14 @@ def test_trials_die_with_their_agent_even_when_it_is_killed_outright(tmp_path: A
     pidfile = tmp_path / "trial.pid"
     agent = f"""
 import os, pathlib, tempfile
-from spotsweep.services.agent.runner import RunControl, RunnerConfig, run_trial
+from spotsweep.services.agent.runner import RunControls, RunnerConfig, run_trial
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.messages import TrialMessage
 script = "import os, pathlib, time; pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid())); time.sleep(60)"
 msg = TrialMessage(sweep_id="s", trial_id="s.0", attempt=1, trial_name="t", index=0, params={{}},
                    argv=["python", "-c", script], metric="loss")
 run_trial(msg, LocalArtifactStore(pathlib.Path({str(tmp_path)!r}) / "a"), lambda e: None,
-          RunnerConfig(agent_id="x", workdir=pathlib.Path({str(tmp_path)!r}) / "w"), RunControl())
+          RunnerConfig(agent_id="x", workdir=pathlib.Path({str(tmp_path)!r}) / "w"), RunControls())
 """
     proc = subprocess.Popen([sys.executable, "-c", agent])
     deadline = time.monotonic() + 20
@@ -140,7 +140,7 @@ done.write_text("3")
 trial.checkpoint_saved(3)
 time.sleep(60)
 """
-    control = RunControl()
+    control = RunControls()
     threading.Timer(1.5, control.lost.set).start()
     with pytest.raises(DeliveryLost):
         kit.run(kit.message(script), control)

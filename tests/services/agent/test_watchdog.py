@@ -22,7 +22,7 @@ NO_SUCH_GROUP = 2**22 + 12345  # above Linux's default pid_max: never a live gro
 AGENT = """
 import sys
 from pathlib import Path
-from spotsweep.services.agent.runner import RunControl, RunnerConfig, run_trial
+from spotsweep.services.agent.runner import RunControls, RunnerConfig, run_trial
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.messages import TrialMessage
 
@@ -30,7 +30,7 @@ tmp = Path(sys.argv[1])
 script = sys.argv[2]
 msg = TrialMessage(sweep_id="sw", trial_id="sw.0", attempt=1, trial_name="t0", index=0, params={},
                    argv=["python", "-c", script], metric="loss")
-run_trial(msg, LocalArtifactStore(tmp / "artifacts"), lambda e: None, RunnerConfig("a", tmp / "work"), RunControl())
+run_trial(msg, LocalArtifactStore(tmp / "artifacts"), lambda e: None, RunnerConfig("a", tmp / "work"), RunControls())
 """
 
 TRIAL = """
@@ -98,7 +98,7 @@ def test_a_watchdog_that_died_is_replaced_and_told_every_live_group(tmp_path: Pa
 
 def test_what_a_trial_leaves_running_in_its_group_ends_with_it(tmp_path: Path) -> None:
     """A completed trial's background children (a data loader, a forgotten job) do not outlive it."""
-    from spotsweep.services.agent.runner import RunControl, RunnerConfig, run_trial
+    from spotsweep.services.agent.runner import RunControls, RunnerConfig, run_trial
     from spotsweep.shared.artifacts.local import LocalArtifactStore
     from spotsweep.shared.messages import TrialMessage
 
@@ -107,7 +107,7 @@ def test_what_a_trial_leaves_running_in_its_group_ends_with_it(tmp_path: Path) -
               f"open({str(pid_file)!r}, 'w').write(str(c.pid))")
     msg = TrialMessage(sweep_id="sw", trial_id="sw.0", attempt=1, trial_name="t0", index=0, params={},
                        argv=["python", "-c", script], metric="loss")
-    final = run_trial(msg, LocalArtifactStore(tmp_path / "a"), lambda e: None, RunnerConfig("a", tmp_path / "w"), RunControl())
+    final = run_trial(msg, LocalArtifactStore(tmp_path / "a"), lambda e: None, RunnerConfig("a", tmp_path / "w"), RunControls())
     assert final is not None and final.outcome == "completed"
     child = int(pid_file.read_text())
     assert wait_until(lambda: not alive(child)), "a background child outlived its completed trial"
