@@ -21,16 +21,17 @@ on the node removes those whose agent is gone (:func:`remove_stale`).
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+FILES = ("metrics.jsonl", "stdout.log", "stderr.log")
 
 
 @dataclass(frozen=True)
@@ -45,26 +46,54 @@ class Paths:
     stderr: Path
 
 
-def _prefix(label: str) -> str:
-    """``p<pid>-<label>-``: this agent's mark, then the label made safe as a file name."""
-    return f"p{os.getpid()}-{_UNSAFE.sub('_', label)[:64]}-"
+_names = itertools.count()
+
+
+def _make_root(parent: Path, label: str) -> str:
+    """A new directory under ``parent`` named ``p<pid>-<label>-<n>``: this agent's
+    mark, the label made safe as a file name, a number no earlier run of this
+    agent had (a name left by an earlier agent with the same pid is skipped)."""
+    head = os.path.join(parent, f"p{os.getpid()}-{_UNSAFE.sub('_', label)[:64]}-")
+    while True:
+        root = f"{head}{next(_names)}"
+        try:
+            os.mkdir(root, 0o700)
+            return root
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            parent.mkdir(parents=True, exist_ok=True)
+
+
+def _remove_tree(root: str) -> None:
+    """Remove a run's tree: the few calls a tidy run needs, else ``rmtree``
+    (which removes links inside the tree without following them)."""
+    try:
+        for name in FILES:
+            try:
+                os.unlink(os.path.join(root, name))
+            except FileNotFoundError:
+                pass
+        os.rmdir(os.path.join(root, "run"))
+        os.rmdir(os.path.join(root, "checkpoint"))
+        os.rmdir(root)
+    except OSError:  # something left in it, a folder replaced by a file or a link
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextmanager
 def fresh(parent: Path, label: str) -> Iterator[Paths]:
     """A new, empty tree for one run under ``parent``, removed when the run is over.
     ``label`` (the trial and attempt) goes into its name, for whoever looks."""
-    parent.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix=_prefix(label), dir=parent))
-    paths = Paths(root, root / "run", root / "checkpoint", root / "metrics.jsonl", root / "stdout.log",
-                  root / "stderr.log")
+    root = _make_root(parent, label)
     try:
-        paths.run.mkdir()
-        paths.checkpoint.mkdir()
-        paths.metrics.touch()  # the runner opens stdout and stderr itself
-        yield paths
+        os.mkdir(os.path.join(root, "run"))
+        os.mkdir(os.path.join(root, "checkpoint"))
+        os.close(os.open(os.path.join(root, "metrics.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        top = Path(root)  # the runner opens stdout and stderr itself
+        yield Paths(top, top / "run", top / "checkpoint", top / "metrics.jsonl", top / "stdout.log", top / "stderr.log")
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        _remove_tree(root)
 
 
 def _owner(name: str) -> int | None:
