@@ -172,7 +172,7 @@ def run_trial(
 def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControls,
          gpu: str | None, redelivered: bool, losses: int, run_id: str, paths: Paths) -> TrialFinished | None:
     ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
-    run_dir, ckpt_dir, metrics_path, out_path, err_path = paths.run, paths.checkpoint, paths.metrics, paths.stdout, paths.stderr
+    out_path, err_path = paths.stdout, paths.stderr
 
     def end(outcome: Result, **fields: Any) -> TrialFinished:
         return TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
@@ -182,46 +182,24 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         return end("failed", failure="exit", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
     restored: dict[str, float] = {}
     try:
-        resume = uploads.restore(store, msg, ckpt_dir, restored)
+        resume = uploads.restore(store, msg, paths.checkpoint, restored)
     except PermanentError as e:
         # Not run from scratch: that would drop the progress the checkpoint
         # holds without anyone noticing. The attempt fails with the reason,
         # for a person to look at the store (retries meet the same checkpoint).
         return end("failed", failure="exit", error=f"the trial's checkpoint cannot be restored, so the attempt did not "
                                                    f"start: {e}")
-    env = _environment(msg, metrics_path, ckpt_dir, resume, gpu)
+    env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu)
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
         try:
-            proc = subprocess.Popen(_argv(msg.argv, env), cwd=run_dir, env=env, stdout=out, stderr=err,
+            proc = subprocess.Popen(_argv(msg.argv, env), cwd=paths.run, env=env, stdout=out, stderr=err,
                                     start_new_session=True)
         except OSError as e:
             return end("failed", failure="exit", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
         started = time.monotonic()
-        try:
-            WATCHDOG.add(proc.pid)  # start_new_session: the trial's pid is its process group's id
-            # Sent at once, as its own message: the planner knows the run from its first instant.
-            send(TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
-                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses))
-            _log.info("trial started", pid=proc.pid, resume_step=resume, redelivered=redelivered, **ids)
-            outcome = supervise(proc, msg, store, send, config, control, Tail(metrics_path, msg.limits.line_bytes),
-                                ckpt_dir, run_id, restored)
-            send.wait()  # the final event is published only after its points and checkpoints are confirmed
-        except RetryableError as e:
-            # A publish failed: the broker went away mid-trial. This
-            # delivery is void and RabbitMQ hands the trial to another
-            # agent, so the process must not run on unsupervised.
-            killpg(proc.pid)
-            raise DeliveryLost(run_id, round(time.monotonic() - started, 3)) from e
-        except BaseException:
-            killpg(proc.pid)  # the agent broke mid-trial: same
-            raise
-        finally:
-            proc.wait()
-            # The trial is over when its main process is: whatever it left
-            # running in its group (data-loader workers, a forgotten
-            # background job holding GPU memory) goes with it.
-            killpg(proc.pid)
-            WATCHDOG.discard(proc.pid)
+        start = TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
+                             run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses)
+        outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored)
         duration = time.monotonic() - started
         if outcome.reason == "lost":
             raise DeliveryLost(run_id, round(duration, 3))
@@ -238,6 +216,39 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
     return end(result, exit_code=proc.returncode, error=error, failure=failure, metrics=outcome.final,
                last_step=outcome.last_step, logs_uri=logs_uri, duration=round(duration, 3),
                flags=screen.flags(outcome.final) if screen else [], warnings=screen.warnings() if screen else [])
+
+
+def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMessage, store: ArtifactStore,
+                send: Confirms, config: RunnerConfig, control: RunControls, paths: Paths,
+                restored: dict[str, float]) -> Outcome:
+    """Announce the started process and supervise it to its end; its whole group is dead when this returns.
+    Raises :class:`DeliveryLost` when a publish failed (the broker went away mid-trial)."""
+    started = time.monotonic()
+    try:
+        WATCHDOG.add(proc.pid)  # start_new_session: the trial's pid is its process group's id
+        # Sent at once, as its own message: the planner knows the run from its first instant.
+        send(start)
+        _log.info("trial started", pid=proc.pid, resume_step=start.resume_step, redelivered=start.redelivered,
+                  sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, run_id=start.run_id)
+        outcome = supervise(proc, msg, store, send, config, control, Tail(paths.metrics, msg.limits.line_bytes),
+                            paths.checkpoint, start.run_id, restored)
+        send.wait()  # the final event is published only after its points and checkpoints are confirmed
+        return outcome
+    except RetryableError as e:
+        # This delivery is void and RabbitMQ hands the trial to another
+        # agent, so the process must not run on unsupervised.
+        killpg(proc.pid)
+        raise DeliveryLost(start.run_id, round(time.monotonic() - started, 3)) from e
+    except BaseException:
+        killpg(proc.pid)  # the agent broke mid-trial: same
+        raise
+    finally:
+        proc.wait()
+        # The trial is over when its main process is: whatever it left
+        # running in its group (data-loader workers, a forgotten
+        # background job holding GPU memory) goes with it.
+        killpg(proc.pid)
+        WATCHDOG.discard(proc.pid)
 
 
 def _classify(outcome: Outcome, rc: int | None, stderr_tail: Callable[[], str],
