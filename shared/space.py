@@ -20,10 +20,15 @@ configuration differ only in ``seed``).
   once per spec and cached: O(trials x dims), never the grid).
 - asha: configurations from the grid, random or Sobol (``strategy.sampler``);
   the budget parameter is not in these params: the search package
-  (``spotsweep.services.planner.search.propose``) fills it in.
+  (``spotsweep.services.planner.search.Search.propose``) fills it in.
 - tpe, gp, cmaes, nsga2 and asha with ``sampler: tpe`` suggest from the
   results so far: :func:`params_at` refuses them (:class:`NeedsHistory`);
-  the planner asks ``spotsweep.services.planner.search.propose``.
+  the planner asks ``spotsweep.services.planner.search.Search.propose``.
+- a registered strategy with its own static design: its model's
+  :meth:`~spotsweep.shared.spec_search.StrategyModel.design`.
+
+How many configurations there are and how they are drawn is the strategy
+model's to say (``configs``, ``sampler_name``): no switch on its type here.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from spotsweep.shared.designs import balanced_subset, extend_subset, sobol_point
@@ -72,28 +77,14 @@ def grid_size(space: Mapping[str, Param]) -> int:
 
 
 def configs(spec: SweepSpec) -> int:
-    """Distinct configurations the sweep runs (before repeats)."""
-    strategy = spec.strategy
-    if strategy.type == "grid":
-        size = grid_size(spec.space)
-        return size if strategy.max_trials is None else min(size, strategy.max_trials)
-    if strategy.type == "asha" and sampler_of(spec) == "grid":
-        size = grid_size(spec.space)
-        return size if strategy.trials is None else min(size, strategy.trials)
-    assert strategy.trials is not None  # the spec requires it for every other strategy
-    return strategy.trials
+    """Distinct configurations the sweep runs (before repeats), as its strategy says."""
+    return spec.strategy.configs(spec)
 
 
 def sampler_of(spec: SweepSpec) -> str:
-    """How configurations are drawn: grid, random, sobol, subset or a model (tpe, gp...)."""
-    strategy = spec.strategy
-    if strategy.type == "random":
-        return strategy.sampler
-    if strategy.type == "asha":
-        if strategy.sampler is not None:
-            return strategy.sampler
-        return "grid" if all(isinstance(p, (Choice, IntRange)) for p in spec.space.values()) else "random"
-    return strategy.type
+    """How configurations are drawn: grid, random, sobol, subset, a model (tpe, gp...)
+    or a registered strategy's own design, as its strategy says."""
+    return spec.strategy.sampler_name(spec)
 
 
 def total_trials(spec: SweepSpec) -> int:
@@ -168,19 +159,24 @@ def _subset_params(spec: SweepSpec, trials: int, seed: int, config: int) -> dict
     return {key: _value_at(param, level) for (key, param), level in zip(spec.space.items(), row)}
 
 
+_DESIGNS: dict[str, Callable[[SweepSpec, int, int], dict[str, Any]]] = {
+    "grid": lambda spec, seed, config: _grid_params(spec, config),
+    "random": _random_params,
+    "sobol": _sobol_params,
+    "subset": lambda spec, seed, config: _subset_params(spec, configs(spec), seed, config),
+}  # the static designs built in, by sampler name: (spec, seed, config) -> params
+
+
 def config_params(spec: SweepSpec, config: int) -> dict[str, Any]:
-    """The params of configuration ``config`` of a static design (no seed, no budget)."""
-    strategy = spec.strategy
+    """The params of configuration ``config`` of a static design (no seed, no budget):
+    a built-in one, or the strategy's own (:meth:`StrategyModel.design`)."""
     sampler = sampler_of(spec)
-    seed = getattr(strategy, "seed", 0)
-    if sampler == "grid":
-        return _grid_params(spec, config)
-    if sampler == "random":
-        return _random_params(spec, seed, config)
-    if sampler == "sobol":
-        return _sobol_params(spec, seed, config)
-    if sampler == "subset":
-        return _subset_params(spec, configs(spec), seed, config)
+    design = _DESIGNS.get(sampler)
+    if design is not None:
+        return design(spec, getattr(spec.strategy, "seed", 0), config)
+    own = spec.strategy.design(spec, config)
+    if own is not None:
+        return own
     raise NeedsHistory([("strategy.type", f"{spec.strategy.type} (sampler {sampler}) suggests params from the results "
                          "so far; the planner's search package proposes them")])
 

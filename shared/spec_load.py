@@ -18,8 +18,8 @@ from pydantic import ValidationError
 
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.limits import MAX_TOTAL_TRIALS
-from spotsweep.shared.spec_models import PARAM_TYPES, STRATEGY_TYPES, SweepSpec, _Problems
-from spotsweep.shared.spec_search import EARLY_STOP_TYPES
+from spotsweep.shared.spec_models import PARAM_TYPES, SweepSpec, _Problems
+from spotsweep.shared.spec_search import stop_types, strategy_types
 
 
 def parse_spec(data: object) -> SweepSpec:
@@ -42,7 +42,7 @@ def _countable(spec: SweepSpec) -> None:
 
     total = total_trials(spec)
     if total > MAX_TOTAL_TRIALS:
-        where = "strategy.trials" if spec.strategy.type != "grid" and getattr(spec.strategy, "trials", None) else "space"
+        where = "strategy.trials" if getattr(spec.strategy, "trials", None) else "space"
         raise SpecError([(where, f"the sweep would have {total:.3g} trials ({total} exactly); "
                                  f"at most 2^53 ({MAX_TOTAL_TRIALS}) can be counted: "
                                  "use strategy random, subset or a grid's max_trials")])
@@ -148,16 +148,16 @@ def _strip_tag(loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], str |
     """Drop the union tag pydantic puts in paths: space.x.uniform.low -> space.x.low."""
     if len(loc) >= 3 and loc[0] == "space" and loc[2] in PARAM_TYPES:
         return loc[:2] + loc[3:], str(loc[2])
-    if len(loc) >= 2 and loc[0] == "strategy" and loc[1] in STRATEGY_TYPES:
+    if len(loc) >= 2 and loc[0] == "strategy" and loc[1] in strategy_types():
         return loc[:1] + loc[2:], str(loc[1])
-    if len(loc) >= 2 and loc[0] == "early_stop" and loc[1] in EARLY_STOP_TYPES:
+    if len(loc) >= 2 and loc[0] == "early_stop" and loc[1] in stop_types():
         return loc[:1] + loc[2:], str(loc[1])
     return loc, None
 
 
 def _message(err: Any, loc: tuple[str | int, ...], tag: str | None) -> tuple[tuple[str, ...], str]:
     kind, value = err["type"], err.get("input")
-    kinds = {"strategy": STRATEGY_TYPES, "early_stop": EARLY_STOP_TYPES}
+    kinds = {"strategy": strategy_types(), "early_stop": stop_types()}  # as registered now
     expected = ", ".join(kinds.get(str(loc[0]) if loc else "", PARAM_TYPES))
     if kind == "extra_forbidden":
         return (), "unknown key"

@@ -14,29 +14,34 @@ import math
 import re
 import shlex
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic import field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from spotsweep.shared.limits import TRIAL_NAME_CHARS, Limits
 from spotsweep.shared.naming import check_template
 from spotsweep.shared.spec_base import Duration, Finite, _Model, _Problems
 from spotsweep.shared.spec_search import (
-    AshaStrategy,
+    GRID_CONTINUOUS as GRID_CONTINUOUS,  # re-exported by spec.py
     Budget,
-    EarlyStop,
-    ModelStrategy,
+    GridStrategy,
     Pricing,
+    RandomStrategy as RandomStrategy,  # re-exported by spec.py
     Smoke,
-    SubsetStrategy,
+    StopModel,
+    StrategyModel,
     budget_of,
+    on_change,
     search_problems,
     smoke_param,
+    stop_union,
+    strategy_types,
+    strategy_union,
 )
 
 BUILTINS = ("index", "name", "trial_name")  # fields every template may use; no parameter may take these names
-GRID_CONTINUOUS = "{kind} range cannot be enumerated by strategy grid; use strategy random or list the values"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -125,30 +130,13 @@ Param = Annotated[Union[Choice, Uniform, LogUniform, IntRange], Field(discrimina
 PARAM_TYPES = ("choice", "uniform", "loguniform", "int")
 
 
-class GridStrategy(_Model):
-    """Every combination in order (first space key slowest), the first ``max_trials`` of them."""
-
-    type: Literal["grid"] = "grid"
-    max_trials: int | None = Field(default=None, ge=1)
-
-
-class RandomStrategy(_Model):
-    """``trials`` independent samples; ``seed`` makes them reproducible.
-
-    ``sampler: sobol`` draws scrambled Sobol' points instead (quasi-random:
-    they cover the ranges more evenly than independent samples).
-    """
-
-    type: Literal["random"] = "random"
-    trials: int = Field(ge=1)
-    seed: int = 0
-    sampler: Literal["random", "sobol"] = "random"
-
-
-Strategy = Annotated[
-    Union[GridStrategy, RandomStrategy, SubsetStrategy, ModelStrategy, AshaStrategy], Field(discriminator="type")
-]
-STRATEGY_TYPES = ("grid", "random", "subset", "tpe", "gp", "cmaes", "nsga2", "asha")
+if TYPE_CHECKING:  # the registered plugin models, as mypy sees them
+    Strategy = StrategyModel
+    EarlyStop = StopModel
+else:  # the discriminated unions of the registered plugins (rebuilt by _rebuild on registration)
+    Strategy = strategy_union()
+    EarlyStop = stop_union()
+STRATEGY_TYPES = strategy_types()  # the built-in ones; strategy_types() also lists those registered later
 
 
 class Retries(_Model):
@@ -248,15 +236,13 @@ class SweepSpec(_Model):
     def _consistent(self) -> SweepSpec:
         """Checks across fields: parameter names, templates, strategy against space."""
         problems: list[tuple[tuple[str | int, ...], str]] = []
-        for key, param in self.space.items():
+        for key in self.space:
             if key in BUILTINS:
                 problems.append((("space", key), f"reserved name; {', '.join(BUILTINS)} are built in"))
             elif not _PARAM.fullmatch(key):
                 problems.append((("space", key), f"must be letters, digits, '_' or '-', not starting with a digit (got {key!r})"))
             if key == "seed" and self.repeats > 1:
                 problems.append((("space", "seed"), f"cannot be a parameter when repeats > 1 (got repeats={self.repeats}); each repeat sets seed"))
-            if self.strategy.type == "grid" and isinstance(param, (Uniform, LogUniform)):
-                problems.append((("space", key), GRID_CONTINUOUS.format(kind=param.type)))
         problems += self._oom_problems()
         samples = self._samples()
         command_samples = {k: v for k, v in samples.items() if k != "name"}
@@ -311,6 +297,19 @@ class SweepSpec(_Model):
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dict that :func:`parse_spec` turns back into an equal spec."""
         return self.model_dump(mode="json", by_alias=True)
+
+
+def _rebuild() -> None:
+    """A strategy or stopper was registered: validate and describe with the new unions."""
+    fields = SweepSpec.model_fields
+    fields["strategy"] = FieldInfo.merge_field_infos(FieldInfo.from_annotation(strategy_union()),
+                                                     default_factory=GridStrategy)
+    optional_stop: Any = Optional[stop_union()]  # noqa: UP007 - built at run time
+    fields["early_stop"] = FieldInfo.merge_field_infos(FieldInfo.from_annotation(optional_stop), default=None)
+    SweepSpec.model_rebuild(force=True)
+
+
+on_change(_rebuild)
 
 
 def spec_json_schema() -> dict[str, Any]:

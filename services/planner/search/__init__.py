@@ -4,8 +4,10 @@ The planner builds one :class:`Search` per sweep from its spec and calls it
 with plain values read from its database (:class:`TrialRecord`): what the
 next trial runs (:meth:`Search.propose`), what to do when a trial reports
 (:meth:`Search.on_report`, :meth:`Search.on_run_end`), the smoke stage and
-the budget caps. See docs/search.md for the strategies and for what the
-planner persists and sends.
+the budget caps. Samplers and stoppers come from :mod:`.registry` by the
+spec's types, never from a switch on them. See docs/search.md for the
+strategies, for what the planner persists and sends, and for how to add a
+strategy or a stopper.
 """
 
 from spotsweep.services.planner.search.budget import Cost, Usage, Verdict, committed, estimate_trial_seconds
@@ -14,6 +16,7 @@ from spotsweep.services.planner.search.budget import sweep_cost
 from spotsweep.services.planner.search.history import TrialRecord, objective_names, objective_values
 from spotsweep.services.planner.search.median import Median
 from spotsweep.services.planner.search.model import GP_NEEDS_TORCH, ModelSearch, Suggestion
+from spotsweep.services.planner.search.registry import Sampler, Stopper, register_sampler, register_stopper
 from spotsweep.services.planner.search.rungs import Action, Asha, StepDecision, bracket_rungs
 from spotsweep.services.planner.search.smoke import SmokeDecision, smoke_stage
 from spotsweep.services.planner.search.strategy import Proposal, Search
@@ -26,9 +29,11 @@ __all__ = [
     "Median",
     "ModelSearch",
     "Proposal",
+    "Sampler",
     "Search",
     "SmokeDecision",
     "StepDecision",
+    "Stopper",
     "Suggestion",
     "TrialRecord",
     "Usage",
@@ -41,6 +46,8 @@ __all__ = [
     "may_launch",
     "objective_names",
     "objective_values",
+    "register_sampler",
+    "register_stopper",
     "smoke_stage",
     "sweep_cost",
 ]

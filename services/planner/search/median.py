@@ -41,6 +41,10 @@ class Median:
     def __init__(self, stop: MedianStop, mode: str) -> None:
         self.stop, self.mode = stop, mode
 
+    def initial_budget(self, index: int) -> None:
+        """Median stopping has no budget parameter to fill in."""
+        return None
+
     def decide(self, history: Sequence[TrialRecord], trial: TrialRecord, step: int, value: float) -> StepDecision:
         """Whether ``trial`` goes on after reporting ``value`` at ``step``.
 

@@ -41,7 +41,8 @@ from spotsweep.services.planner.search.distributions import distributions, from_
 from spotsweep.services.planner.search.history import TrialRecord
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec import SweepSpec
-from spotsweep.shared.spec_search import AshaStrategy, ModelStrategy
+from spotsweep.shared.space import sampler_of
+from spotsweep.shared.spec_search import MODEL_TYPES
 from spotsweep.shared.states import IN_FLIGHT, TrialState
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study is built per suggestion: no "study created" lines
@@ -70,15 +71,15 @@ class ModelSearch:
 
     def __init__(self, spec: SweepSpec) -> None:
         strategy = spec.strategy
-        if isinstance(strategy, ModelStrategy):
-            self._kind, self._startup, self._population = strategy.type, strategy.startup_trials, strategy.population
-        elif isinstance(strategy, AshaStrategy) and strategy.sampler == "tpe":
-            self._kind, self._startup, self._population = "tpe", None, None
-        else:
+        self._kind = sampler_of(spec)  # tpe, gp, cmaes, nsga2 (strategy of that type, or asha's sampler)
+        if self._kind not in MODEL_TYPES:
             raise ValueError(f"strategy {strategy.type} does not use a model")
+        # Optuna's options, where the strategy's model has them (asha's tpe takes Optuna's defaults).
+        self._startup: int | None = getattr(strategy, "startup_trials", None)
+        self._population: int | None = getattr(strategy, "population", None)
         if self._kind == "gp" and importlib.util.find_spec("torch") is None:
             raise SpecError([("strategy.type", GP_NEEDS_TORCH)])
-        self._seed = strategy.seed
+        self._seed: int = getattr(strategy, "seed", 0)
         self._space = spec.space
         self._distributions = distributions(spec.space)
         metrics = spec.objectives or [spec.metric]

@@ -29,15 +29,14 @@ from typing import Any
 
 from spotsweep.services.planner.search.budget import Usage, Verdict, may_continue, may_launch
 from spotsweep.services.planner.search.history import TrialRecord, objective_names
-from spotsweep.services.planner.search.median import Median
-from spotsweep.services.planner.search.model import ModelSearch
-from spotsweep.services.planner.search.rungs import Action, Asha, StepDecision
+from spotsweep.services.planner.search.registry import Sampler, Stopper, sampler_for, stopper_for
+from spotsweep.services.planner.search.rungs import Action, StepDecision
 from spotsweep.services.planner.search.smoke import SmokeDecision, smoke_stage
-from spotsweep.shared.space import config_params, configs, params_at, sampler_of, total_trials
+from spotsweep.shared.space import config_params, configs, params_at, total_trials
 from spotsweep.shared.spec import RandomStrategy, SweepSpec
-from spotsweep.shared.spec_search import AshaStrategy, HyperbandStop, MedianStop, budget_of, smoke_param
+from spotsweep.shared.spec_search import MODEL_TYPES, budget_of, smoke_param
 
-MODEL_SAMPLERS = ("tpe", "gp", "cmaes", "nsga2")
+MODEL_SAMPLERS = MODEL_TYPES  # the samplers registered with the planner at start (registry.py)
 
 
 @dataclass(frozen=True)
@@ -51,26 +50,33 @@ class Proposal:
 
 
 class Search:
+    """One sweep's search: a sampler (or a static design) for what trials run,
+    and a stopper (or none) for when they end, both from the plugin registry."""
+
     def __init__(self, spec: SweepSpec) -> None:
         self.spec = spec
-        self.model = ModelSearch(spec) if sampler_of(spec) in MODEL_SAMPLERS else None
-        self.stopper: Asha | Median | None = None
-        strategy, stop = spec.strategy, spec.early_stop
-        if isinstance(strategy, AshaStrategy):
-            self.stopper = Asha(strategy.budget, strategy.eta, strategy.brackets, spec.metric.mode)
-        elif isinstance(stop, HyperbandStop):
-            self.stopper = Asha(stop.budget, stop.eta, stop.brackets, spec.metric.mode)
-        elif isinstance(stop, MedianStop):
-            self.stopper = Median(stop, spec.metric.mode)
+        self.model: Sampler | None = sampler_for(spec)  # None: a static design gives the params
+        self.stopper: Stopper | None = stopper_for(spec)
         budget = budget_of(spec)
         self.budget_param = budget.param if budget is not None else None
+
+    @property
+    def _relaunching(self) -> bool:
+        """Whether the stopper decides when a run ends and relaunches with the budget parameter."""
+        return self.stopper is not None and self.budget_param is not None
+
+    def _initial_budget(self, index: int) -> int:
+        assert self.stopper is not None
+        budget = self.stopper.initial_budget(index)
+        assert budget is not None, "a stopper with a budget parameter gives every trial its first budget"
+        return budget
 
     @property
     def wants_progress(self) -> bool:
         """Whether running trials must send their objective's points: early
         stopping decides while they run (median, or successive halving
         without a budget parameter)."""
-        return self.stopper is not None and not (isinstance(self.stopper, Asha) and self.budget_param is not None)
+        return self.stopper is not None and not self._relaunching
 
     @property
     def total_trials(self) -> int:
@@ -84,8 +90,8 @@ class Search:
         if not 0 <= index < total:
             raise IndexError(f"trial index {index} out of range for a sweep of {total} trials")
         proposal = Proposal(params_at(self.spec, index)) if self.model is None else self._suggest(index, history, study_attrs)
-        if isinstance(self.stopper, Asha) and self.budget_param is not None:
-            proposal.params[self.budget_param] = self.stopper.initial_budget(index)
+        if self.budget_param is not None:  # successive halving with a budget parameter: the first rung's
+            proposal.params[self.budget_param] = self._initial_budget(index)
         return proposal
 
     def _suggest(self, index: int, history: Sequence[TrialRecord], study_attrs: Mapping[str, Any] | None) -> Proposal:
@@ -105,7 +111,7 @@ class Search:
 
     def on_report(self, history: Sequence[TrialRecord], trial: TrialRecord, step: int, value: float) -> StepDecision:
         """A trial reported its (first) objective ``value`` at ``step`` while running."""
-        if self.stopper is None or (isinstance(self.stopper, Asha) and self.budget_param is not None):
+        if self.stopper is None or self._relaunching:
             # With a budget parameter, ASHA decides when the run ends (on_run_end).
             return StepDecision(Action.CONTINUE, reason="no early stopping while running")
         return self.stopper.decide(history, trial, step, value)
@@ -117,7 +123,7 @@ class Search:
         CONTINUE here means the rung was decided already (a redelivered
         event): nothing to do.
         """
-        if not isinstance(self.stopper, Asha) or self.budget_param is None:
+        if self.stopper is None or self.budget_param is None:
             return StepDecision(Action.COMPLETE, reason="the trial ran to its end")
         budget = int(trial.params[self.budget_param])
         return self.stopper.decide(history, trial, budget, value)
@@ -138,8 +144,7 @@ class Search:
             params["seed"] = 0
         param = smoke_param(spec)
         if self.budget_param is not None and self.budget_param != param:
-            assert isinstance(self.stopper, Asha)
-            params[self.budget_param] = self.stopper.initial_budget(k)
+            params[self.budget_param] = self._initial_budget(k)
         if param is not None and spec.smoke is not None and spec.smoke.budget is not None:
             params[param] = spec.smoke.budget
         return params
@@ -148,8 +153,8 @@ class Search:
         """Expected seconds of new trial ``index``'s first run: with a
         successive-halving budget parameter, its first rung's budget times
         the seconds per budget unit; otherwise a whole trial."""
-        if usage.unit_seconds is not None and isinstance(self.stopper, Asha) and self.budget_param is not None:
-            return usage.unit_seconds * self.stopper.initial_budget(index)
+        if usage.unit_seconds is not None and self._relaunching:
+            return usage.unit_seconds * self._initial_budget(index)
         return usage.trial_seconds
 
     def may_launch(self, usage: Usage) -> Verdict:

@@ -1,0 +1,31 @@
+"""``strategy: grid``: every combination in order, the first ``max_trials`` of them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from spotsweep.shared.spec_search.registry import Problems, StrategyModel
+
+if TYPE_CHECKING:
+    from spotsweep.shared.spec_models import SweepSpec
+
+GRID_CONTINUOUS = "{kind} range cannot be enumerated by strategy grid; use strategy random or list the values"
+
+
+class GridStrategy(StrategyModel):
+    """Every combination in order (first space key slowest), the first ``max_trials`` of them."""
+
+    type: Literal["grid"] = "grid"
+    max_trials: int | None = Field(default=None, ge=1)
+
+    def configs(self, spec: SweepSpec) -> int:
+        from spotsweep.shared.space import grid_size  # space imports the spec models
+
+        size = grid_size(spec.space)
+        return size if self.max_trials is None else min(size, self.max_trials)
+
+    def problems(self, spec: SweepSpec) -> Problems:
+        return [(("space", k), GRID_CONTINUOUS.format(kind=p.type))
+                for k, p in spec.space.items() if p.type in ("uniform", "loguniform")]

@@ -1,0 +1,42 @@
+"""``strategy: subset``: a balanced subset of a grid too large to run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from spotsweep.shared.spec_search.common import continuous_problems
+from spotsweep.shared.spec_search.registry import Problems, StrategyModel
+
+if TYPE_CHECKING:
+    from spotsweep.shared.spec_models import SweepSpec
+
+
+class SubsetStrategy(StrategyModel):
+    """``trials`` distinct configurations of the grid, every level of every
+    parameter equally often (within one); ``seed`` picks the design."""
+
+    type: Literal["subset"] = "subset"
+    trials: int = Field(ge=1)
+    seed: int = 0
+    # Set by `spotsweep extend`: the sizes the design had before each extension
+    # (its first trials keep their configs; the new ones repeat none of them).
+    extends: list[int] = Field(default_factory=list)
+
+    def problems(self, spec: SweepSpec) -> Problems:
+        from spotsweep.shared.space import grid_size  # space imports the spec models
+
+        continuous = continuous_problems(spec, "subset")
+        if continuous:
+            return continuous
+        size = grid_size(spec.space)
+        if self.trials > size:
+            return [(("strategy", "trials"), f"must be at most the grid's {size} configurations (got {self.trials});"
+                     " use strategy grid to run them all")]
+        return []
+
+    def describe(self, spec: SweepSpec) -> str:
+        from spotsweep.shared.space import grid_size  # space imports the spec models
+
+        return f" ({self.trials} of {grid_size(spec.space)} grid points, balanced)"
