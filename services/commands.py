@@ -1,4 +1,4 @@
-"""The CLI's commands that talk to the services: submit, wait, cancel, status, ls, report.
+"""The CLI's commands that talk to the services: submit, wait, cancel, status, ls, report, export.
 
 Kept apart from argument parsing so tests call them directly.
 """
@@ -273,4 +273,13 @@ def report(sweep_id: str, settings: Settings, csv: Path | None, top: int | None,
 
         size = html_report.write(db, sweep_id, html)
         print(f"wrote {html} ({size / 1e6:.1f} MB): open it in a browser, no network needed")
+    return ExitCode.OK
+
+
+def export_tensorboard(sweep: str, settings: Settings, out: Path) -> int:
+    """``spotsweep export tensorboard SWEEP DIR``: one TensorBoard run per trial."""
+    from spotsweep.services.reporter import tensorboard
+
+    done = tensorboard.export(database(settings), sweep, out)
+    print(f"wrote {done.runs} run(s), {done.scalars} scalar(s) of {done.sweep_id} to {out}: tensorboard --logdir {out}")
     return ExitCode.OK

@@ -95,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--metrics", type=_names, metavar="NAME,NAME",
                      help="metric columns beside the objective (default: the first 8 by name; --csv then writes only these)")
 
+    ex = sub.add_parser("export", help="write a sweep's results for another tool")
+    formats = ex.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    tb = formats.add_parser("tensorboard", help="one TensorBoard run per trial: scalars by step, params and final "
+                                                "metrics in the HParams plugin")
+    tb.add_argument("sweep", help="a sweep id, or a name (its newest sweep)")
+    tb.add_argument("dir", type=Path, help="an empty or new folder; then: tensorboard --logdir DIR")
+
     d = sub.add_parser("dashboard", help="serve the web dashboard of every sweep (results database or local mode's)")
     d.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
     d.add_argument("--port", type=_port, default=8265, help="port (default 8265)")
@@ -231,6 +238,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from spotsweep.services.reporter.web import serve
 
         return serve(settings, args.host, args.port)
+    if cmd == "export":
+        return commands.export_tensorboard(args.sweep, settings, args.dir)
     if cmd == "ls":
         return commands.list_trials(args.filter, settings, args.json)
     if cmd == "report":
