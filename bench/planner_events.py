@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 
 from spotsweep.services.planner.handlers import PlannerDeps, handle_events, handle_sweep_message
+from spotsweep.services.planner.search import Search
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.db import Database
@@ -73,16 +74,39 @@ def _fill(db: Database, sweep_id: str, finished: int, running: int, steps: int) 
             {"s": sweep_id, "n": finished, "r": running})
         conn.execute("UPDATE sweeps SET next_index = %s, state = 'running' WHERE sweep_id = %s",
                      (finished + running, sweep_id))
+    with psycopg.connect(db.url, autocommit=True) as c:  # statistics as autovacuum would soon have them
+        c.execute("VACUUM ANALYZE trials")
     return [f"{sweep_id}.{i}" for i in range(finished, finished + running)]
 
 
-def _time(deps: PlannerDeps, events: list[Any]) -> list[float]:
-    out = []
+_IN_SEARCH = [0.0]  # seconds spent in the search's own decisions (Search.on_report, ...)
+
+
+def _timed_search() -> None:
+    """Count the time spent in the search's pure decisions apart from the planner's own."""
+    for name in ("on_report", "on_run_end", "propose"):
+        method = getattr(Search, name)
+
+        def timed(self: Search, *a: Any, _method: Any = method, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _method(self, *a, **kw)
+            finally:
+                _IN_SEARCH[0] += time.perf_counter() - t0
+
+        setattr(Search, name, timed)
+
+
+def _time(deps: PlannerDeps, events: list[Any]) -> tuple[list[float], list[float]]:
+    """Each event's time in all, and outside the search's decisions."""
+    total, own = [], []
     for event in events:
+        _IN_SEARCH[0] = 0.0
         t0 = time.perf_counter()
         handle_events([_Delivery(encode(event))], deps)
-        out.append(time.perf_counter() - t0)
-    return out
+        total.append(time.perf_counter() - t0)
+        own.append(total[-1] - _IN_SEARCH[0])
+    return total, own
 
 
 def _level(deps: PlannerDeps, sweep_id: str, finished: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -93,9 +117,13 @@ def _level(deps: PlannerDeps, sweep_id: str, finished: int, args: argparse.Names
                 for s in range(1, args.steps + 1) for t in trials]
     ends = [TrialFinished(sweep_id=sweep_id, trial_id=t, attempt=1, outcome="completed", run_id="r",
                           metrics={"loss": 0.001}, agent="a") for t in trials]
-    p, e = _time(deps, progress), _time(deps, ends)
-    return {"finished": finished, "progress_ms": round(1000 * statistics.median(p), 3),
-            "finish_ms": round(1000 * statistics.median(e), 3), "events": len(p) + len(e)}
+    (p, p_own), (e, e_own) = _time(deps, progress), _time(deps, ends)
+
+    def ms(xs: list[float]) -> float:
+        return round(1000 * statistics.median(xs), 3)
+
+    return {"finished": finished, "progress_ms": ms(p), "progress_planner_ms": ms(p_own), "progress_max_ms": ms([max(p)]),
+            "finish_ms": ms(e), "finish_planner_ms": ms(e_own), "events": len(p) + len(e)}
 
 
 def main() -> None:
@@ -106,6 +134,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     log.configure("WARNING")
+    _timed_search()
     name = f"spotsweep_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(ADMIN, autocommit=True) as c:
         c.execute(f'CREATE DATABASE "{name}"')
@@ -123,9 +152,11 @@ def main() -> None:
         db.close()
         with psycopg.connect(ADMIN, autocommit=True) as c:
             c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    print(f"{'finished':>9} {'progress ms':>12} {'finish ms':>10}")
+    print("median ms per event; 'planner': outside the search's own decisions; 'max': the slowest progress event")
+    print(f"{'finished':>9} {'progress':>9} {'planner':>8} {'max':>8} {'finish':>8} {'planner':>8}")
     for r in rows:
-        print(f"{r['finished']:>9} {r['progress_ms']:>12} {r['finish_ms']:>10}")
+        print(f"{r['finished']:>9} {r['progress_ms']:>9} {r['progress_planner_ms']:>8} {r['progress_max_ms']:>8}"
+              f" {r['finish_ms']:>8} {r['finish_planner_ms']:>8}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"host": platform.node(), "rows": rows}, indent=1))

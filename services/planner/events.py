@@ -18,14 +18,15 @@ from dataclasses import dataclass, replace
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import (
-    Decision, RunEnd, SweepState, TrialUpdate, TrialView, counted_run, decide, merged, prune, record_rungs,
+    Decision, RunEnd, SweepState, TrialView, counted_run, decide, prune, record_rungs,
 )
 from spotsweep.services.planner.launch import retry_policy
 from spotsweep.services.planner.search import Action, Search, StepDecision
 from spotsweep.services.planner.search.history import objective_values
-from spotsweep.services.planner.searching import history, record_of, usage
+from spotsweep.services.planner.searching import record_of
+from spotsweep.services.planner.unit import UnitOfWork
 from spotsweep.shared import log
-from spotsweep.shared.db import Conn, Row
+from spotsweep.shared.db import Row
 from spotsweep.shared.messages import TrialFinished, TrialLost, TrialProgress, TrialStarted
 from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.states import TrialState
@@ -38,24 +39,13 @@ LifecycleEvent = TrialStarted | TrialFinished | TrialLost
 class Applied:
     decision: Decision
     recancel: bool = False  # an agent started a trial of a cancelled sweep: tell it again
-    exact: bool = True  # the decision's update is all that changed the trial (store.updated tells its new state)
 
 
-def reads_trials(event: LifecycleEvent | TrialProgress, search: Search) -> bool:
-    """Whether deciding ``event`` may read trial rows (the search's history), which
-    must then already hold every earlier decision of the batch (see ``prior``)."""
-    return isinstance(event, TrialProgress) or (isinstance(event, TrialFinished) and search.budget_param is not None
-                                                and search.stopper is not None)
-
-
-def apply(conn: Conn, sweep: Row, row: Row, view: TrialView, event: LifecycleEvent | TrialProgress, spec: SweepSpec,
-          search: Search, *, prior: TrialUpdate | None = None, write: bool = True) -> Applied:
-    """Decide ``event`` and write the trial's update. ``write=False``: the caller
-    writes it (or hands it back as the next event's ``prior``, written merged
-    with that event's update in one UPDATE: a short run's start and end)."""
+def apply(uow: UnitOfWork, sweep: Row, row: Row, view: TrialView, event: LifecycleEvent | TrialProgress,
+          spec: SweepSpec, search: Search) -> Applied:
+    """Decide ``event`` about the trial ``row`` (as the unit of work has it) and stage its update."""
     if isinstance(event, TrialProgress):
-        decision = _progress(conn, row, view, event, spec, search)
-        exact = False  # the curve changed too
+        decision = _progress(uow, row, view, event, spec, search)
     else:
         smoke = row["idx"] < 0
         # decide() reads only whether the sweep is active and its retry policy: no counts needed here
@@ -63,79 +53,65 @@ def apply(conn: Conn, sweep: Row, row: Row, view: TrialView, event: LifecycleEve
                            spec.retries.max_failures, sweep["state"] == "running", retry_policy(spec, smoke))
         run_end = None
         if isinstance(event, TrialFinished) and event.outcome == "completed" and not smoke and _current(view, event):
-            run_end = _run_end(conn, row, event, spec, search)
+            run_end = _run_end(uow, row, event, spec, search)
         decision = decide(state, view, event, run_end)
-        exact = run_end is None  # a promotion check may cap the sweep or read the trial
     if decision.update is not None:
-        if write:
-            _write(conn, row["trial_id"], prior, decision.update)
+        uow.stage(row["trial_id"], decision.update)
         # Debug for a start: at hundreds of trials a second, one line per trial (its end) is enough at info.
         say = _log.debug if decision.update.state == TrialState.RUNNING else _log.info
         say("trial " + decision.update.state.value, kind=event.kind, reason=decision.reason or None)
-    else:
-        if prior is not None:
-            store.apply_update(conn, row["trial_id"], prior)
-        if not isinstance(event, TrialProgress):
-            _log.info("event ignored", kind=event.kind, reason=decision.reason)
+    elif not isinstance(event, TrialProgress):
+        _log.info("event ignored", kind=event.kind, reason=decision.reason)
     recancel = isinstance(event, TrialStarted) and view.state == TrialState.CANCELLED
-    return Applied(decision, recancel, exact)
-
-
-def _write(conn: Conn, trial_id: str, prior: TrialUpdate | None, update: TrialUpdate) -> None:
-    both = merged(prior, update) if prior is not None else update
-    if both is None:  # not expressible as one: in order
-        store.apply_update(conn, trial_id, prior)  # type: ignore[arg-type]
-        store.apply_update(conn, trial_id, update)
-    else:
-        store.apply_update(conn, trial_id, both)
+    return Applied(decision, recancel)
 
 
 def _current(view: TrialView, event: TrialFinished) -> bool:
     return not view.state.is_terminal and event.attempt == view.attempt and counted_run(view, event)
 
 
-def _run_end(conn: Conn, row: Row, event: TrialFinished, spec: SweepSpec, search: Search) -> RunEnd | None:
+def _run_end(uow: UnitOfWork, row: Row, event: TrialFinished, spec: SweepSpec, search: Search) -> RunEnd | None:
     """Successive halving's decision at the end of a run that reached its budget;
     a promotion must fit the budget caps, else the trial completes at its rung."""
     if search.budget_param is None or search.stopper is None:
         return None
     values = objective_values(spec, {**(row["metrics"] or {}), **event.metrics})
     value = values[0] if values is not None else math.nan  # no objective: pruned as not finite
-    regular, _ = history(conn, row["sweep_id"], spec)
+    regular, _ = uow.history(row["sweep_id"], spec)
     record = record_of(regular, row["idx"])
     if record is None:
         return None
     verdict = search.on_run_end(regular, record, value)
     if verdict.action == Action.PROMOTE and verdict.relaunch and verdict.budget is not None and spec.budget is not None:
-        verdict = _within_budget(conn, row, event, spec, search, verdict)
+        verdict = _within_budget(uow, row, event, spec, search, verdict)
     _log.info("successive halving", action=verdict.action.value, budget=verdict.budget, reason=verdict.reason)
     return RunEnd(verdict, value, search.budget_param)
 
 
-def _within_budget(conn: Conn, row: Row, event: TrialFinished, spec: SweepSpec, search: Search,
+def _within_budget(uow: UnitOfWork, row: Row, event: TrialFinished, spec: SweepSpec, search: Search,
                    verdict: StepDecision) -> StepDecision:
     """The promotion, or COMPLETE at the rung reached when it would pass a cap
     (the sweep then launches no new trial: it could not promote them either)."""
     assert search.budget_param is not None and verdict.budget is not None
     reached = int(row["params"][search.budget_param])
-    used = usage(conn, row["sweep_id"], spec, search.budget_param, ended=(row["trial_id"], event.duration))
+    used = uow.usage(row["sweep_id"], spec, search.budget_param, ended=(row["trial_id"], event.duration))
     check = search.may_promote(used, reached, verdict.budget)
     if check.ok:
         return verdict
-    sweep = store.get_sweep(conn, row["sweep_id"], spec=False)  # as this transaction left it
+    sweep = store.get_sweep(uow.conn, row["sweep_id"], spec=False)  # as this transaction left it
     if sweep is not None and int(sweep["total_trials"]) > int(sweep["next_index"]):
-        store.cap_sweep(conn, row["sweep_id"], int(sweep["next_index"]), check.reason)
+        store.cap_sweep(uow.conn, row["sweep_id"], int(sweep["next_index"]), check.reason)
     return StepDecision(Action.COMPLETE, verdict.rung, reason=f"not promoted past {reached}: {check.reason}")
 
 
-def _progress(conn: Conn, row: Row, view: TrialView, event: TrialProgress, spec: SweepSpec, search: Search) -> Decision:
+def _progress(uow: UnitOfWork, row: Row, view: TrialView, event: TrialProgress, spec: SweepSpec, search: Search) -> Decision:
     """Record a running trial's objective points and let early stopping judge each."""
     if view.state != TrialState.RUNNING or event.attempt != view.attempt or event.run_id != (view.run_id or ""):
         return Decision(reason="progress of a run that is not the trial's current one")
-    store.merge_curve(conn, row["trial_id"], event.points)
+    store.merge_curve(uow.conn, row["trial_id"], event.points)
     if search.stopper is None or row["idx"] < 0:
         return Decision()
-    regular, _ = history(conn, row["sweep_id"], spec, steps=[s for s, _ in event.points], full_curve=row["trial_id"])
+    regular, _ = uow.history(row["sweep_id"], spec, steps=[s for s, _ in event.points], full_curve=row["trial_id"])
     record = record_of(regular, row["idx"])
     if record is None:
         return Decision()

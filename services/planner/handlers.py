@@ -17,28 +17,28 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.bodies import REJECTED, decoded_body, header_sweep_id, new_sweep_id, safe_name, submission_id
-from spotsweep.services.planner.decide import Decision, TrialUpdate
-from spotsweep.services.planner.events import Applied, apply, reads_trials
+from spotsweep.services.planner.effects import broadcast_cancel, send
 from spotsweep.services.planner.extend import extended
+from spotsweep.services.planner.histories import HistoryCache
 from spotsweep.services.planner.launch import top_up
 from spotsweep.services.planner.outbox import publish_pending, trial_message
 from spotsweep.services.planner.search import Search
-from spotsweep.services.planner.untrusted import bare, cleaned
+from spotsweep.services.planner.service import on_events
+from spotsweep.services.planner.unit import unit_of_work
+from spotsweep.services.planner.untrusted import bare
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
 from spotsweep.shared.db import Conn, Database
-from spotsweep.shared.db.journal import journal
 from spotsweep.shared.errors import DecodeError, PermanentError, RetryableError, SpecError
 from spotsweep.shared.limits import MAX_TOTAL_TRIALS, cap_text
 from spotsweep.shared.messages import (
-    CancelSweep, StopTrial, TrialFinished, TrialLost, TrialProgress, TrialStarted, decode, encode, unpack,
+    TrialFinished, TrialLost, TrialProgress, TrialStarted, decode, encode, unpack,
 )
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, parse_spec
@@ -61,6 +61,7 @@ class PlannerDeps:
     window: int | None = QUEUE_WINDOW
     _specs: dict[tuple[str, int], SweepSpec] = field(default_factory=dict)
     _searches: dict[tuple[str, int], Search] = field(default_factory=dict)
+    histories: HistoryCache = field(default_factory=HistoryCache)  # each sweep's search history, between events
     _classes: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     batchers: list[Any] = field(default_factory=list)  # consumers' batching wrappers, closed with the connection
@@ -197,7 +198,8 @@ def _accepted(data: Any) -> tuple[SweepSpec, Search]:
 
 def _start(deps: PlannerDeps, sweep_id: str, spec: SweepSpec, search: Search) -> None:
     raw = spec.to_json_dict()
-    with deps.db.transaction() as conn:
+    with unit_of_work(deps.db, deps.histories) as uow:
+        conn = uow.conn
         total = total_trials(spec)
         if store.insert_sweep(conn, sweep_id, raw, spec.name, total, spec.priority):
             if store.take_early_cancel(conn, sweep_id):
@@ -205,7 +207,7 @@ def _start(deps: PlannerDeps, sweep_id: str, spec: SweepSpec, search: Search) ->
                 _log.info("sweep cancelled before it started (the cancel came first)", name=spec.name)
                 return
             _log.info("sweep accepted", name=spec.name, trials=total)
-            top_up(conn, sweep_id, spec, search, deps.window)
+            top_up(uow, sweep_id, spec, search, deps.window)
         else:
             store.fill_tombstone(conn, sweep_id, raw, spec.name, total)
 
@@ -244,7 +246,7 @@ def handle_events(deliveries: Sequence[Delivery], deps: PlannerDeps) -> None:
                     over.add(one.message_id)
     for sweep_id, events in by_sweep.items():
         try:
-            _handle_sweep_events(sweep_id, events, deps, bodies, over)
+            send(deps, on_events(deps, sweep_id, events, bodies, over))
         except RetryableError:
             raise
         except Exception as e:
@@ -258,86 +260,7 @@ def handle_events(deliveries: Sequence[Delivery], deps: PlannerDeps) -> None:
                 raise
             _log.error("trial ends recorded without their final values", sweep_id=sweep_id, reason=reason)
             bodies.update((ev.message_id, encode(ev)) for ev, old in zip(stripped, events) if ev is not old)
-            _handle_sweep_events(sweep_id, stripped, deps, bodies, over)
-
-
-def _handle_sweep_events(sweep_id: str, events: list[Any], deps: PlannerDeps, bodies: dict[str, bytes],
-                         over: set[str]) -> None:
-    applied: list[tuple[Any, Applied]] = []
-    failed = False
-    with log.bound(sweep_id=sweep_id), deps.db.transaction() as conn:
-        sweep = store.lock_sweep(conn, sweep_id, spec=False)
-        if sweep is None or not sweep["has_spec"]:
-            _log.warning("events for an unknown sweep", events=len(events))
-            return
-        spec, search = deps.stored_spec(conn, sweep_id, sweep["spec_version"])
-        events = _cleaned(events, spec, bodies)
-        trials = store.get_trials(conn, [e.trial_id for e in events])  # one round trip, locked in a fixed order
-        left = Counter(e.trial_id for e in events)
-        # A start that came inside its run's end: its update is written with the
-        # end's, in one UPDATE (the end is next in ``events``).
-        held: dict[str, TrialUpdate] = {}
-        # Pipeline mode: the updates go out without a round trip each; a read
-        # (a re-read trial, the search's history) waits for what was sent before it.
-        with conn.pipeline():
-            for event in events:
-                with log.bound(trial_id=event.trial_id, attempt=event.attempt):
-                    found = trials.get(event.trial_id)
-                    left[event.trial_id] -= 1
-                    if found is None:
-                        _log.warning("event for an unknown trial", kind=event.kind)
-                        continue
-                    prior = held.pop(event.trial_id, None)
-                    if prior is not None and reads_trials(event, search):
-                        store.apply_update(conn, event.trial_id, prior)  # what it reads must hold the start
-                        prior = None
-                    hold = event.message_id in over and left[event.trial_id] > 0
-                    done = apply(conn, sweep, found[0], found[1], event, spec, search, prior=prior, write=not hold)
-                    if hold and done.decision.update is not None:
-                        held[event.trial_id] = done.decision.update
-                    applied.append((event, done))
-                    if left[event.trial_id]:  # another event of this trial follows in the batch: it must see this one's effect
-                        if not done.exact:
-                            trials[event.trial_id] = store.get_trial(conn, event.trial_id) or found
-                        elif done.decision.update is not None:
-                            trials[event.trial_id] = store.updated(found[0], done.decision.update)
-            for trial_id, update in held.items():  # never left today (the end follows in this batch): written, not lost
-                store.apply_update(conn, trial_id, update)
-            journal(conn, [e for e in events if not isinstance(e, TrialProgress)], bodies)  # with the decisions, once
-        failed = top_up(conn, sweep_id, spec, search, deps.window).failed is not None
-    if failed or any(a.recancel for e, a in applied if e.message_id not in over):
-        _broadcast_cancel(deps, sweep_id)
-    for event, a in applied:
-        if event.message_id not in over:  # a run that sent its end with its start is over: nothing to stop
-            _send_stop(deps, sweep_id, event.trial_id, a.decision)
-    # Always drain this sweep's outbox (one indexed query): if a previous
-    # delivery of these events committed its decisions but failed to publish,
-    # their redelivery decides nothing new and must still publish.
-    publish_pending(deps, sweep_id)
-
-
-def _cleaned(events: list[Any], spec: SweepSpec, bodies: dict[str, bytes]) -> list[Any]:
-    """The events without what the database cannot take (:mod:`.untrusted`);
-    a cleaned event is journaled as cleaned."""
-    out = []
-    for event in events:
-        clean = cleaned(event, spec.limits)
-        if clean is not event:
-            _log.warning("event values dropped", trial_id=event.trial_id, kind=event.kind,
-                         warnings=getattr(clean, "warnings", None))
-            bodies[clean.message_id] = encode(clean)
-        out.append(clean)
-    return out
-
-
-def _send_stop(deps: PlannerDeps, sweep_id: str, trial_id: str, decision: Decision) -> None:
-    """Tell the agents to stop a run that must not go on (after the commit)."""
-    if decision.stop is None:
-        return
-    stop = StopTrial(sweep_id=sweep_id, trial_id=trial_id, attempt=decision.stop.attempt, run_id=decision.stop.run_id,
-                     reason=decision.stop.reason)
-    _log.info("stopping a run", run_id=stop.run_id, reason=stop.reason)
-    deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(stop)))
+            send(deps, on_events(deps, sweep_id, stripped, bodies, over))
 
 
 def _extend(sweep_id: str, body: bytes, deps: PlannerDeps) -> None:
@@ -346,7 +269,8 @@ def _extend(sweep_id: str, body: bytes, deps: PlannerDeps) -> None:
         trials, budget, version = int(data.get("trials") or 0), dict(data.get("budget") or {}), int(data["version"])
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise DecodeError(f"extend command for {sweep_id!r}: body must be {{trials, budget, version}}: {e}") from e
-    with log.bound(sweep_id=sweep_id), deps.db.transaction() as conn:
+    with log.bound(sweep_id=sweep_id), unit_of_work(deps.db, deps.histories) as uow:
+        conn = uow.conn
         sweep = store.lock_sweep(conn, sweep_id)
         if sweep is None or sweep["spec"] is None or sweep["state"] not in ("running", "completed"):
             _log.warning("extend refused: no running or completed sweep of that id", state=sweep and sweep["state"])
@@ -361,7 +285,7 @@ def _extend(sweep_id: str, body: bytes, deps: PlannerDeps) -> None:
             return
         store.extend_sweep(conn, sweep_id, spec.to_json_dict(), total_trials(spec))
         _log.info("sweep extended", trials=total_trials(spec), budget=budget or None)
-        top_up(conn, sweep_id, spec, deps.search(sweep_id, spec.to_json_dict(), version + 1), deps.window)
+        top_up(uow, sweep_id, spec, deps.search(sweep_id, spec.to_json_dict(), version + 1), deps.window)
     publish_pending(deps, sweep_id)
 
 
@@ -376,8 +300,6 @@ def _cancel(sweep_id: str, deps: PlannerDeps) -> None:
             _log.warning("cancel of an unknown sweep", kept_for_its_submission=kept)
             return
     _log.info("sweep cancelled", sweep_id=sweep_id, trials=n)
-    _broadcast_cancel(deps, sweep_id)
+    broadcast_cancel(deps, sweep_id)
 
 
-def _broadcast_cancel(deps: PlannerDeps, sweep_id: str) -> None:
-    deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(CancelSweep(sweep_id=sweep_id))))

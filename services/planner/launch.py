@@ -1,8 +1,8 @@
 """What runs next: new trials within ``max_concurrent`` and the queue window,
 through the smoke stage and the budget caps, with params from the sweep's search.
 
-:func:`top_up` runs inside the caller's transaction, under the sweep's row
-lock, after any decision about a trial was applied: it reads the sweep's
+:func:`top_up` runs inside the caller's unit of work (:mod:`.unit`), under
+the sweep's row lock, after any decision about a trial was staged: it reads the sweep's
 counts afresh, launches what :func:`~.decide.fill` allows (rows written as
 ``pending``: the outbox that ``publish_pending`` sends after the commit), and
 ends the sweep when nothing is left to run. The choices themselves are the
@@ -18,9 +18,9 @@ from typing import Any
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import RetryPolicy, fill
 from spotsweep.services.planner.search import Search, TrialRecord
-from spotsweep.services.planner.searching import history, usage
+from spotsweep.services.planner.unit import UnitOfWork
 from spotsweep.shared import log
-from spotsweep.shared.db import Conn, Row
+from spotsweep.shared.db import Row
 from spotsweep.shared.naming import trial_name
 from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.states import TrialState
@@ -48,8 +48,9 @@ def _complete(params: dict[str, Any], spec: SweepSpec) -> dict[str, Any]:
     return params
 
 
-def top_up(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, window: int | None) -> TopUp:
+def top_up(uow: UnitOfWork, sweep_id: str, spec: SweepSpec, search: Search, window: int | None) -> TopUp:
     """Launch what may run now; call it with the sweep's row locked by this transaction."""
+    conn = uow.conn  # every decision staged so far written: the counts below see them
     sweep = store.get_sweep(conn, sweep_id, spec=False)  # fresh: decisions in this transaction may have changed it
     if sweep is None or sweep["state"] != "running":
         return TopUp()
@@ -57,7 +58,7 @@ def top_up(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, window: i
     regular: list[TrialRecord] = []
     if search.model is not None or spec.smoke is not None:
         # Model-based samplers read pruned trials' curves (Optuna ranks them by their intermediate values).
-        regular, smoke = history(conn, sweep_id, spec, pruned_curves=search.model is not None)
+        regular, smoke = uow.history(sweep_id, spec, pruned_curves=search.model is not None)
         if spec.smoke is not None:
             stage = search.smoke(smoke)
             if stage.failed:
@@ -71,7 +72,7 @@ def top_up(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, window: i
                 store.insert_trials(conn, sweep_id, new, advance=False)
                 return TopUp(launched=len(new))
     n, _ = fill(state)
-    launched, total = _launch(conn, sweep, spec, search, n, regular)
+    launched, total = _launch(uow, sweep, spec, search, n, regular)
     done = state.next_index + launched >= total and state.in_flight + launched == 0
     if done:
         store.finish_sweep(conn, sweep_id)
@@ -79,13 +80,14 @@ def top_up(conn: Conn, sweep_id: str, spec: SweepSpec, search: Search, window: i
     return TopUp(launched=launched, done=done)
 
 
-def _launch(conn: Conn, sweep: Row, spec: SweepSpec, search: Search, n: int, regular: list[TrialRecord]) -> tuple[int, int]:
+def _launch(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: int, regular: list[TrialRecord]) -> tuple[int, int]:
     """Write up to ``n`` new trials after the sweep's cursor; fewer when a budget cap
     says so. Returns how many, and the sweep's total trials (capped or not)."""
     sweep_id, first, total = sweep["sweep_id"], int(sweep["next_index"]), int(sweep["total_trials"])
     if n <= 0:
         return 0, total
-    used = usage(conn, sweep_id, spec, search.budget_param) if spec.budget is not None else None
+    conn = uow.conn
+    used = uow.usage(sweep_id, spec, search.budget_param) if spec.budget is not None else None
     study: dict[str, Any] | None = None
     study_attrs = sweep["search_attrs"]
     batch: list[store.NewTrial] = []

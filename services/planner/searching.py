@@ -10,12 +10,13 @@ Curves can be long: a caller asks only for the steps it needs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from spotsweep.services.planner.search import TrialRecord, Usage, committed, estimate_trial_seconds, estimate_unit_seconds
 from spotsweep.services.planner.search.history import objective_values
-from spotsweep.shared.db import Conn
+from spotsweep.shared.db import Conn, Row
 from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.states import TrialState
 
@@ -35,27 +36,47 @@ def history(conn: Conn, sweep_id: str, spec: SweepSpec, *, steps: Sequence[int] 
     trial by its intermediate values, and reads no other trial's).
     """
     rows = conn.execute(
-        "SELECT trial_id, idx, params, state, metrics, rungs, search_attrs, failures, error,"
-        " CASE WHEN (%(pruned)s AND state = 'pruned') OR trial_id = %(full)s THEN curve"
-        " ELSE (SELECT COALESCE(jsonb_object_agg(key, value), '{}'::jsonb) FROM jsonb_each(curve) WHERE key = ANY(%(steps)s))"
-        " END AS curve"
-        " FROM trials WHERE sweep_id = %(sweep)s ORDER BY idx",
-        {"pruned": pruned_curves, "full": full_curve, "steps": [str(s) for s in steps or ()], "sweep": sweep_id},
+        f"SELECT {COLUMNS} FROM trials WHERE sweep_id = %(sweep)s ORDER BY idx",
+        curve_args(sweep_id, steps, full_curve, pruned_curves),
     ).fetchall()
+    return split([(r["idx"], record_from_row(r, spec)) for r in rows])
+
+
+# A trial's search record; the curve only at %(steps)s, but whole for %(full)s and, with %(pruned)s, for pruned trials.
+COLUMNS = ("trial_id, idx, params, state, metrics, rungs, search_attrs, failures, error,"
+           " CASE WHEN (%(pruned)s AND state = 'pruned') OR trial_id = %(full)s THEN curve"
+           " ELSE (SELECT COALESCE(jsonb_object_agg(key, value), '{}'::jsonb) FROM jsonb_each(curve) WHERE key = ANY(%(steps)s))"
+           " END AS curve")
+
+
+def curve_args(sweep_id: str, steps: Iterable[int | str] | None, full_curve: str | None,
+               pruned_curves: bool) -> dict[str, Any]:
+    return {"pruned": pruned_curves, "full": full_curve, "steps": sorted(str(s) for s in steps or ()), "sweep": sweep_id}
+
+
+def record_from_row(r: Row, spec: SweepSpec) -> TrialRecord:
+    """A trial row (:data:`COLUMNS`) as the search sees it; smoke trials (negative
+    ``idx``) numbered 0, 1, ... by smoke order."""
+    return TrialRecord(
+        index=r["idx"] if r["idx"] >= 0 else -1 - r["idx"], params=r["params"], state=TrialState(r["state"]),
+        values=objective_values(spec, r["metrics"]), curve=_floats(r["curve"]), rungs=_floats(r["rungs"]),
+        attrs=r["search_attrs"] or {}, failures=r["failures"], error=r["error"],
+    )
+
+
+def split(records: Iterable[tuple[int, TrialRecord]]) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """Regular and smoke records, from ``(stored idx, record)`` pairs in idx order."""
     regular: list[TrialRecord] = []
     smoke: list[TrialRecord] = []
-    for r in rows:
-        record = TrialRecord(
-            index=r["idx"] if r["idx"] >= 0 else -1 - r["idx"], params=r["params"], state=TrialState(r["state"]),
-            values=objective_values(spec, r["metrics"]), curve=_floats(r["curve"]), rungs=_floats(r["rungs"]),
-            attrs=r["search_attrs"] or {}, failures=r["failures"], error=r["error"],
-        )
-        (regular if r["idx"] >= 0 else smoke).append(record)
+    for idx, record in records:
+        (regular if idx >= 0 else smoke).append(record)
     return regular, smoke
 
 
 def record_of(records: Sequence[TrialRecord], index: int) -> TrialRecord | None:
-    return next((r for r in records if r.index == index), None)
+    """The record of trial ``index`` in ``records`` (in index order, as :func:`history` returns them)."""
+    at = bisect.bisect_left(records, index, key=lambda r: r.index)
+    return records[at] if at < len(records) and records[at].index == index else None
 
 
 def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services.planner import handlers
+from spotsweep.services.planner import handlers, service
 from spotsweep.services.planner.bodies import decoded_body, submission_id
 from spotsweep.shared.errors import DecodeError
 from spotsweep.shared.limits import ERROR_CHARS
@@ -89,7 +89,7 @@ def test_errors_and_warnings_are_bounded_and_lose_their_nuls(h: Any) -> None:
 
 def test_an_end_the_database_refuses_is_recorded_without_its_values(h: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The last resort: should anything the cleaning misses fail the write, the end is still recorded."""
-    monkeypatch.setattr(handlers, "cleaned", lambda event, limits: event)  # the NUL reaches the database
+    monkeypatch.setattr(service, "cleaned", lambda event, limits: event)  # the NUL reaches the database
     h.submit(SPEC, SID)
     msg = h.published(1)[0]
     assert h.finish(msg, metrics={"loss": 0.5, "a\x00b": 1.0}).settled == "ack"

@@ -1,0 +1,57 @@
+"""What the planner sends once a transaction has committed, in one place.
+
+Sending before the commit could tell agents about decisions that then roll
+back; so a decision returns :class:`Effects` and :func:`send` sends them
+after. The sweep's outbox is always drained: if an earlier delivery of the
+same events committed but failed to publish, its redelivery decides nothing
+new and must still publish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from spotsweep.services.planner.decide import Decision
+from spotsweep.services.planner.outbox import publish_pending
+from spotsweep.shared import log, topology
+from spotsweep.shared.broker.port import Outgoing
+from spotsweep.shared.messages import CancelSweep, StopTrial, encode
+
+if TYPE_CHECKING:
+    from spotsweep.services.planner.handlers import PlannerDeps
+
+_log = log.get("spotsweep.planner")
+
+
+@dataclass
+class Effects:
+    """One sweep's messages to send after its transaction committed."""
+
+    sweep_id: str
+    stops: list[StopTrial] = field(default_factory=list)  # runs that must not go on
+    cancel: bool = False  # (re-)broadcast the sweep's cancel to every agent
+    publish: bool = True  # drain the sweep's outbox
+
+
+def stop_of(sweep_id: str, trial_id: str, decision: Decision) -> StopTrial | None:
+    """The stop a decision asks for, if any."""
+    if decision.stop is None:
+        return None
+    return StopTrial(sweep_id=sweep_id, trial_id=trial_id, attempt=decision.stop.attempt, run_id=decision.stop.run_id,
+                     reason=decision.stop.reason)
+
+
+def send(deps: PlannerDeps, effects: Effects) -> None:
+    """Cancel, then stops, then the outbox: what the decisions committed asked for."""
+    if effects.cancel:
+        broadcast_cancel(deps, effects.sweep_id)
+    for stop in effects.stops:
+        _log.info("stopping a run", trial_id=stop.trial_id, run_id=stop.run_id, reason=stop.reason)
+        deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(stop)))
+    if effects.publish:
+        publish_pending(deps, effects.sweep_id)
+
+
+def broadcast_cancel(deps: PlannerDeps, sweep_id: str) -> None:
+    deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(CancelSweep(sweep_id=sweep_id))))

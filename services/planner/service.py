@@ -1,0 +1,85 @@
+"""The planner's application service: one sweep's trial events, decided in one unit of work.
+
+:func:`on_events` locks the sweep, decides each event in delivery order
+(:func:`.events.apply`, which stages each trial's update in the unit of
+work), journals the lifecycle events, tops the sweep up, and commits. What
+must then be sent (stops, a re-broadcast cancel, the sweep's outbox) comes
+back as :class:`.effects.Effects`, which the caller sends after the commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from spotsweep.services.planner import store
+from spotsweep.services.planner.effects import Effects, stop_of
+from spotsweep.services.planner.events import apply
+from spotsweep.services.planner.launch import top_up
+from spotsweep.services.planner.unit import UnitOfWork, unit_of_work
+from spotsweep.services.planner.untrusted import cleaned
+from spotsweep.shared import log
+from spotsweep.shared.db.journal import journal
+from spotsweep.shared.messages import TrialProgress, encode
+from spotsweep.shared.spec import SweepSpec
+
+if TYPE_CHECKING:
+    from spotsweep.services.planner.handlers import PlannerDeps
+    from spotsweep.services.planner.search import Search
+
+_log = log.get("spotsweep.planner")
+
+
+def on_events(deps: PlannerDeps, sweep_id: str, events: list[Any], bodies: dict[str, bytes],
+              inside: Collection[str] = ()) -> Effects:
+    """Decide ``events`` (all of sweep ``sweep_id``, in delivery order) and commit.
+
+    ``bodies``: each event's bytes by message id, journaled as received.
+    ``inside``: message ids of starts that came inside their run's end
+    (schema v4): their run is over, so they stop nothing."""
+    effects = Effects(sweep_id)
+    with log.bound(sweep_id=sweep_id), unit_of_work(deps.db, deps.histories) as uow:
+        sweep = store.lock_sweep(uow.conn, sweep_id, spec=False)
+        if sweep is None or not sweep["has_spec"]:
+            _log.warning("events for an unknown sweep", events=len(events))
+            return effects
+        spec, search = deps.stored_spec(uow.conn, sweep_id, sweep["spec_version"])
+        events = _cleaned(events, spec, bodies)
+        uow.load([e.trial_id for e in events])
+        with uow.pipeline():  # the updates go out without a round trip each; a read waits for what was sent before it
+            for event in events:
+                _decide(uow, sweep, event, spec, search, effects, event.message_id in inside)
+            journal(uow.conn, [e for e in events if not isinstance(e, TrialProgress)], bodies)  # with the decisions, once
+        if top_up(uow, sweep_id, spec, search, deps.window).failed is not None:
+            effects.cancel = True
+    return effects
+
+
+def _decide(uow: UnitOfWork, sweep: Any, event: Any, spec: SweepSpec, search: Search, effects: Effects,
+            inside: bool) -> None:
+    with log.bound(trial_id=event.trial_id, attempt=event.attempt):
+        found = uow.trial(event.trial_id)
+        if found is None:
+            _log.warning("event for an unknown trial", kind=event.kind)
+            return
+        done = apply(uow, sweep, found[0], found[1], event, spec, search)
+        if inside:  # a run that sent its start with its end is over: nothing to stop or cancel
+            return
+        effects.cancel = effects.cancel or done.recancel
+        stop = stop_of(sweep["sweep_id"], event.trial_id, done.decision)
+        if stop is not None:
+            effects.stops.append(stop)
+
+
+def _cleaned(events: list[Any], spec: SweepSpec, bodies: dict[str, bytes]) -> list[Any]:
+    """The events without what the database cannot take (:mod:`.untrusted`);
+    a cleaned event is journaled as cleaned."""
+    out = []
+    for event in events:
+        clean = cleaned(event, spec.limits)
+        if clean is not event:
+            _log.warning("event values dropped", trial_id=event.trial_id, kind=event.kind,
+                         warnings=getattr(clean, "warnings", None))
+            bodies[clean.message_id] = encode(clean)
+        out.append(clean)
+    return out

@@ -1,0 +1,101 @@
+"""The planner's unit of work: one transaction's trial writes, staged.
+
+Deciding a batch of events may touch one trial several times (a short run's
+start and end, progress then end). The unit of work keeps each trial's row
+as the decisions so far leave it and the update still to write, merged into
+one (:func:`~.decide.merged`, what :func:`~.store.apply_update` would do in
+order); the next decision about the trial reads the staged row. Every other
+read goes to the database and so sees every decision before it: the staged
+updates are written (flushed) first, before a history read, before any SQL
+through :attr:`UnitOfWork.conn`, and at commit.
+
+It also owns the search histories' cache (:mod:`.histories`): what a failed
+transaction read is dropped, as it may never have been committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+from spotsweep.services.planner import store
+from spotsweep.services.planner.decide import TrialUpdate, TrialView, merged
+from spotsweep.services.planner.histories import HistoryCache
+from spotsweep.services.planner.search import TrialRecord, Usage
+from spotsweep.services.planner.searching import usage
+from spotsweep.shared.db import Conn, Database, Row
+from spotsweep.shared.spec import SweepSpec
+
+
+class UnitOfWork:
+    """Trial rows and their staged updates within one transaction."""
+
+    def __init__(self, conn: Conn, histories: HistoryCache) -> None:
+        self._conn = conn
+        self._histories = histories
+        self._rows: dict[str, tuple[Row, TrialView]] = {}
+        self._staged: dict[str, TrialUpdate] = {}
+        self.read_sweeps: set[str] = set()  # histories read: dropped if the transaction fails
+
+    @property
+    def conn(self) -> Conn:
+        """The transaction's connection, with every staged update written."""
+        self.flush()
+        return self._conn
+
+    def pipeline(self) -> AbstractContextManager[object]:
+        """Pipeline mode for a run of writes: a read waits only for what was sent before it."""
+        return self._conn.pipeline()
+
+    def load(self, trial_ids: list[str]) -> None:
+        """Read and lock these trials in one round trip (in a fixed order: no deadlocks)."""
+        self._rows.update(store.get_trials(self.conn, trial_ids))
+
+    def trial(self, trial_id: str) -> tuple[Row, TrialView] | None:
+        """A loaded trial as the decisions staged so far leave it; None when unknown."""
+        return self._rows.get(trial_id)
+
+    def stage(self, trial_id: str, update: TrialUpdate) -> None:
+        """Record a decision's update, merged with the one staged before it."""
+        prior = self._staged.pop(trial_id, None)
+        both = update if prior is None else merged(prior, update)
+        if both is None:  # not expressible as one: the prior goes first
+            store.apply_update(self._conn, trial_id, prior)  # type: ignore[arg-type]
+            both = update
+        self._staged[trial_id] = both
+        found = self._rows.get(trial_id)
+        if found is not None:
+            self._rows[trial_id] = store.updated(found[0], update)
+
+    def flush(self) -> None:
+        """Write the staged updates (in pipeline mode they go out without a round trip each)."""
+        staged, self._staged = self._staged, {}
+        for trial_id, update in staged.items():
+            store.apply_update(self._conn, trial_id, update)
+
+    def history(self, sweep_id: str, spec: SweepSpec, *, steps: list[int] | None = None, full_curve: str | None = None,
+                pruned_curves: bool = False) -> tuple[list[TrialRecord], list[TrialRecord]]:
+        """The sweep's search history (:func:`.searching.history`), kept between transactions."""
+        self.read_sweeps.add(sweep_id)
+        return self._histories.read(self.conn, sweep_id, spec, steps=steps, full_curve=full_curve,
+                                    pruned_curves=pruned_curves)
+
+    def usage(self, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,
+              ended: tuple[str, float | None] | None = None) -> Usage:
+        return usage(self.conn, sweep_id, spec, budget_param, ended)
+
+
+@contextmanager
+def unit_of_work(db: Database, histories: HistoryCache) -> Iterator[UnitOfWork]:
+    """A transaction with its unit of work: flushed before the commit; a failure
+    rolls back and forgets the histories it read."""
+    uow: UnitOfWork | None = None
+    try:
+        with db.transaction() as conn:
+            uow = UnitOfWork(conn, histories)
+            yield uow
+            uow.flush()
+    except BaseException:
+        for sweep_id in uow.read_sweeps if uow is not None else ():
+            histories.drop(sweep_id)
+        raise
