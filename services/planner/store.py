@@ -90,7 +90,8 @@ def sweep_state(conn: Conn, sweep: Row, max_concurrent: int, policy: RetryPolicy
     )
 
 
-def _view(row: Row) -> TrialView:
+def view_of(row: Row) -> TrialView:
+    """What a decision reads of a trial row."""
     return TrialView(TrialState(row["state"]), row["attempt"], row["failures"], row["preemptions"], row["run_id"],
                      dict(row["params"]))
 
@@ -103,14 +104,14 @@ _DECIDED = ("trial_id, sweep_id, idx, trial_name, params, state, attempt, failur
 
 def get_trial(conn: Conn, trial_id: str) -> tuple[Row, TrialView] | None:
     row = conn.execute(f"SELECT {_DECIDED} FROM trials WHERE trial_id = %s FOR UPDATE", (trial_id,)).fetchone()
-    return None if row is None else (row, _view(row))
+    return None if row is None else (row, view_of(row))
 
 
 def get_trials(conn: Conn, trial_ids: list[str]) -> dict[str, tuple[Row, TrialView]]:
     """Several trials, locked, in one round trip (a batch of events); missing ids are left out."""
     rows = conn.execute(f"SELECT {_DECIDED} FROM trials WHERE trial_id = ANY(%s) ORDER BY trial_id FOR UPDATE",
                         (list(set(trial_ids)),)).fetchall()
-    return {row["trial_id"]: (row, _view(row)) for row in rows}
+    return {row["trial_id"]: (row, view_of(row)) for row in rows}
 
 
 def get_spec(conn: Conn, sweep_id: str) -> tuple[dict[str, Any], int] | None:
@@ -209,7 +210,7 @@ def updated(row: Row, u: TrialUpdate) -> tuple[Row, TrialView]:
     new["run_seconds"] = float(row.get("run_seconds") or 0.0) + u.add_seconds
     if u.rungs:
         new["rungs"] = {**(row.get("rungs") or {}), **json_safe({str(k): v for k, v in u.rungs.items()})}
-    return new, _view(new)
+    return new, view_of(new)
 
 
 def finish_sweep(conn: Conn, sweep_id: str, state: str = "completed", error: str | None = None) -> None:

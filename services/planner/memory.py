@@ -1,0 +1,128 @@
+"""The planner's repositories in memory (:mod:`.ports`): planner logic tested without PostgreSQL.
+
+Dictionaries of rows, written as the SQL of :mod:`.store` writes them (the
+contract suite, tests/services/planner/test_ports.py, checks both alike).
+There are no transactions: a test that needs a rollback uses PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+from spotsweep.services.planner import store
+from spotsweep.services.planner.decide import TrialUpdate, TrialView
+from spotsweep.services.planner.ports import History
+from spotsweep.services.planner.searching import record_from_row, split
+from spotsweep.services.planner.untrusted import FLAGS, WARNINGS, pg_text
+from spotsweep.shared.db import Row
+from spotsweep.shared.messages import json_safe
+from spotsweep.shared.spec import SweepSpec
+from spotsweep.shared.states import IN_FLIGHT, TrialState
+
+
+class MemoryDb:
+    """The ``sweeps`` and ``trials`` tables, by id."""
+
+    def __init__(self) -> None:
+        self.sweeps: dict[str, dict[str, Any]] = {}
+        self.trials: dict[str, dict[str, Any]] = {}
+
+
+class MemorySweeps:
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
+
+    def insert(self, sweep_id: str, spec: dict[str, Any], name: str, total: int, priority: int) -> bool:
+        if sweep_id in self.db.sweeps:
+            return False
+        self.db.sweeps[sweep_id] = {
+            "sweep_id": sweep_id, "name": name, "spec": copy.deepcopy(spec), "state": "running", "error": None,
+            "total_trials": total, "next_index": 0, "priority": priority, "created_at": time.time(),
+            "finished_at": None, "search_attrs": None, "note": None, "spec_version": 0}
+        return True
+
+    def lock(self, sweep_id: str) -> Row | None:
+        row = self.db.sweeps.get(sweep_id)
+        if row is None:
+            return None
+        out = {k: v for k, v in row.items() if k != "spec"}
+        return {**copy.deepcopy(out), "has_spec": row["spec"] is not None}
+
+    def cap(self, sweep_id: str, total: int, note: str) -> None:
+        self.db.sweeps[sweep_id].update(total_trials=total, note=note)
+
+    def finish(self, sweep_id: str, state: str = "completed", error: str | None = None) -> None:
+        row = self.db.sweeps[sweep_id]
+        if row["state"] == "running":
+            row.update(state=state, finished_at=time.time(), error=row["error"] if error is None else pg_text(error))
+
+    def set_study_attrs(self, sweep_id: str, attrs: dict[str, Any]) -> None:
+        self.db.sweeps[sweep_id]["search_attrs"] = copy.deepcopy(attrs)
+
+
+class MemoryTrials:
+    def __init__(self, db: MemoryDb) -> None:
+        self.db = db
+
+    def insert(self, sweep_id: str, trials: list[store.NewTrial], advance: bool = True) -> None:
+        for index, name, params, attrs in trials:
+            trial_id = store.trial_id_for(sweep_id, index)
+            self.db.trials.setdefault(trial_id, _new_row(trial_id, sweep_id, index, name, params, attrs))
+        if trials and advance:
+            self.db.sweeps[sweep_id]["next_index"] = trials[-1][0] + 1
+
+    def get(self, trial_ids: list[str]) -> dict[str, tuple[Row, TrialView]]:
+        rows = {t: copy.deepcopy(self.db.trials[t]) for t in sorted(set(trial_ids)) if t in self.db.trials}
+        return {t: (row, store.view_of(row)) for t, row in rows.items()}
+
+    def update(self, trial_id: str, u: TrialUpdate) -> None:
+        row = self.db.trials.get(trial_id)
+        if row is None:
+            return
+        now = time.time()
+        error = None if u.state == TrialState.COMPLETED else (row["error"] if u.error is None else pg_text(u.error))
+        new, _ = store.updated(row, u)
+        row.update(new, error=error, agent=u.agent if u.agent is not None else row["agent"])
+        if u.started:
+            row["started_at"] = row["started_at"] or now
+            row["run_started_at"] = now
+        if u.finished:
+            row["finished_at"] = now
+        row["flags"] = _merged(row["flags"], u.flags, FLAGS)
+        row["warnings"] = _merged(row["warnings"], u.warnings, WARNINGS)
+
+    def merge_curve(self, trial_id: str, points: list[tuple[int, float]]) -> None:
+        row = self.db.trials[trial_id]
+        row["curve"] = {**row["curve"], **json_safe({str(step): value for step, value in points})}
+
+    def in_flight(self, sweep_id: str) -> tuple[int, int]:
+        states = [TrialState(r["state"]) for r in self.db.trials.values() if r["sweep_id"] == sweep_id]
+        busy = [s for s in states if s in IN_FLIGHT]
+        return len(busy), sum(1 for s in busy if s != TrialState.RUNNING)
+
+    def history(self, sweep_id: str, spec: SweepSpec, *, steps: list[int] | None = None, full_curve: str | None = None,
+                pruned_curves: bool = False) -> History:
+        keep = {str(s) for s in steps or ()}
+        rows = sorted((r for r in self.db.trials.values() if r["sweep_id"] == sweep_id), key=lambda r: r["idx"])
+        out = []
+        for r in rows:
+            whole = (pruned_curves and r["state"] == "pruned") or r["trial_id"] == full_curve
+            curve = r["curve"] if whole else {k: v for k, v in r["curve"].items() if k in keep}
+            out.append((r["idx"], record_from_row({**r, "curve": curve}, spec)))
+        return split(out)
+
+
+def _new_row(trial_id: str, sweep_id: str, index: int, name: str, params: dict[str, Any],
+             attrs: dict[str, Any]) -> dict[str, Any]:
+    return {"trial_id": trial_id, "sweep_id": sweep_id, "idx": index, "trial_name": name, "params": copy.deepcopy(params),
+            "state": "pending", "attempt": 1, "failures": 0, "preemptions": 0, "metrics": {}, "error": None,
+            "agent": None, "losses": 0, "run_seconds": 0.0, "run_id": None, "rungs": {}, "curve": {},
+            "search_attrs": copy.deepcopy(attrs), "flags": [], "warnings": [], "created_at": time.time(),
+            "started_at": None, "finished_at": None, "run_started_at": None}
+
+
+def _merged(old: list[str], new: tuple[str, ...] | None, most: int) -> list[str]:
+    """The SQL's array merge: old items first, each once, at most ``most``."""
+    return old if new is None else list(dict.fromkeys([*old, *new]))[:most]

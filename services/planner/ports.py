@@ -1,0 +1,109 @@
+"""The planner's repositories: what deciding trial events reads and writes of sweeps and trials.
+
+Two adapters implement them: :class:`PgSweeps`/:class:`PgTrials`, over one
+transaction's connection (the SQL of :mod:`.store` and :mod:`.searching`),
+and :mod:`.memory`'s dictionaries, so that planner logic can be tested
+without PostgreSQL. One contract suite (tests/services/planner/test_ports.py)
+runs over both, as Optuna runs its storage tests over every storage.
+
+Rows are dictionaries with the columns of ``trials`` and ``sweeps`` that
+the decisions read (:data:`.store._DECIDED` for trials).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from spotsweep.services.planner import store
+from spotsweep.services.planner.decide import TrialUpdate, TrialView
+from spotsweep.services.planner.search import TrialRecord
+from spotsweep.services.planner.searching import history
+from spotsweep.shared.db import Conn, Row
+from spotsweep.shared.spec import SweepSpec
+
+History = tuple[list[TrialRecord], list[TrialRecord]]
+
+
+class SweepRepository(Protocol):
+    def insert(self, sweep_id: str, spec: dict[str, Any], name: str, total: int, priority: int) -> bool:
+        """A new running sweep; False (and nothing written) when the id exists."""
+
+    def lock(self, sweep_id: str) -> Row | None:
+        """The sweep row (without its spec; ``has_spec`` says whether it has one), locked for the transaction."""
+
+    def cap(self, sweep_id: str, total: int, note: str) -> None:
+        """Launch no trial from index ``total`` on, and say why."""
+
+    def finish(self, sweep_id: str, state: str = "completed", error: str | None = None) -> None:
+        """End a running sweep (a sweep already ended stays as it is)."""
+
+    def set_study_attrs(self, sweep_id: str, attrs: dict[str, Any]) -> None: ...
+
+
+class TrialRepository(Protocol):
+    def insert(self, sweep_id: str, trials: list[store.NewTrial], advance: bool = True) -> None:
+        """New ``pending`` trials (an existing index is left as it is); ``advance``:
+        the sweep's ``next_index`` moves past the last one."""
+
+    def get(self, trial_ids: list[str]) -> dict[str, tuple[Row, TrialView]]:
+        """These trials, locked; unknown ids left out."""
+
+    def update(self, trial_id: str, update: TrialUpdate) -> None:
+        """Write a decision's update (:func:`.store.apply_update`'s semantics)."""
+
+    def merge_curve(self, trial_id: str, points: list[tuple[int, float]]) -> None: ...
+
+    def in_flight(self, sweep_id: str) -> tuple[int, int]:
+        """Trials pending, queued or running; and how many of those wait (pending or queued)."""
+
+    def history(self, sweep_id: str, spec: SweepSpec, *, steps: list[int] | None = None, full_curve: str | None = None,
+                pruned_curves: bool = False) -> History:
+        """The search's records (:func:`.searching.history`)."""
+
+
+class PgSweeps:
+    """:class:`SweepRepository` over one transaction's connection."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+    def insert(self, sweep_id: str, spec: dict[str, Any], name: str, total: int, priority: int) -> bool:
+        return store.insert_sweep(self.conn, sweep_id, spec, name, total, priority)
+
+    def lock(self, sweep_id: str) -> Row | None:
+        return store.lock_sweep(self.conn, sweep_id, spec=False)
+
+    def cap(self, sweep_id: str, total: int, note: str) -> None:
+        store.cap_sweep(self.conn, sweep_id, total, note)
+
+    def finish(self, sweep_id: str, state: str = "completed", error: str | None = None) -> None:
+        store.finish_sweep(self.conn, sweep_id, state, error)
+
+    def set_study_attrs(self, sweep_id: str, attrs: dict[str, Any]) -> None:
+        store.set_study_attrs(self.conn, sweep_id, attrs)
+
+
+class PgTrials:
+    """:class:`TrialRepository` over one transaction's connection."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+    def insert(self, sweep_id: str, trials: list[store.NewTrial], advance: bool = True) -> None:
+        store.insert_trials(self.conn, sweep_id, trials, advance)
+
+    def get(self, trial_ids: list[str]) -> dict[str, tuple[Row, TrialView]]:
+        return store.get_trials(self.conn, trial_ids)
+
+    def update(self, trial_id: str, update: TrialUpdate) -> None:
+        store.apply_update(self.conn, trial_id, update)
+
+    def merge_curve(self, trial_id: str, points: list[tuple[int, float]]) -> None:
+        store.merge_curve(self.conn, trial_id, points)
+
+    def in_flight(self, sweep_id: str) -> tuple[int, int]:
+        return store.in_flight(self.conn, sweep_id)
+
+    def history(self, sweep_id: str, spec: SweepSpec, *, steps: list[int] | None = None, full_curve: str | None = None,
+                pruned_curves: bool = False) -> History:
+        return history(self.conn, sweep_id, spec, steps=steps, full_curve=full_curve, pruned_curves=pruned_curves)

@@ -1,0 +1,123 @@
+"""One contract suite over both adapters of the planner's repositories (PostgreSQL and in memory)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from spotsweep.services.planner import store
+from spotsweep.services.planner.decide import TrialUpdate
+from spotsweep.services.planner.memory import MemoryDb, MemorySweeps, MemoryTrials
+from spotsweep.services.planner.ports import PgSweeps, PgTrials, SweepRepository, TrialRepository
+from spotsweep.shared.db import Database
+from spotsweep.shared.spec import parse_spec
+from spotsweep.shared.states import TrialState
+
+SID = "port-000000a0"
+SPEC = parse_spec({"name": "p", "command": ["true"], "metric": {"name": "loss", "mode": "min"},
+                   "space": {"x": [1, 2, 3, 4]}, "strategy": {"type": "grid"}})
+Repos = tuple[SweepRepository, TrialRepository]
+
+
+@pytest.fixture(params=["postgres", "memory"])
+def repos(request: pytest.FixtureRequest) -> Iterator[Repos]:
+    if request.param == "memory":
+        db = MemoryDb()
+        yield MemorySweeps(db), MemoryTrials(db)
+        return
+    pg = Database(request.getfixturevalue("database_url"))
+    pg.migrate()
+    try:
+        with pg.transaction() as conn:
+            yield PgSweeps(conn), PgTrials(conn)
+    finally:
+        pg.close()
+
+
+def _tid(i: int) -> str:
+    return store.trial_id_for(SID, i)
+
+
+def _with_trials(repos: Repos, n: int = 3) -> Repos:
+    sweeps, trials = repos
+    assert sweeps.insert(SID, SPEC.to_json_dict(), "p", 4, 2)
+    trials.insert(SID, [(i, f"p_{i}", {"x": i + 1}, {"k": i}) for i in range(n)])
+    return repos
+
+
+def test_a_sweep_is_inserted_once_and_read_without_its_spec(repos: Repos) -> None:
+    sweeps, _ = repos
+    assert sweeps.insert(SID, SPEC.to_json_dict(), "p", 4, 2)
+    assert not sweeps.insert(SID, {}, "other", 9, 0)
+    row = sweeps.lock(SID)
+    assert row is not None and "spec" not in row
+    assert (row["name"], row["state"], row["total_trials"], row["next_index"], row["priority"], row["has_spec"]) == (
+        "p", "running", 4, 0, 2, True)
+    assert sweeps.lock("nope-000000a0") is None
+
+
+def test_a_sweep_is_capped_finished_once_and_keeps_study_attrs(repos: Repos) -> None:
+    sweeps, _ = _with_trials(repos)
+    sweeps.cap(SID, 3, "budget")
+    sweeps.set_study_attrs(SID, {"a": [1, 2]})
+    sweeps.finish(SID, "failed", "smoke\x00failed")
+    sweeps.finish(SID, "completed")  # an ended sweep stays as it is
+    row = sweeps.lock(SID)
+    assert row is not None
+    assert (row["total_trials"], row["note"], row["search_attrs"], row["state"]) == (3, "budget", {"a": [1, 2]}, "failed")
+    assert row["error"] == "smoke\ufffdfailed" and row["finished_at"] is not None
+
+
+def test_trials_are_inserted_once_pending_and_advance_the_sweep(repos: Repos) -> None:
+    sweeps, trials = _with_trials(repos)
+    trials.insert(SID, [(0, "again", {"x": 9}, {})], advance=False)  # exists: unchanged
+    trials.insert(SID, [(-1, "p_smoke_0", {"x": 1}, {})], advance=False)
+    assert sweeps.lock(SID)["next_index"] == 3  # type: ignore[index]
+    got = trials.get([_tid(2), _tid(0), "missing", _tid(0)])
+    assert list(got) == [_tid(0), _tid(2)]
+    row, view = got[_tid(0)]
+    assert (row["trial_name"], row["params"], row["idx"], row["attempt"]) == ("p_0", {"x": 1}, 0, 1)
+    assert (view.state, view.attempt, view.failures, view.run_id) == (TrialState.PENDING, 1, 0, None)
+    assert trials.in_flight(SID) == (4, 4)
+
+
+def test_updates_write_what_decisions_read(repos: Repos) -> None:
+    _, trials = _with_trials(repos)
+    trials.update(_tid(0), TrialUpdate(TrialState.RUNNING, 1, 0, 0, started=True, agent="a", run_id="r1", losses=0))
+    trials.update(_tid(0), TrialUpdate(TrialState.PENDING, 2, 1, 0, error="oom", add_seconds=2.5, params={"x": 7},
+                                       flags=("f1",), warnings=("w",)))
+    trials.update(_tid(0), TrialUpdate(TrialState.RUNNING, 2, 1, 0, started=True, run_id="r2", flags=("f1", "f2")))
+    trials.update(_tid(0), TrialUpdate(TrialState.COMPLETED, 2, 1, 0, metrics={"loss": 0.5, "acc": math.nan},
+                                       finished=True, add_seconds=1.0, rungs={3: 0.5}))
+    trials.update(_tid(1), TrialUpdate(TrialState.FAILED, 1, 1, 0, error="boom\x00", finished=True))
+    row, view = trials.get([_tid(0)])[_tid(0)]
+    assert (view.state, view.attempt, view.failures, view.run_id, view.params) == (
+        TrialState.COMPLETED, 2, 1, "r2", {"x": 7})
+    assert (row["run_seconds"], row["agent"], row["losses"]) == (3.5, "a", 0)
+    assert row["metrics"]["loss"] == 0.5 and row["rungs"] == {"3": 0.5}
+    assert trials.in_flight(SID) == (1, 1)
+    regular, _ = trials.history(SID, SPEC)
+    assert [(r.state, r.error, r.failures, r.values) for r in regular[:2]] == [
+        (TrialState.COMPLETED, None, 1, (0.5,)), (TrialState.FAILED, "boom\ufffd", 1, None)]
+    assert regular[0].rungs == {3: 0.5} and regular[2].attrs == {"k": 2}
+
+
+@pytest.mark.parametrize("kw, expected", [
+    ({}, [{}, {}, {}]),
+    ({"steps": [2]}, [{2: 0.2}, {2: 1.2}, {}]),
+    ({"steps": [2], "full_curve": _tid(1)}, [{2: 0.2}, {1: 1.1, 2: 1.2, 3: math.inf}, {}]),
+    ({"pruned_curves": True}, [{1: 0.1, 2: 0.2}, {}, {}]),
+])
+def test_history_holds_the_curve_points_asked_for(repos: Repos, kw: dict[str, Any], expected: list[Any]) -> None:
+    _, trials = _with_trials(repos)
+    trials.merge_curve(_tid(0), [(1, 0.1), (2, 0.0)])
+    trials.merge_curve(_tid(0), [(2, 0.2)])
+    trials.merge_curve(_tid(1), [(1, 1.1), (2, 1.2), (3, math.inf)])
+    trials.update(_tid(0), TrialUpdate(TrialState.PRUNED, 1, 0, 0, finished=True))
+    trials.insert(SID, [(-1, "p_smoke_0", {"x": 1}, {})], advance=False)
+    regular, smoke = trials.history(SID, SPEC, **kw)
+    assert [r.index for r in regular] == [0, 1, 2] and [r.index for r in smoke] == [0]
+    assert [dict(r.curve) for r in regular] == expected
