@@ -67,9 +67,10 @@ def results(database_url: str | None = None) -> Results:
     from spotsweep.shared.settings import Settings
 
     # As services.local.database chooses, without importing local mode (its agent, broker, planner).
-    settings = Settings() if database_url is None else Settings(database_url=database_url)
-    url = settings.database_url.get_secret_value() if settings.database_url is not None else None
-    db = Database(url or embedded_url(settings.home / "pg"))
+    settings = Settings()
+    if database_url is None and settings.database_url is not None:
+        database_url = settings.database_url.get_secret_value()
+    db = Database(database_url or embedded_url(settings.home / "pg"))
     db.migrate()  # a database no sweep ran on yet has empty results, not an error
     return Results(db)
 
