@@ -8,13 +8,10 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, model_validator
 
 from spotsweep.shared.spec_base import _Problems
-from spotsweep.shared.spec_search.registry import Problems, StrategyModel
+from spotsweep.shared.spec_search.registry import Problems, StrategyModel, types_of
 
 if TYPE_CHECKING:
     from spotsweep.shared.spec_models import SweepSpec
-
-MODEL_TYPES = ("tpe", "gp", "cmaes", "nsga2")
-
 
 class ModelStrategy(StrategyModel):
     """Optuna's model-based samplers, suggesting each trial from the results so far.
@@ -45,3 +42,6 @@ class ModelStrategy(StrategyModel):
         if self.type == "cmaes" and n > 1:
             return [(("strategy", "type"), f"cmaes optimises one metric (got {n} objectives); use tpe, gp or nsga2")]
         return []
+
+
+MODEL_TYPES = types_of(ModelStrategy)  # ("tpe", "gp", "cmaes", "nsga2"): the planner runs each with ModelSearch
