@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec_search.registry import Problems, StrategyModel
 
 if TYPE_CHECKING:
@@ -29,3 +30,13 @@ class GridStrategy(StrategyModel):
     def problems(self, spec: SweepSpec) -> Problems:
         return [(("space", k), GRID_CONTINUOUS.format(kind=p.type))
                 for k, p in spec.space.items() if p.type in ("uniform", "loguniform")]
+
+    def grown(self, spec: SweepSpec, more: int) -> dict[str, Any]:
+        """``max_trials`` raised, up to the grid's size."""
+        from spotsweep.shared.space import grid_size  # space imports the spec models
+
+        size = grid_size(spec.space)
+        current = self.max_trials or size
+        if current >= size:
+            raise SpecError([("trials", f"the grid's {size} configurations are all in the sweep already")])
+        return {**self.model_dump(mode="json", by_alias=True), "max_trials": min(size, current + more)}

@@ -13,7 +13,7 @@ that validation and the JSON Schema know the new type at once.
 A model answers, through its hooks, every question the rest of the code
 used to ask with a type switch: how configurations are drawn, how many
 there are, what early stopping it implies, what is wrong with it in a given
-spec, and how to describe it. The planner's behaviour for model-based
+spec, how to describe it, and how it grows when the sweep is extended. The planner's behaviour for model-based
 samplers and stoppers is registered apart, in
 ``spotsweep.services.planner.search.registry`` (specs are validated by the
 CLI and the control plane without the planner).
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Union, get_args
 
 from pydantic import Field
 
+from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec_base import _Model
 
 if TYPE_CHECKING:
@@ -75,6 +76,15 @@ class StrategyModel(_Model):
     def describe(self, spec: SweepSpec) -> str:
         """Details after ``strategy <type>`` in ``spotsweep validate``'s summary (" (...)" or "")."""
         return ""
+
+    def grown(self, spec: SweepSpec, more: int) -> dict[str, Any]:
+        """The strategy as JSON with ``more`` configurations more (``spotsweep extend``):
+        ``trials`` raised by default; the trials already launched keep their params."""
+        data = self.model_dump(mode="json", by_alias=True)
+        if data.get("trials") is None:
+            raise SpecError([("trials", f"strategy {self.type} runs every configuration of its grid already")])
+        data["trials"] += more
+        return data
 
 
 class StopModel(_Model):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -40,3 +40,8 @@ class SubsetStrategy(StrategyModel):
         from spotsweep.shared.space import grid_size  # space imports the spec models
 
         return f" ({self.trials} of {grid_size(spec.space)} grid points, balanced)"
+
+    def grown(self, spec: SweepSpec, more: int) -> dict[str, Any]:
+        """``trials`` raised, remembering the sizes before (``extends``): the rows
+        already run stay, new ones keep the whole balanced (``shared/space.py``)."""
+        return {**super().grown(spec, more), "extends": [*self.extends, self.trials]}
