@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import (
     Decision, RunEnd, SweepState, TrialView, counted_run, decide, prune, record_rungs,
 )
@@ -98,9 +97,9 @@ def _within_budget(uow: UnitOfWork, row: Row, event: TrialFinished, spec: SweepS
     check = search.may_promote(used, reached, verdict.budget)
     if check.ok:
         return verdict
-    sweep = store.get_sweep(uow.conn, row["sweep_id"], spec=False)  # as this transaction left it
+    sweep = uow.sweeps.lock(row["sweep_id"])  # as this transaction left it
     if sweep is not None and int(sweep["total_trials"]) > int(sweep["next_index"]):
-        store.cap_sweep(uow.conn, row["sweep_id"], int(sweep["next_index"]), check.reason)
+        uow.sweeps.cap(row["sweep_id"], int(sweep["next_index"]), check.reason)
     return StepDecision(Action.COMPLETE, verdict.rung, reason=f"not promoted past {reached}: {check.reason}")
 
 
@@ -108,7 +107,7 @@ def _progress(uow: UnitOfWork, row: Row, view: TrialView, event: TrialProgress, 
     """Record a running trial's objective points and let early stopping judge each."""
     if view.state != TrialState.RUNNING or event.attempt != view.attempt or event.run_id != (view.run_id or ""):
         return Decision(reason="progress of a run that is not the trial's current one")
-    store.merge_curve(uow.conn, row["trial_id"], event.points)
+    uow.trials.merge_curve(row["trial_id"], event.points)
     if search.stopper is None or row["idx"] < 0:
         return Decision()
     regular, _ = uow.history(row["sweep_id"], spec, steps=[s for s, _ in event.points], full_curve=row["trial_id"])

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,11 +31,12 @@ from spotsweep.services.planner.launch import top_up
 from spotsweep.services.planner.outbox import publish_pending, trial_message
 from spotsweep.services.planner.search import Search
 from spotsweep.services.planner.service import on_events
-from spotsweep.services.planner.unit import unit_of_work
+from spotsweep.services.planner.ports import SweepRepository
+from spotsweep.services.planner.unit import UnitOfWork, unit_of_work
 from spotsweep.services.planner.untrusted import bare
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
-from spotsweep.shared.db import Conn, Database
+from spotsweep.shared.db import Database
 from spotsweep.shared.errors import DecodeError, PermanentError, RetryableError, SpecError
 from spotsweep.shared.limits import MAX_TOTAL_TRIALS, cap_text
 from spotsweep.shared.messages import (
@@ -62,6 +64,7 @@ class PlannerDeps:
     _specs: dict[tuple[str, int], SweepSpec] = field(default_factory=dict)
     _searches: dict[tuple[str, int], Search] = field(default_factory=dict)
     histories: HistoryCache = field(default_factory=HistoryCache)  # each sweep's search history, between events
+    units: Callable[[], AbstractContextManager[UnitOfWork]] | None = None  # units of work not over ``db`` (tests)
     _classes: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     batchers: list[Any] = field(default_factory=list)  # consumers' batching wrappers, closed with the connection
@@ -86,17 +89,21 @@ class PlannerDeps:
     def search(self, sweep_id: str, raw: dict[str, Any], version: int = 0) -> Search:
         return self._cached(self._searches, (sweep_id, version), lambda: Search(self.spec(sweep_id, raw, version)))
 
-    def stored_spec(self, conn: Conn, sweep_id: str, version: int) -> tuple[SweepSpec, Search]:
+    def stored_spec(self, sweeps: SweepRepository, sweep_id: str, version: int) -> tuple[SweepSpec, Search]:
         """The spec and search of a sweep at ``version``, read from the database only when not cached."""
         with self._lock:
             spec, search = self._specs.get((sweep_id, version)), self._searches.get((sweep_id, version))
         if spec is not None and search is not None:
             return spec, search
-        stored = store.get_spec(conn, sweep_id)
+        stored = sweeps.spec(sweep_id)
         if stored is None:
             raise PermanentError(f"sweep {sweep_id!r} has no spec, yet trials of it wait to be published")
         raw, current = stored  # extend may have moved on since the row was read: cache what was read, under its version
         return self.spec(sweep_id, raw, current), self.search(sweep_id, raw, current)
+
+    def unit(self) -> AbstractContextManager[UnitOfWork]:
+        """A unit of work: over PostgreSQL, or what ``units`` makes (a test's, in memory)."""
+        return self.units() if self.units is not None else unit_of_work(self.db, self.histories)
 
     def _cached(self, cache: dict[Any, Any], key: tuple[str, int], make: Any) -> Any:
         with self._lock:

@@ -50,11 +50,10 @@ def _complete(params: dict[str, Any], spec: SweepSpec) -> dict[str, Any]:
 
 def top_up(uow: UnitOfWork, sweep_id: str, spec: SweepSpec, search: Search, window: int | None) -> TopUp:
     """Launch what may run now; call it with the sweep's row locked by this transaction."""
-    conn = uow.conn  # every decision staged so far written: the counts below see them
-    sweep = store.get_sweep(conn, sweep_id, spec=False)  # fresh: decisions in this transaction may have changed it
+    sweep = uow.sweeps.lock(sweep_id)  # fresh: decisions in this transaction may have changed it
     if sweep is None or sweep["state"] != "running":
         return TopUp()
-    state = store.sweep_state(conn, sweep, spec.max_concurrent, retry_policy(spec), window)
+    state = store.sweep_state(uow.trials.in_flight(sweep_id), sweep, spec.max_concurrent, retry_policy(spec), window)
     regular: list[TrialRecord] = []
     if search.model is not None or spec.smoke is not None:
         # Model-based samplers read pruned trials' curves (Optuna ranks them by their intermediate values).
@@ -62,20 +61,20 @@ def top_up(uow: UnitOfWork, sweep_id: str, spec: SweepSpec, search: Search, wind
         if spec.smoke is not None:
             stage = search.smoke(smoke)
             if stage.failed:
-                store.fail_sweep(conn, sweep_id, stage.error or "the smoke stage failed")
+                uow.sweeps.fail(sweep_id, stage.error or "the smoke stage failed")
                 _log.warning("smoke stage failed: sweep stopped", error=stage.error)
                 return TopUp(done=True, failed=stage.error)
             if stage.hold:
                 room = min(spec.max_concurrent - state.in_flight, len(stage.launch))
                 new: list[store.NewTrial] = [(-1 - k, f"{spec.name}_smoke_{k}", _complete(search.smoke_params(k), spec), {})
                                              for k in stage.launch[:max(0, room)]]
-                store.insert_trials(conn, sweep_id, new, advance=False)
+                uow.trials.insert(sweep_id, new, advance=False)
                 return TopUp(launched=len(new))
     n, _ = fill(state)
     launched, total = _launch(uow, sweep, spec, search, n, regular)
     done = state.next_index + launched >= total and state.in_flight + launched == 0
     if done:
-        store.finish_sweep(conn, sweep_id)
+        uow.sweeps.finish(sweep_id)
         _log.info("sweep completed")
     return TopUp(launched=launched, done=done)
 
@@ -86,7 +85,6 @@ def _launch(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: int
     sweep_id, first, total = sweep["sweep_id"], int(sweep["next_index"]), int(sweep["total_trials"])
     if n <= 0:
         return 0, total
-    conn = uow.conn
     used = uow.usage(sweep_id, spec, search.budget_param) if spec.budget is not None else None
     study: dict[str, Any] | None = None
     study_attrs = sweep["search_attrs"]
@@ -99,7 +97,7 @@ def _launch(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: int
             verdict = search.may_launch(replace(used, launched=used.launched + len(batch), trial_seconds=expected,
                                                 committed_gpu_seconds=used.committed_gpu_seconds + batch_seconds * used.gpus))
             if not verdict.ok:
-                store.cap_sweep(conn, sweep_id, index, verdict.reason)
+                uow.sweeps.cap(sweep_id, index, verdict.reason)
                 _log.info("budget reached: no more trials", reason=verdict.reason)
                 total = index
                 break
@@ -111,7 +109,7 @@ def _launch(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: int
         batch.append((index, trial_name(spec, index, params), params, dict(proposal.attrs)))
         # In flight from now on: the next suggestion in this batch must see it (constant liar).
         seen.append(TrialRecord(index=index, params=params, state=TrialState.PENDING, attrs=proposal.attrs))
-    store.insert_trials(conn, sweep_id, batch)
+    uow.trials.insert(sweep_id, batch)
     if study is not None:
-        store.set_study_attrs(conn, sweep_id, study)
+        uow.sweeps.set_study_attrs(sweep_id, study)
     return len(batch), total

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import TrialUpdate, TrialView
 from spotsweep.services.planner.ports import History
-from spotsweep.services.planner.searching import record_from_row, split
+from spotsweep.services.planner.search import Usage
+from spotsweep.services.planner.searching import Flying, Totals, record_from_row, split, usage_of
+from spotsweep.services.planner.unit import UnitOfWork
 from spotsweep.services.planner.untrusted import FLAGS, WARNINGS, pg_text
 from spotsweep.shared.db import Row
-from spotsweep.shared.messages import json_safe
+from spotsweep.shared.messages import Envelope, json_safe
 from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.states import IN_FLIGHT, TrialState
 
@@ -28,6 +32,7 @@ class MemoryDb:
     def __init__(self) -> None:
         self.sweeps: dict[str, dict[str, Any]] = {}
         self.trials: dict[str, dict[str, Any]] = {}
+        self.events: dict[str, Envelope] = {}  # the journal, by message id
 
 
 class MemorySweeps:
@@ -60,6 +65,17 @@ class MemorySweeps:
 
     def set_study_attrs(self, sweep_id: str, attrs: dict[str, Any]) -> None:
         self.db.sweeps[sweep_id]["search_attrs"] = copy.deepcopy(attrs)
+
+    def fail(self, sweep_id: str, error: str) -> None:
+        error = pg_text(error)
+        self.finish(sweep_id, "failed", error)
+        for row in self.db.trials.values():
+            if row["sweep_id"] == sweep_id and TrialState(row["state"]) in IN_FLIGHT:
+                row.update(state="cancelled", finished_at=time.time(), error="the sweep failed: " + error)
+
+    def spec(self, sweep_id: str) -> tuple[dict[str, Any], int] | None:
+        row = self.db.sweeps.get(sweep_id)
+        return None if row is None or row["spec"] is None else (copy.deepcopy(row["spec"]), int(row["spec_version"]))
 
 
 class MemoryTrials:
@@ -114,6 +130,43 @@ class MemoryTrials:
         return split(out)
 
 
+    def usage(self, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,
+              ended: tuple[str, float | None] | None = None) -> Usage:
+        rows = [r for r in self.db.trials.values() if r["sweep_id"] == sweep_id]
+        regular = [r for r in rows if r["idx"] >= 0]
+        now = time.time()
+
+        def budget(r: dict[str, Any]) -> float | None:
+            value = r["params"].get(budget_param or "")
+            return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+        reached = [(r["run_seconds"], b) for r in regular if r["state"] in ("completed", "pruned")
+                   and (b := budget(r)) is not None]
+        capped = spec.budget is not None and spec.budget.wall_time
+        totals = Totals(len(regular), sum(r["run_seconds"] for r in rows),
+                        [r["run_seconds"] for r in regular if r["state"] == "completed"], reached,
+                        _running_seconds(rows, now) if capped else 0.0)
+        flying = [Flying(r["trial_id"], r["run_seconds"], {int(k): v for k, v in r["rungs"].items()}, budget(r),
+                         now - r["run_started_at"] if r["state"] == "running" and r["run_started_at"] else 0.0)
+                  for r in rows if TrialState(r["state"]) in IN_FLIGHT]
+        return usage_of(spec, budget_param, ended, totals, flying)
+
+    def journal(self, events: Sequence[Envelope], bodies: Mapping[str, bytes]) -> None:
+        for e in events:
+            self.db.events.setdefault(e.message_id, e)
+
+
+def _running_seconds(rows: list[dict[str, Any]], now: float) -> float:
+    """The length of the union of the trials' lifetimes (:func:`.searching._running_seconds`)."""
+    spans = sorted((r["created_at"], now if TrialState(r["state"]) in IN_FLIGHT
+                    else max(r["created_at"], r["finished_at"] or r["created_at"])) for r in rows)
+    total, reach = 0.0, None
+    for start, end in spans:
+        total += max(0.0, end - max(start, reach if reach is not None else start))
+        reach = end if reach is None else max(reach, end)
+    return total
+
+
 def _new_row(trial_id: str, sweep_id: str, index: int, name: str, params: dict[str, Any],
              attrs: dict[str, Any]) -> dict[str, Any]:
     return {"trial_id": trial_id, "sweep_id": sweep_id, "idx": index, "trial_name": name, "params": copy.deepcopy(params),
@@ -126,3 +179,11 @@ def _new_row(trial_id: str, sweep_id: str, index: int, name: str, params: dict[s
 def _merged(old: list[str], new: tuple[str, ...] | None, most: int) -> list[str]:
     """The SQL's array merge: old items first, each once, at most ``most``."""
     return old if new is None else list(dict.fromkeys([*old, *new]))[:most]
+
+
+@contextmanager
+def memory_unit(db: MemoryDb) -> Iterator[UnitOfWork]:
+    """A unit of work over ``db`` (no rollback: a failure leaves what was written)."""
+    uow = UnitOfWork(MemorySweeps(db), MemoryTrials(db))
+    yield uow
+    uow.flush()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from spotsweep.services.planner import store
+from spotsweep.services.planner.ports import PgSweeps
 from spotsweep.shared import topology
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.messages import TrialMessage, encode
@@ -57,7 +58,7 @@ def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
                 return published
             out = []
             for row in rows:
-                spec, search = deps.stored_spec(conn, row["sweep_id"], row["spec_version"])
+                spec, search = deps.stored_spec(PgSweeps(conn), row["sweep_id"], row["spec_version"])
                 deps.ensure_queue(spec.resources.resource_class)
                 msg = trial_message(row, spec, progress=search.wants_progress and row["idx"] >= 0)
                 out.append(

@@ -12,13 +12,16 @@ the decisions read (:data:`.store._DECIDED` for trials).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import TrialUpdate, TrialView
-from spotsweep.services.planner.search import TrialRecord
-from spotsweep.services.planner.searching import history
+from spotsweep.services.planner.search import TrialRecord, Usage
+from spotsweep.services.planner.searching import history, usage
 from spotsweep.shared.db import Conn, Row
+from spotsweep.shared.db.journal import journal
+from spotsweep.shared.messages import Envelope
 from spotsweep.shared.spec import SweepSpec
 
 History = tuple[list[TrialRecord], list[TrialRecord]]
@@ -38,6 +41,12 @@ class SweepRepository(Protocol):
         """End a running sweep (a sweep already ended stays as it is)."""
 
     def set_study_attrs(self, sweep_id: str, attrs: dict[str, Any]) -> None: ...
+
+    def fail(self, sweep_id: str, error: str) -> None:
+        """End a running sweep as failed and cancel its trials in flight."""
+
+    def spec(self, sweep_id: str) -> tuple[dict[str, Any], int] | None:
+        """The sweep's spec and its version; None without one."""
 
 
 class TrialRepository(Protocol):
@@ -60,6 +69,13 @@ class TrialRepository(Protocol):
                 pruned_curves: bool = False) -> History:
         """The search's records (:func:`.searching.history`)."""
 
+    def usage(self, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,
+              ended: tuple[str, float | None] | None = None) -> Usage:
+        """What the sweep used so far (:func:`.searching.usage`)."""
+
+    def journal(self, events: Sequence[Envelope], bodies: Mapping[str, bytes]) -> None:
+        """Record lifecycle events once each, by message id (:func:`spotsweep.shared.db.journal.journal`)."""
+
 
 class PgSweeps:
     """:class:`SweepRepository` over one transaction's connection."""
@@ -81,6 +97,12 @@ class PgSweeps:
 
     def set_study_attrs(self, sweep_id: str, attrs: dict[str, Any]) -> None:
         store.set_study_attrs(self.conn, sweep_id, attrs)
+
+    def fail(self, sweep_id: str, error: str) -> None:
+        store.fail_sweep(self.conn, sweep_id, error)
+
+    def spec(self, sweep_id: str) -> tuple[dict[str, Any], int] | None:
+        return store.get_spec(self.conn, sweep_id)
 
 
 class PgTrials:
@@ -107,3 +129,10 @@ class PgTrials:
     def history(self, sweep_id: str, spec: SweepSpec, *, steps: list[int] | None = None, full_curve: str | None = None,
                 pruned_curves: bool = False) -> History:
         return history(self.conn, sweep_id, spec, steps=steps, full_curve=full_curve, pruned_curves=pruned_curves)
+
+    def usage(self, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,
+              ended: tuple[str, float | None] | None = None) -> Usage:
+        return usage(self.conn, sweep_id, spec, budget_param, ended)
+
+    def journal(self, events: Sequence[Envelope], bodies: Mapping[str, bytes]) -> None:
+        journal(self.conn, events, bodies)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from spotsweep.services.planner.search import TrialRecord, Usage, committed, estimate_trial_seconds, estimate_unit_seconds
@@ -92,7 +93,6 @@ def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None =
     its trials' lifetimes, so the time between its end and an ``extend``
     does not count against ``wall_time``.
     """
-    gpus = max(1, spec.resources.gpus)
     args = {"sweep": sweep_id, "param": budget_param or ""}
     row = conn.execute(
         "SELECT count(*) FILTER (WHERE idx >= 0) AS launched, COALESCE(sum(run_seconds), 0) AS done_s,"
@@ -109,32 +109,60 @@ def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None =
         "   THEN extract(epoch FROM now() - run_started_at)::float8 ELSE 0 END AS ran"
         " FROM trials WHERE sweep_id = %(sweep)s AND state IN ('pending', 'queued', 'running')", args,
     ).fetchall()
-    used = float(row["done_s"])
-    reached = [(float(s), float(u)) for s, u in row["reached"]]
+    elapsed = _running_seconds(conn, sweep_id) if spec.budget is not None and spec.budget.wall_time else 0.0
+    return usage_of(spec, budget_param, ended, Totals(int(row["launched"]), float(row["done_s"]),
+                                                      [float(x) for x in row["durations"]],
+                                                      [(float(s), float(u)) for s, u in row["reached"]], elapsed),
+                    [Flying(r["trial_id"], float(r["run_seconds"]), _floats(r["rungs"]), r["budget"], float(r["ran"]))
+                     for r in flying])
+
+
+@dataclass(frozen=True)
+class Totals:
+    """What a sweep's trials add up to, for :func:`usage_of`."""
+
+    launched: int  # regular trials
+    done_seconds: float  # run seconds of every trial
+    durations: list[float]  # run seconds of each completed regular trial
+    reached: list[tuple[float, float]]  # (run seconds, budget) of completed and pruned regular trials with a numeric budget
+    elapsed: float  # seconds the sweep has been running (0 unless wall_time is capped)
+
+
+@dataclass(frozen=True)
+class Flying:
+    """A trial in flight, for :func:`usage_of`."""
+
+    trial_id: str
+    run_seconds: float  # over its earlier runs
+    rungs: dict[int, float]
+    budget: float | None  # its budget parameter, when numeric
+    ran: float  # seconds its current run has been running
+
+
+def usage_of(spec: SweepSpec, budget_param: str | None, ended: tuple[str, float | None] | None, totals: Totals,
+             flying: list[Flying]) -> Usage:
+    """The :class:`Usage` the adapters' totals and trials in flight make (see :func:`usage`)."""
+    gpus = max(1, spec.resources.gpus)
+    used = totals.done_seconds
+    reached = list(totals.reached)
     runs: list[tuple[float | None, float]] = []  # in flight: (budget units its current run trains or None, seconds run)
-    for r in flying:
-        ran = float(r["ran"])
-        if ended is not None and r["trial_id"] == ended[0]:
+    for f in flying:
+        ran = f.ran
+        if ended is not None and f.trial_id == ended[0]:
             ran = ran if ended[1] is None else ended[1]
-            if r["budget"] is not None:
-                reached.append((float(r["run_seconds"]) + ran, float(r["budget"])))
+            if f.budget is not None:
+                reached.append((f.run_seconds + ran, float(f.budget)))
             used += ran
             continue
         used += ran
-        units = None if r["budget"] is None else float(r["budget"]) - max(_floats(r["rungs"]), default=0)
+        units = None if f.budget is None else float(f.budget) - max(f.rungs, default=0)
         runs.append((units, ran))
     per_unit = estimate_unit_seconds(reached) if budget_param is not None else None
-    per_trial = estimate_trial_seconds([float(x) for x in row["durations"]])
+    per_trial = estimate_trial_seconds(totals.durations)
     expected = [(per_unit * units if per_unit is not None and units is not None else per_trial, ran) for units, ran in runs]
-    return Usage(
-        launched=int(row["launched"]),
-        gpu_seconds=gpus * used,
-        elapsed_seconds=_running_seconds(conn, sweep_id) if spec.budget is not None and spec.budget.wall_time else 0.0,
-        trial_seconds=per_trial,
-        gpus=gpus,
-        committed_gpu_seconds=committed(expected, gpus),
-        unit_seconds=per_unit,
-    )
+    return Usage(launched=totals.launched, gpu_seconds=gpus * used, elapsed_seconds=totals.elapsed,
+                 trial_seconds=per_trial, gpus=gpus, committed_gpu_seconds=committed(expected, gpus),
+                 unit_seconds=per_unit)
 
 
 def _running_seconds(conn: Conn, sweep_id: str) -> float:

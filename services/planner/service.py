@@ -12,14 +12,12 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from spotsweep.services.planner import store
 from spotsweep.services.planner.effects import Effects, stop_of
 from spotsweep.services.planner.events import apply
 from spotsweep.services.planner.launch import top_up
-from spotsweep.services.planner.unit import UnitOfWork, unit_of_work
+from spotsweep.services.planner.unit import UnitOfWork
 from spotsweep.services.planner.untrusted import cleaned
 from spotsweep.shared import log
-from spotsweep.shared.db.journal import journal
 from spotsweep.shared.messages import TrialProgress, encode
 from spotsweep.shared.spec import SweepSpec
 
@@ -38,18 +36,18 @@ def on_events(deps: PlannerDeps, sweep_id: str, events: list[Any], bodies: dict[
     ``inside``: message ids of starts that came inside their run's end
     (schema v4): their run is over, so they stop nothing."""
     effects = Effects(sweep_id)
-    with log.bound(sweep_id=sweep_id), unit_of_work(deps.db, deps.histories) as uow:
-        sweep = store.lock_sweep(uow.conn, sweep_id, spec=False)
+    with log.bound(sweep_id=sweep_id), deps.unit() as uow:
+        sweep = uow.sweeps.lock(sweep_id)
         if sweep is None or not sweep["has_spec"]:
             _log.warning("events for an unknown sweep", events=len(events))
             return effects
-        spec, search = deps.stored_spec(uow.conn, sweep_id, sweep["spec_version"])
+        spec, search = deps.stored_spec(uow.sweeps, sweep_id, sweep["spec_version"])
         events = _cleaned(events, spec, bodies)
         uow.load([e.trial_id for e in events])
         with uow.pipeline():  # the updates go out without a round trip each; a read waits for what was sent before it
             for event in events:
                 _decide(uow, sweep, event, spec, search, effects, event.message_id in inside)
-            journal(uow.conn, [e for e in events if not isinstance(e, TrialProgress)], bodies)  # with the decisions, once
+            uow.trials.journal([e for e in events if not isinstance(e, TrialProgress)], bodies)  # with the decisions, once
         if top_up(uow, sweep_id, spec, search, deps.window).failed is not None:
             effects.cancel = True
     return effects

@@ -75,8 +75,10 @@ def in_flight(conn: Conn, sweep_id: str) -> tuple[int, int]:
     return (int(row["n"]), int(row["waiting"])) if row else (0, 0)
 
 
-def sweep_state(conn: Conn, sweep: Row, max_concurrent: int, policy: RetryPolicy, window: int | None = None) -> SweepState:
-    busy, waiting = in_flight(conn, sweep["sweep_id"])
+def sweep_state(counts: tuple[int, int], sweep: Row, max_concurrent: int, policy: RetryPolicy,
+                window: int | None = None) -> SweepState:
+    """The sweep's state for :func:`~.decide.fill`; ``counts``: :func:`in_flight`'s."""
+    busy, waiting = counts
     return SweepState(
         max_concurrent=max_concurrent,
         total_trials=int(sweep["total_trials"]),

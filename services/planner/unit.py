@@ -9,47 +9,64 @@ read goes to the database and so sees every decision before it: the staged
 updates are written (flushed) first, before a history read, before any SQL
 through :attr:`UnitOfWork.conn`, and at commit.
 
-It also owns the search histories' cache (:mod:`.histories`): what a failed
+The repositories (:mod:`.ports`) are PostgreSQL's in a service and may be
+in memory in a test (:mod:`.memory`). With PostgreSQL it also owns the
+search histories' cache (:mod:`.histories`): what a failed
 transaction read is dropped, as it may never have been committed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import TrialUpdate, TrialView, merged
 from spotsweep.services.planner.histories import HistoryCache
-from spotsweep.services.planner.search import TrialRecord, Usage
-from spotsweep.services.planner.searching import usage
+from spotsweep.services.planner.ports import History, PgSweeps, PgTrials, SweepRepository, TrialRepository
+from spotsweep.services.planner.search import Usage
 from spotsweep.shared.db import Conn, Database, Row
 from spotsweep.shared.spec import SweepSpec
 
 
 class UnitOfWork:
-    """Trial rows and their staged updates within one transaction."""
+    """Trial rows and their staged updates within one transaction, over the repositories."""
 
-    def __init__(self, conn: Conn, histories: HistoryCache) -> None:
+    def __init__(self, sweeps: SweepRepository, trials: TrialRepository, histories: HistoryCache | None = None,
+                 conn: Conn | None = None) -> None:
+        self._sweeps, self._trials = sweeps, trials
+        self._histories = histories  # with ``conn``: the PostgreSQL adapter's kept histories
         self._conn = conn
-        self._histories = histories
         self._rows: dict[str, tuple[Row, TrialView]] = {}
         self._staged: dict[str, TrialUpdate] = {}
         self.read_sweeps: set[str] = set()  # histories read: dropped if the transaction fails
 
     @property
+    def sweeps(self) -> SweepRepository:
+        """The sweeps, once every staged update is written."""
+        self.flush()
+        return self._sweeps
+
+    @property
+    def trials(self) -> TrialRepository:
+        """The trials, once every staged update is written."""
+        self.flush()
+        return self._trials
+
+    @property
     def conn(self) -> Conn:
-        """The transaction's connection, with every staged update written."""
+        """The transaction's connection (PostgreSQL only), with every staged update written."""
+        assert self._conn is not None, "a unit of work in memory has no connection"
         self.flush()
         return self._conn
 
     def pipeline(self) -> AbstractContextManager[object]:
         """Pipeline mode for a run of writes: a read waits only for what was sent before it."""
-        return self._conn.pipeline()
+        return self._conn.pipeline() if self._conn is not None else nullcontext()
 
     def load(self, trial_ids: list[str]) -> None:
         """Read and lock these trials in one round trip (in a fixed order: no deadlocks)."""
-        self._rows.update(store.get_trials(self.conn, trial_ids))
+        self._rows.update(self.trials.get(trial_ids))
 
     def trial(self, trial_id: str) -> tuple[Row, TrialView] | None:
         """A loaded trial as the decisions staged so far leave it; None when unknown."""
@@ -60,7 +77,7 @@ class UnitOfWork:
         prior = self._staged.pop(trial_id, None)
         both = update if prior is None else merged(prior, update)
         if both is None:  # not expressible as one: the prior goes first
-            store.apply_update(self._conn, trial_id, prior)  # type: ignore[arg-type]
+            self._trials.update(trial_id, prior)  # type: ignore[arg-type]
             both = update
         self._staged[trial_id] = both
         found = self._rows.get(trial_id)
@@ -71,28 +88,30 @@ class UnitOfWork:
         """Write the staged updates (in pipeline mode they go out without a round trip each)."""
         staged, self._staged = self._staged, {}
         for trial_id, update in staged.items():
-            store.apply_update(self._conn, trial_id, update)
+            self._trials.update(trial_id, update)
 
     def history(self, sweep_id: str, spec: SweepSpec, *, steps: list[int] | None = None, full_curve: str | None = None,
-                pruned_curves: bool = False) -> tuple[list[TrialRecord], list[TrialRecord]]:
+                pruned_curves: bool = False) -> History:
         """The sweep's search history (:func:`.searching.history`), kept between transactions."""
+        if self._histories is None or self._conn is None:
+            return self.trials.history(sweep_id, spec, steps=steps, full_curve=full_curve, pruned_curves=pruned_curves)
         self.read_sweeps.add(sweep_id)
         return self._histories.read(self.conn, sweep_id, spec, steps=steps, full_curve=full_curve,
                                     pruned_curves=pruned_curves)
 
     def usage(self, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,
               ended: tuple[str, float | None] | None = None) -> Usage:
-        return usage(self.conn, sweep_id, spec, budget_param, ended)
+        return self.trials.usage(sweep_id, spec, budget_param, ended)
 
 
 @contextmanager
 def unit_of_work(db: Database, histories: HistoryCache) -> Iterator[UnitOfWork]:
-    """A transaction with its unit of work: flushed before the commit; a failure
-    rolls back and forgets the histories it read."""
+    """A transaction with its unit of work over PostgreSQL: flushed before the
+    commit; a failure rolls back and forgets the histories it read."""
     uow: UnitOfWork | None = None
     try:
         with db.transaction() as conn:
-            uow = UnitOfWork(conn, histories)
+            uow = UnitOfWork(PgSweeps(conn), PgTrials(conn), histories, conn)
             yield uow
             uow.flush()
     except BaseException:
