@@ -121,3 +121,28 @@ def test_history_holds_the_curve_points_asked_for(repos: Repos, kw: dict[str, An
     regular, smoke = trials.history(SID, SPEC, **kw)
     assert [r.index for r in regular] == [0, 1, 2] and [r.index for r in smoke] == [0]
     assert [dict(r.curve) for r in regular] == expected
+
+
+def test_a_failed_sweep_cancels_its_trials_in_flight_and_keeps_its_spec(repos: Repos) -> None:
+    sweeps, trials = _with_trials(repos)
+    trials.update(_tid(0), TrialUpdate(TrialState.COMPLETED, 1, 0, 0, metrics={"loss": 1.0}, finished=True))
+    trials.update(_tid(1), TrialUpdate(TrialState.RUNNING, 1, 0, 0, started=True, run_id="r"))
+    sweeps.fail(SID, "smoke failed")
+    row = sweeps.lock(SID)
+    assert row is not None and (row["state"], row["error"]) == ("failed", "smoke failed")
+    regular, _ = trials.history(SID, SPEC)
+    assert [(r.state, r.error) for r in regular] == [(TrialState.COMPLETED, None),
+                                                    (TrialState.CANCELLED, "the sweep failed: smoke failed"),
+                                                    (TrialState.CANCELLED, "the sweep failed: smoke failed")]
+    assert trials.in_flight(SID) == (0, 0)
+    assert sweeps.spec(SID) == (SPEC.to_json_dict(), 0) and sweeps.spec("nope-000000a0") is None
+
+
+def test_usage_counts_what_the_ended_trials_used(repos: Repos) -> None:
+    _, trials = _with_trials(repos)
+    trials.update(_tid(0), TrialUpdate(TrialState.COMPLETED, 1, 0, 0, finished=True, add_seconds=10.0))
+    trials.update(_tid(1), TrialUpdate(TrialState.FAILED, 1, 1, 0, finished=True, add_seconds=4.0))
+    trials.insert(SID, [(-1, "p_smoke_0", {"x": 1}, {})], advance=False)
+    used = trials.usage(SID, SPEC)
+    assert (used.launched, used.gpu_seconds, used.gpus, used.unit_seconds) == (3, 14.0, 1, None)
+    assert used.trial_seconds == pytest.approx(10.0)
