@@ -236,13 +236,14 @@ class SweepSpec(_Model):
     def _consistent(self) -> SweepSpec:
         """Checks across fields: parameter names, templates, strategy against space."""
         problems: list[tuple[tuple[str | int, ...], str]] = []
-        for key in self.space:
+        for key, param in self.space.items():
             if key in BUILTINS:
                 problems.append((("space", key), f"reserved name; {', '.join(BUILTINS)} are built in"))
             elif not _PARAM.fullmatch(key):
                 problems.append((("space", key), f"must be letters, digits, '_' or '-', not starting with a digit (got {key!r})"))
             if key == "seed" and self.repeats > 1:
                 problems.append((("space", "seed"), f"cannot be a parameter when repeats > 1 (got repeats={self.repeats}); each repeat sets seed"))
+            problems += self.strategy.param_problems(key, param)
         problems += self._oom_problems()
         samples = self._samples()
         command_samples = {k: v for k, v in samples.items() if k != "name"}

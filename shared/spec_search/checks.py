@@ -63,6 +63,7 @@ def _objective_problems(spec: SweepSpec) -> Problems:
     problems: Problems = []
     if len(set(names)) != len(names):
         problems.append((("metric",), f"objectives must have distinct names (got {', '.join(names)})"))
+    problems += spec.strategy.objective_problems(spec)
     if n > 1 and stop_of(spec) is not None:
         problems.append((("metric",), "early stopping compares one metric; give one objective with asha or early_stop"))
     return problems

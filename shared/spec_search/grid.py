@@ -10,7 +10,7 @@ from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec_search.registry import Problems, StrategyModel
 
 if TYPE_CHECKING:
-    from spotsweep.shared.spec_models import SweepSpec
+    from spotsweep.shared.spec_models import Param, SweepSpec
 
 GRID_CONTINUOUS = "{kind} range cannot be enumerated by strategy grid; use strategy random or list the values"
 
@@ -27,9 +27,10 @@ class GridStrategy(StrategyModel):
         size = grid_size(spec.space)
         return size if self.max_trials is None else min(size, self.max_trials)
 
-    def problems(self, spec: SweepSpec) -> Problems:
-        return [(("space", k), GRID_CONTINUOUS.format(kind=p.type))
-                for k, p in spec.space.items() if p.type in ("uniform", "loguniform")]
+    def param_problems(self, key: str, param: Param) -> Problems:
+        if param.type in ("uniform", "loguniform"):
+            return [(("space", key), GRID_CONTINUOUS.format(kind=param.type))]
+        return []
 
     def grown(self, spec: SweepSpec, more: int) -> dict[str, Any]:
         """``max_trials`` raised, up to the grid's size."""

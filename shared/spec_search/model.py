@@ -35,7 +35,7 @@ class ModelStrategy(StrategyModel):
             raise _Problems([(("startup_trials",), "does not apply to nsga2; its first generation (population) is random")])
         return self
 
-    def problems(self, spec: SweepSpec) -> Problems:
+    def objective_problems(self, spec: SweepSpec) -> Problems:
         n = len(spec.objectives) or 1
         if self.type == "nsga2" and n < 2:
             return [(("metric",), "strategy nsga2 needs two or more objectives: write metric as a list")]

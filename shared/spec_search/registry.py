@@ -30,7 +30,7 @@ from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec_base import _Model
 
 if TYPE_CHECKING:
-    from spotsweep.shared.spec_models import SweepSpec
+    from spotsweep.shared.spec_models import Param, SweepSpec
     from spotsweep.shared.spec_search.common import BudgetParam
 
 Problems = list[tuple[tuple[str | int, ...], str]]
@@ -71,6 +71,16 @@ class StrategyModel(_Model):
 
     def problems(self, spec: SweepSpec) -> Problems:
         """What is wrong with the strategy in ``spec``, as (path from the spec's root, message)."""
+        return []
+
+    def param_problems(self, key: str, param: Param) -> Problems:
+        """What is wrong with space parameter ``key`` for this strategy (listed with
+        the other problems of that parameter)."""
+        return []
+
+    def objective_problems(self, spec: SweepSpec) -> Problems:
+        """What is wrong with the spec's objectives for this strategy (listed with
+        the other problems of the objectives)."""
         return []
 
     def describe(self, spec: SweepSpec) -> str:
