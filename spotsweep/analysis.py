@@ -25,10 +25,11 @@ replace the function ``spotsweep.results`` with the module.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from spotsweep.services.reporter.values import metric_float
 from spotsweep.services.reporter.web import importance as imp
@@ -151,13 +152,17 @@ class Sweep:
         args: tuple[Any, ...] = (self.sweep_id, metric) if metric is not None else (self.sweep_id,)
         distinct = "DISTINCT ON (p.trial_id, p.name, p.step) " if merged else ""
         order = "p.trial_id, p.name, p.step, p.attempt DESC" if merged else "p.trial_id, p.name, p.step, p.attempt"
-        with self._results._conn() as conn, conn.cursor(row_factory=_tuples) as cur:
+        buffer = io.BytesIO()
+        with self._results._conn() as conn, conn.cursor() as cur:
             names = {r["trial_id"]: r["trial_name"] for r in conn.execute(
                 "SELECT trial_id, trial_name FROM trial_results WHERE sweep_id = %s", (self.sweep_id,))}
-            cur.execute(f"SELECT {distinct}p.trial_id, p.attempt, p.step, p.name, p.value FROM metric_points p"
-                        f" WHERE p.sweep_id = %s{where} ORDER BY {order}", args)
-            rows = cur.fetchall()
-        return points_frame(rows, names)
+            # COPY as CSV and pandas' parser: ~10x faster than a row at a time for millions of points
+            with cur.copy(f"COPY (SELECT {distinct}p.trial_id, p.attempt, p.step, p.name, p.value FROM metric_points p"
+                          f" WHERE p.sweep_id = %s{where} ORDER BY {order}) TO STDOUT WITH (FORMAT csv, HEADER)", args) as copy:
+                for chunk in copy:
+                    buffer.write(chunk)
+        buffer.seek(0)
+        return points_frame(buffer, names)
 
     def importance(self, metric: str | None = None, method: str = "fanova") -> pd.DataFrame:
         """``param``, ``importance``: most important first, as the dashboard
@@ -190,12 +195,6 @@ class Sweep:
             rows = conn.execute("SELECT trial_id, state, params, metrics, smoke FROM trial_results"
                                 " WHERE sweep_id = %s AND state = 'completed'", (self.sweep_id,)).fetchall()
         return imp.importance(space, rows, metric, mode, method)
-
-
-def _tuples(cursor: Any) -> Any:
-    from psycopg.rows import tuple_row
-
-    return tuple_row(cursor)
 
 
 def _number(value: Any) -> Any:
@@ -239,10 +238,12 @@ def trials_frame(rows: Sequence[Mapping[str, Any]], space_order: Sequence[str] =
     return _pandas().DataFrame(out, columns=columns)
 
 
-def points_frame(rows: Sequence[tuple[str, int, int, str, float]], names: Mapping[str, str]) -> pd.DataFrame:
-    """(trial_id, attempt, step, name, value) tuples as the long DataFrame, with each trial's name."""
+def points_frame(csv: IO[bytes], names: Mapping[str, str]) -> pd.DataFrame:
+    """PostgreSQL's CSV of (trial_id, attempt, step, name, value) as the long
+    DataFrame, with each trial's name. Text stays text (a metric named ``NA``
+    is no missing value); ``NaN`` and ``Infinity`` become floats."""
     pd = _pandas()
-    frame = pd.DataFrame(rows, columns=["trial_id", "attempt", "step", "name", "value"])
+    frame = pd.read_csv(csv, dtype={"trial_id": str, "attempt": "int64", "step": "int64", "name": str, "value": float},
+                        keep_default_na=False, na_values={"value": ["NaN"]})
     frame.insert(1, "trial_name", frame["trial_id"].map(names))
-    frame["value"] = frame["value"].astype(float)
     return frame[POINT_COLUMNS]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "services" / "reporter" / "web"))
-from dashseed import HOSTILE, SPEC, add_sweep, add_trial, small_sweep  # noqa: E402
+from dashseed import HOSTILE, SPEC, add_points, add_sweep, add_trial, small_sweep  # noqa: E402
 
 import spotsweep  # noqa: E402
 from spotsweep.analysis import UnknownSweep  # noqa: E402
@@ -177,3 +177,22 @@ def test_a_real_local_sweep_reads_back_through_the_python_api(tmp_path: Path) ->
     assert "params.x" in got["x"] and "metrics.score" in got["x"]
     assert got["points"] == 9
     assert set(got["importance"]) == {"x", "y"}
+
+
+def test_points_keep_odd_names_as_text_and_an_empty_sweep_has_the_columns(database_url: str) -> None:
+    db = Database(database_url)
+    db.migrate()
+    add_sweep(db, "odd-1")
+    trial = add_trial(db, "odd-1", 0, 'a "quoted", name\nwith a line', {"lr": 0.01, "opt": "adam", "layers": 2},
+                      metrics={"NA": 1.0})
+    add_sweep(db, "bare-1")
+    add_points(db, "odd-1", [(trial, 1, 0, "NA", float("inf")), (trial, 1, 1, "NA", float("-inf")),
+                             (trial, 1, 0, 'x,"y"', 2.0), (trial, 1, 0, "null", float("nan"))])
+    db.close()
+    with spotsweep.results(database_url) as r:
+        frame = r.sweep("odd-1").points()
+        empty = r.sweep("bare-1").points()
+    assert list(frame["name"]) == ["NA", "NA", "null", 'x,"y"']
+    assert list(frame["value"][:2]) == [math.inf, -math.inf] and math.isnan(frame["value"][2])
+    assert set(frame["trial_name"]) == {'a "quoted", name\nwith a line'}
+    assert empty.empty and list(empty.columns) == ["trial_id", "trial_name", "attempt", "step", "name", "value"]
