@@ -4,6 +4,7 @@ sampler; a promoted trial resumes with a larger budget (the planner's
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
@@ -47,6 +48,10 @@ class AshaStrategy(StrategyModel):
 
     def stop(self) -> HyperbandStop:
         """One (or ``brackets``) brackets of successive halving: Hyperband's decisions."""
+        return self.implied_stop
+
+    @cached_property
+    def implied_stop(self) -> HyperbandStop:  # built once: validation asks for it several times
         return HyperbandStop(budget=self.budget, eta=self.eta, brackets=self.brackets)
 
     def problems(self, spec: SweepSpec) -> Problems:
