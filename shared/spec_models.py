@@ -5,6 +5,11 @@ keys. Checks that span fields (parameter names, templates against the space,
 strategy against the space) raise :class:`_Problems` with paths relative to the
 model; :mod:`.spec_load` turns those, and pydantic's own errors, into a
 :class:`SpecError`. Import from :mod:`spotsweep.shared.spec`, the public face.
+
+``strategy`` and ``early_stop`` are the discriminated unions of the plugin
+models registered in :mod:`.spec_search` (grid and random among them);
+registering one more rebuilds :class:`SweepSpec` (:func:`_rebuild`), and
+the strategy's own checks run through its hooks, not a switch on its type.
 """
 
 from __future__ import annotations
