@@ -96,12 +96,12 @@ def _run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, co
     finally:
         signal.signal(signal.SIGTERM, previous)
         if not followed:  # interrupted, or an error: no trial may outlive this process
-            deps.control.kill.set()
+            deps.agent.kill.set()
             agent.kill_all()
             broker.stop(drain=False)
-            deps.slots.remove_workspaces()
+            deps.agent.slots.remove_workspaces()
     broker.stop(drain=True)
-    deps.slots.remove_workspaces()
+    deps.agent.slots.remove_workspaces()
     batcher.close()
     planner_deps.close()
     if state == "rejected":

@@ -73,12 +73,6 @@ class Connection:
     def slots(self) -> Slots:
         return self.agent.slots
 
-    @property
-    def control(self) -> Agent:
-        """The agent (its ``kill`` and ``preempt`` events), for callers written
-        against the old ``AgentDeps.control`` (services/local.py)."""
-        return self.agent
-
     def publish_event(self, event: Envelope) -> None:
         """Publish and wait for the broker's confirm."""
         self.broker.publish(_outgoing(event))
