@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from spotsweep.shared.errors import SpecError
-from spotsweep.shared.space import grid_size, total_trials
+from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, parse_spec
 
 BUDGET_FIELDS = ("max_trials", "max_gpu_hours", "max_cost", "wall_time")
@@ -28,21 +28,8 @@ def extended(spec: SweepSpec, trials: int = 0, budget: dict[str, Any] | None = N
     if trials < 0:
         raise SpecError([("trials", f"must be zero or more (got {trials})")])
     data = spec.to_json_dict()
-    strategy = data["strategy"]
-    if trials:
-        kind = strategy["type"]
-        if kind == "grid":
-            size = grid_size(spec.space)
-            current = strategy.get("max_trials") or size
-            if current >= size:
-                raise SpecError([("trials", f"the grid's {size} configurations are all in the sweep already")])
-            strategy["max_trials"] = min(size, current + trials)
-        elif strategy.get("trials") is None:  # asha over the whole grid
-            raise SpecError([("trials", f"strategy {kind} runs every configuration of its grid already")])
-        else:
-            if kind == "subset":
-                strategy["extends"] = [*strategy.get("extends", []), strategy["trials"]]
-            strategy["trials"] = strategy["trials"] + trials
+    if trials:  # each strategy knows how it grows (grid: max_trials, subset: extends, the rest: trials)
+        data["strategy"] = spec.strategy.grown(spec, trials)
     if budget:
         unknown = sorted(set(budget) - set(BUDGET_FIELDS))
         if unknown:
