@@ -30,6 +30,19 @@ def _scrub(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[s
     return event
 
 
+class _CurrentStderr:
+    """``sys.stderr`` as it is when a line is written, not when logging was
+    configured: loggers are cached on first use, and a program that embeds
+    the CLI (a notebook, a test's captured stream) may swap or close the
+    stream it had then."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "INFO", json: bool | None = None) -> None:
     """Configure structlog for a service process. ``json=None``: decide by TTY."""
     if json is None:
@@ -45,7 +58,7 @@ def configure(level: str = "INFO", json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),
         # structlog's advice for speed: a module's logger is built once, not
         # at every call (configure runs once, before any service logs).
         cache_logger_on_first_use=True,

@@ -35,3 +35,21 @@ with log.bound(sweep_id="sw", trial_id="sw.1", attempt=2):
     line = json.loads(out.strip().splitlines()[-1])
     assert (line["event"], line["sweep_id"], line["trial_id"], line["attempt"]) == ("hello", "sw", "sw.1", 2)
     assert "hunter2" not in out and "abc" not in out and "hunter3" not in out
+
+
+def test_logs_go_to_the_stderr_of_the_moment_even_after_the_one_seen_at_configure_is_closed() -> None:
+    code = """
+import io, sys
+from spotsweep.shared import log
+first = io.StringIO()
+sys.stderr = first
+log.configure("INFO", json=True)
+log.get("x").info("one")          # the module's logger is cached on first use
+first.close()                      # an embedding program (a notebook, a test) closes its stream
+second = io.StringIO()
+sys.stderr = second
+log.get("x").info("two")
+sys.__stderr__.write(second.getvalue())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+    assert json.loads(out.strip().splitlines()[-1])["event"] == "two"
