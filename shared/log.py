@@ -12,7 +12,7 @@ import re
 import sys
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -58,7 +58,7 @@ def configure(level: str = "INFO", json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),
+        logger_factory=structlog.PrintLoggerFactory(cast(TextIO, _CurrentStderr())),  # it only writes and flushes
         # structlog's advice for speed: a module's logger is built once, not
         # at every call (configure runs once, before any service logs).
         cache_logger_on_first_use=True,

@@ -5,9 +5,7 @@ Playwright) with every network request refused."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,9 +21,6 @@ from spotsweep.services.reporter import html  # noqa: E402
 from spotsweep.shared.db import Database  # noqa: E402
 
 pytestmark = pytest.mark.integration
-CHROMIUM = os.environ.get("SPOTSWEEP_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
 CLOSER = "</script><script>alert(1)</script>"
 
 
@@ -79,18 +74,6 @@ def test_script_json_never_closes_its_tag() -> None:
     text = str(html.script_json({"name": "</script><!-- & >"}))
     assert "<" not in text and ">" not in text and "&" not in text
     assert json.loads(text) == {"name": "</script><!-- & >"}
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed: `apt-get install -y chromium` (Debian; .ci/run does it) "
-                    "or set SPOTSWEEP_TEST_CHROMIUM to a Chromium binary")
-    playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def test_the_report_draws_offline_from_file_url(db: Database, browser: Any, tmp_path: Path) -> None:

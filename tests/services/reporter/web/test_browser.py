@@ -6,8 +6,6 @@ installs it). Screenshots go under each test's tmp_path.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,21 +15,6 @@ from dashseed import HOSTILE, Dashboard, add_points, add_trial, small_sweep
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = os.environ.get("SPOTSWEEP_TEST_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed: `apt-get install -y chromium` (Debian; .ci/run does it) "
-                    "or set SPOTSWEEP_TEST_CHROMIUM to a Chromium binary")
-    playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture()
