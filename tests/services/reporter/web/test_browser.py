@@ -62,7 +62,8 @@ def test_the_sweep_page_lists_every_trial_draws_its_charts_and_updates_live(dash
                     metrics={"val_loss": 0.5})
     add_points(dashboard.db, "web-test-1", [(new, 1, s, "val_loss", 0.5 + 1 / (1 + s)) for s in range(100)])
     page.wait_for_selector(f"#leaderboard tbody tr[data-trial='{new}']", timeout=15_000)
-    assert int(page.evaluate("document.body.dataset.refreshed")) > before
+    # The table is drawn before the refresh's charts finish and count it: wait for the count.
+    page.wait_for_function(f"Number(document.body.dataset.refreshed) > {before}", timeout=15_000)
     assert page.locator("#leaderboard tbody tr").first.get_attribute("data-trial") == new  # the new best ranks first
     page.screenshot(path=str(tmp_path / "sweep-updated.png"), full_page=True)
     assert page.errors == []
