@@ -33,6 +33,8 @@ def test_the_wheel_holds_every_package_and_imports_from_a_fresh_virtualenv(tmp_p
     in_wheel = {n[: -len("/__init__.py")].replace("/", ".") for n in names if n.endswith("/__init__.py")}
     assert in_wheel == tree_packages()
     assert "spotsweep/shared/db/schema.sql" in names  # package data travels too
+    for data in ("static/echarts.min.js", "templates/sweep.html", "templates/report.html"):  # the dashboard's, vendored
+        assert f"spotsweep/services/reporter/web/{data}" in names
     assert not [n for n in names if n.split("/")[0] in ("shared", "services", "trainer", "tests")]  # no generic top-level names
 
     venv = tmp_path / "venv"
