@@ -1,15 +1,10 @@
-"""Cross-cutting handler concerns as wrappers, not code inside each handler.
+"""Retrying with backoff, the one way spotsweep retries a call that may succeed later.
 
-``guarded(handler)`` gives every consumer the same policy:
-
-* :class:`RetryableError` (database or broker briefly away): retry in place
-  with exponential backoff and full jitter; when the budget is spent, requeue
-  the message so another worker (or this one, later) tries again.
-* :class:`PermanentError` (an undecodable message, a bad spec): dead-letter it
-  and go on. A bad message never kills a service.
-* Anything else is a bug: requeue once, and dead-letter on the redelivery, so
-  a poison message cannot spin forever.
-* Timing and a structlog line per failure, with the message's ids bound.
+:func:`retrying` retries a call that raises :class:`RetryableError` with
+exponential backoff and full jitter. The dispatcher
+(:mod:`spotsweep.shared.broker.dispatch`) runs every handler under it and
+settles what still fails by the one settle policy; :func:`guarded` applies
+that same path to one call (handler tests, which run a handler directly).
 """
 
 from __future__ import annotations
@@ -19,10 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from spotsweep.shared import log
-from spotsweep.shared.broker.port import Delivery, Handler
-from spotsweep.shared.errors import PermanentError, RetryableError
-from spotsweep.shared.limits import cap_text
+from spotsweep.shared.errors import RetryableError
+
+if TYPE_CHECKING:  # the broker's dispatcher imports this module
+    from spotsweep.shared.broker.port import Delivery, Handler
 
 _log = log.get("spotsweep.middleware")
 # One jitter source for the process: seeding a Random from the OS on every call
@@ -57,28 +55,13 @@ def retrying(fn: Callable[[], object], backoff: Backoff = Backoff(), rng: random
     raise AssertionError("unreachable")
 
 
-def guarded(handler: Handler, name: str, backoff: Backoff = Backoff()) -> Handler:
-    """Wrap a ``(delivery) -> None`` handler that acks on success itself."""
+def guarded(handler: Handler, name: str = "handler", backoff: Backoff = Backoff()) -> Handler:
+    """``handler`` run the way a consumer's worker runs it: retried in place,
+    then settled by the dispatcher's one policy (``name`` is kept for callers;
+    log lines name the delivery's queue)."""
+    from spotsweep.shared.broker.dispatch import run_handler  # the dispatcher imports this module
 
     def wrapper(delivery: Delivery) -> None:
-        started = time.perf_counter()
-        h = delivery.headers
-        with log.bound(handler=name, message_id=delivery.message_id, sweep_id=h.get("sweep_id"),
-                       trial_id=h.get("trial_id"), attempt=h.get("attempt")):
-            try:
-                retrying(lambda: handler(delivery), backoff, what=name)
-            except PermanentError as e:
-                _log.error("dead-lettered", reason=cap_text(str(e)))  # bounded: it may quote the body
-                delivery.nack(requeue=False)
-            except RetryableError as e:
-                _log.error("requeued after retries", reason=str(e))
-                delivery.nack(requeue=True)
-            except Exception:  # a bug: never let it kill the consumer
-                _log.exception("handler crashed", redelivered=delivery.redelivered)
-                delivery.nack(requeue=not delivery.redelivered)
-            finally:
-                elapsed = time.perf_counter() - started
-                if elapsed > 5:
-                    _log.info("slow handler", seconds=round(elapsed, 2))
+        run_handler(handler, delivery, backoff)
 
     return wrapper

@@ -28,7 +28,7 @@ from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts import open_store
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker, Consumer
-from spotsweep.shared.middleware import Backoff, guarded
+from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.runtime import Cleanup, ExitCode, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
 
@@ -67,7 +67,7 @@ def connect(broker: Broker, agent: Agent, resource_class: str = "gpu") -> Connec
     conn = Connection(broker=broker, agent=agent)
     agent.slots.use_workdir(agent.config.workdir)
     control_queue = broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
-    broker.consume(control_queue, guarded(partial(handle_control, conn=conn), "control"), prefetch=10)
+    broker.consume(control_queue, partial(handle_control, conn=conn), prefetch=10)
     send_notices(conn)
 
     count = agent.slots.count
@@ -87,7 +87,7 @@ def consume_trials(broker: Broker, conn: Connection, resource_class: str, prefet
     consumer = broker.consume(
         # No in-place retry: a trial handler that raised has lost its delivery
         # (the broker went away) and the trial is redelivered to some agent.
-        topology.trials_queue(resource_class), guarded(partial(handle_trial, conn=conn), "trial", Backoff(attempts=1)),
+        topology.trials_queue(resource_class), partial(handle_trial, conn=conn), retry=Backoff(attempts=1),
         # Deliveries prefetched but not started when this consumer is cancelled
         # (a drain, a breaker trip) go to handle_trial, which hands them back
         # unmarked, instead of being requeued marked "redelivered": the next

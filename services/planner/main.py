@@ -9,7 +9,6 @@ from spotsweep.shared import log, topology
 from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.db import Database, required_database
-from spotsweep.shared.middleware import guarded
 from spotsweep.shared.runtime import Cleanup, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
 
@@ -25,7 +24,8 @@ def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gp
     recovered = with_startup_retries(lambda: publish_pending(deps), "publish pending trials")
     if recovered:
         _log.info("published trials left pending by a previous planner", trials=recovered)
-    broker.consume(topology.SWEEPS_QUEUE, guarded(partial(handle_sweep_message, deps=deps), "sweep"), prefetch=1)
+    # Settled by the dispatcher's one policy (shared/broker/dispatch.py), as every consumer is.
+    broker.consume(topology.SWEEPS_QUEUE, partial(handle_sweep_message, deps=deps), prefetch=1)
     # Events in batches: whatever arrived while the last batch was decided (no
     # waiting: max_wait 0), one transaction per sweep in it.
     batcher = BatchingHandler(partial(handle_events, deps=deps), max_batch=EVENT_BATCH, max_wait=0.0, name="planner-events")

@@ -9,15 +9,17 @@ The per-message handler returns at once without settling, so the consumer's
 ``max_batch`` (twice that lets the next batch fill while one is written), or
 batches only ever flush on the timer.
 
-Settling: success acks the whole batch; a :class:`RetryableError` requeues it
-after a pause (the database is down: every message may succeed later); any
+Settling is the dispatcher's one policy (:func:`~.dispatch.settle_failure`),
+applied to a batch: success acks the whole batch; a :class:`RetryableError`
+(after ``retry``'s in-place tries; none by default) requeues every message of
+it after a pause (the database is down: every message may succeed later); any
 other exception splits the batch in two halves, each handled the same way,
-until the message that fails is alone: one that still fails with a
+until the message that fails is alone and is settled by the policy: a
 :class:`PermanentError` (undecodable, a value the database refuses) is
-dead-lettered, with a log line naming its message id and the reason; one that
-fails with anything else (a bug) is requeued once and dead-lettered if it
-fails again. So one poison message never blocks or loses its batch-mates, and
-finding it in a batch of ``n`` costs about ``2 log2 n`` tries, not ``n``.
+dead-lettered with the reason in its headers; anything else (a bug) is
+requeued once and dead-lettered if it fails again. So one poison message
+never blocks or loses its batch-mates, and finding it in a batch of ``n``
+costs about ``2 log2 n`` tries, not ``n``.
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ import time
 from collections.abc import Callable
 
 from spotsweep.shared import log
+from spotsweep.shared.broker.dispatch import RETRY_PAUSE_S, settle_failure
 from spotsweep.shared.broker.port import Delivery, ack_all
-from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.errors import RetryableError
 from spotsweep.shared.limits import cap_text
+from spotsweep.shared.middleware import Backoff, retrying
 
 _log = log.get(__name__)
 
 BatchHandler = Callable[[list[Delivery]], None]
+NO_RETRY = Backoff(attempts=1)  # a batch is requeued at once: its messages come back in later batches
 
 
 class BatchingHandler:
@@ -43,7 +48,8 @@ class BatchingHandler:
         *,
         max_batch: int = 100,
         max_wait: float = 0.05,
-        retry_pause: float = 0.5,
+        retry_pause: float = RETRY_PAUSE_S,
+        retry: Backoff = NO_RETRY,
         name: str = "batching",
     ) -> None:
         if max_batch < 1:
@@ -52,6 +58,7 @@ class BatchingHandler:
         self.max_batch = max_batch
         self.max_wait = max_wait
         self._retry_pause = retry_pause
+        self._retry = retry
         self._cond = threading.Condition()
         self._buffer: list[Delivery] = []
         self._first_at = 0.0  # monotonic time the oldest buffered delivery arrived
@@ -104,17 +111,21 @@ class BatchingHandler:
                 _log.exception("batch_settle_failed", size=len(batch))
 
     def _process(self, batch: list[Delivery]) -> None:
-        if len(batch) == 1:
-            self._process_alone(batch[0])  # nothing to isolate: settle it on its own merits
-            return
         try:
-            self._handle_batch(batch)
+            retrying(lambda: self._handle_batch(batch), self._retry, what="batch")
         except RetryableError as e:
-            _log.warning("batch_retryable_error", size=len(batch), error=str(e))
+            if len(batch) == 1:
+                settle_failure(batch[0], e, self._retry_pause)
+                return
+            # The policy's retryable branch for the whole batch: one log line, one pause.
+            _log.warning("batch requeued after retries", size=len(batch), reason=cap_text(str(e), 500))
             time.sleep(self._retry_pause)
             for d in batch:
                 d.nack(requeue=True)
         except Exception as e:
+            if len(batch) == 1:
+                settle_failure(batch[0], e, self._retry_pause)
+                return
             # Bisect: the half without the poison is stored in one go.
             _log.warning("batch_failed_splitting", size=len(batch), error=cap_text(str(e), 500))
             half = len(batch) // 2
@@ -122,22 +133,3 @@ class BatchingHandler:
             self._process(batch[half:])
         else:
             ack_all(batch)
-
-    def _process_alone(self, delivery: Delivery) -> None:
-        try:
-            self._handle_batch([delivery])
-        except RetryableError as e:
-            _log.warning("message_retryable_error", message_id=delivery.message_id, error=str(e))
-            time.sleep(self._retry_pause)
-            delivery.nack(requeue=True)
-        except PermanentError as e:
-            _log.error("message_dead_lettered", message_id=delivery.message_id, routing_key=delivery.routing_key,
-                       reason=cap_text(str(e)))
-            delivery.nack(requeue=False)
-        except Exception:
-            # A bug, as the guarded middleware sees it: one more try on a
-            # redelivery (it may have been transient), then the dead-letter queue.
-            _log.exception("message_failed", message_id=delivery.message_id, redelivered=delivery.redelivered)
-            delivery.nack(requeue=not delivery.redelivered)
-        else:
-            delivery.ack()

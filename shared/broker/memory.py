@@ -7,8 +7,9 @@ Local mode runs planner, collector and agents in one process over one
 deliveries go back to their queues when it closes. Services may share one
 connection, or take their own with :meth:`MemoryBroker.new_connection`.
 
-Everything shared sits behind one lock; each consumer has a condition on that
-lock, so workers sleep until a delivery is pushed to them (no polling).
+Everything shared sits behind one lock. Each consumer's worker threads are
+the dispatcher's (:class:`~.dispatch.Workers`), as for RabbitMQ: they sleep
+until a delivery is pushed to them (no polling).
 Messages are pushed to a consumer's buffer as RabbitMQ pushes them over the
 wire: while the consumer holds fewer than ``prefetch`` unacked deliveries.
 
@@ -20,14 +21,15 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections import deque
 from collections.abc import Iterable
 
 from spotsweep.shared import log
 from spotsweep.shared.broker.memory_server import MemoryServer, _Message, _Queue
 from spotsweep.shared.broker.memory_server import topic_matches as topic_matches  # re-exported
-from spotsweep.shared.broker.port import DRAIN_GRACE_S, Broker, Consumer, Delivery, Handler, Outgoing, invoke
+from spotsweep.shared.broker.dispatch import Workers
+from spotsweep.shared.broker.port import DRAIN_GRACE_S, Broker, Consumer, Delivery, Handler, Outgoing
 from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.topology import EXCHANGES, QueueSpec
 
 _log = log.get(__name__)
@@ -43,6 +45,8 @@ class MemoryDelivery(Delivery):
         self.redelivered = msg.redelivered
         self.message_id = msg.message_id
         self.priority = msg.priority
+        self.queue = consumer.queue
+        self.connection = consumer.conn
 
     def ack(self) -> None:
         self._consumer.settle(self, "ack")
@@ -53,22 +57,16 @@ class MemoryDelivery(Delivery):
 
 class _MemoryConsumer(Consumer):
     def __init__(self, conn: MemoryBroker, queue: str, handler: Handler, prefetch: int, concurrency: int,
-                 finish_buffered: bool = False) -> None:
-        self.finish_buffered = finish_buffered  # on cancel, buffered deliveries go to the workers, not back
-        self._conn = conn
+                 finish_buffered: bool = False, retry: Backoff | None = None) -> None:
+        self.conn = conn
         self._server = conn.server
         self.queue = queue
-        self._handler = handler
         self._prefetch = prefetch
-        self._wakeup = threading.Condition(self._server.lock)
-        self.buffer: deque[MemoryDelivery] = deque()
         self.unacked: set[MemoryDelivery] = set()
-        self.running = 0
         self.cancelled = False
-        self.threads = [
-            threading.Thread(target=self._work, name=f"memory-consumer-{queue}-{i}", daemon=True)
-            for i in range(max(1, concurrency))
-        ]
+        kw = {} if retry is None else {"retry": retry}
+        self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=self._idle, **kw)
+        self.threads = self.workers.threads
 
     def has_room_locked(self) -> bool:
         return not self.cancelled and (self._prefetch <= 0 or len(self.unacked) < self._prefetch)
@@ -76,24 +74,11 @@ class _MemoryConsumer(Consumer):
     def push_locked(self, msg: _Message) -> None:
         delivery = MemoryDelivery(self, msg)
         self.unacked.add(delivery)
-        self.buffer.append(delivery)
-        self._wakeup.notify()
+        self.workers.push(delivery)
 
-    def _work(self) -> None:
-        while True:
-            with self._server.lock:
-                while not self.buffer and not self.cancelled:
-                    self._wakeup.wait()
-                if not self.buffer:
-                    return
-                delivery = self.buffer.popleft()
-                self.running += 1
-            try:
-                invoke(self._handler, delivery)
-            finally:
-                with self._server.lock:
-                    self.running -= 1
-                    self._conn.idle.notify_all()
+    def _idle(self) -> None:
+        with self._server.lock:
+            self.conn.idle.notify_all()
 
     def settle(self, delivery: MemoryDelivery, how: str) -> None:
         with self._server.lock:
@@ -108,7 +93,7 @@ class _MemoryConsumer(Consumer):
             queue = self._server.queues.get(self.queue)
             if queue is not None:
                 self._server.dispatch_locked(queue)  # room for one more
-            self._conn.idle.notify_all()
+            self.conn.idle.notify_all()
 
     def cancel(self) -> None:
         with self._server.lock:
@@ -123,11 +108,10 @@ class _MemoryConsumer(Consumer):
         queue = self._server.queues.get(self.queue)
         if queue is not None and self in queue.consumers:
             queue.consumers.remove(self)
-        while self.buffer and not self.finish_buffered:
-            delivery = self.buffer.popleft()
+        for delivery in self.workers.cancel():
+            assert isinstance(delivery, MemoryDelivery)
             self.unacked.discard(delivery)
             self._server.requeue_locked(self.queue, delivery._msg)
-        self._wakeup.notify_all()
 
     def release_locked(self) -> None:
         """The connection closes: every unacked delivery goes back to its queue."""
@@ -135,6 +119,7 @@ class _MemoryConsumer(Consumer):
         for delivery in sorted(self.unacked, key=lambda d: d._msg.seq):
             self._server.requeue_locked(self.queue, delivery._msg)
         self.unacked.clear()
+        self.workers.release()
 
 
 class MemoryBroker(Broker):
@@ -195,17 +180,16 @@ class MemoryBroker(Broker):
             self.server.route_locked(msg)
 
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
-                finish_buffered: bool = False) -> Consumer:
+                finish_buffered: bool = False, retry: Backoff | None = None) -> Consumer:
         with self.server.lock:
             self._check_open_locked()
             q = self.server.queues.get(queue)
             if q is None:
                 raise PermanentError(f"queue {queue!r} does not exist; declare it first")
-            consumer = _MemoryConsumer(self, queue, handler, prefetch, concurrency, finish_buffered)
+            consumer = _MemoryConsumer(self, queue, handler, prefetch, concurrency, finish_buffered, retry)
             self._consumers.append(consumer)
             q.consumers.append(consumer)
-            for t in consumer.threads:
-                t.start()
+            consumer.workers.start()
             self.server.dispatch_locked(q)
         return consumer
 
@@ -231,7 +215,7 @@ class MemoryBroker(Broker):
 
     def _drain_and_close(self) -> None:
         with self.server.lock:
-            self.idle.wait_for(lambda: all(c.running == 0 for c in self._consumers))
+            self.idle.wait_for(lambda: all(c.workers.running == 0 for c in self._consumers))
             self.idle.wait_for(lambda: all(not c.unacked for c in self._consumers), timeout=DRAIN_GRACE_S)
         self._close()
 

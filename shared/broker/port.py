@@ -15,9 +15,9 @@ them down):
 * ``stop()`` stops taking deliveries, lets running handlers finish (drain),
   then closes the connection; ``stop(drain=False)`` closes at once and the
   unacked deliveries go back to the queue.
-* A handler that raises without settling its delivery: a
-  :class:`RetryableError` requeues it (after a short pause), anything else
-  dead-letters it, so a poison message never loops (:func:`invoke`).
+* Adapters only deliver, ack and nack: a consumer's worker threads, its
+  drain and how a failed handler's delivery is settled are the dispatcher's
+  (:mod:`.dispatch`), the same for both. A handler acks on success itself.
 * A second ``ack``/``nack`` of the same delivery is logged and ignored.
 """
 
@@ -27,19 +27,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spotsweep.shared import log
-from spotsweep.shared.errors import RetryableError
 from spotsweep.shared.topology import QueueSpec
 
-_log = log.get(__name__)
-
-# How long a worker waits before requeueing a delivery whose handler raised a
-# RetryableError: long enough not to spin on a dead dependency, short enough
-# not to stall the consumer.
-RETRY_PAUSE_S = 0.5
+if TYPE_CHECKING:  # the dispatcher imports this module
+    from spotsweep.shared.middleware import Backoff
 
 # After the drained handlers have returned, how long ``stop(drain=True)`` still
 # waits for deliveries settled later from another thread (BatchingHandler's
@@ -56,6 +49,8 @@ class Delivery(ABC):
     redelivered: bool
     message_id: str | None
     priority: int = 0
+    queue: str = ""  # the queue it came from
+    connection: Broker | None = None  # the connection it came on (the dispatcher dead-letters through it)
 
     @abstractmethod
     def ack(self) -> None: ...
@@ -87,24 +82,6 @@ def ack_all(deliveries: Sequence[Delivery]) -> None:
 
 
 Handler = Callable[[Delivery], None]
-
-
-def invoke(handler: Handler, delivery: Delivery) -> None:
-    """Run ``handler`` on ``delivery`` the way both adapters' workers do.
-
-    Never raises: an exception the handler lets escape settles the delivery
-    if the handler had not (requeue for :class:`RetryableError`, dead-letter
-    otherwise) and is logged, so a worker thread survives any handler.
-    """
-    try:
-        handler(delivery)
-    except RetryableError as e:
-        _log.warning("handler_retryable_error", routing_key=delivery.routing_key, error=str(e))
-        time.sleep(RETRY_PAUSE_S)
-        delivery.nack(requeue=True)  # a no-op (logged) if the handler had settled it
-    except Exception:
-        _log.exception("handler_failed", routing_key=delivery.routing_key, message_id=delivery.message_id)
-        delivery.nack(requeue=False)
 
 
 @dataclass(frozen=True)
@@ -158,8 +135,12 @@ class Broker(ABC):
 
     @abstractmethod
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
-                finish_buffered: bool = False) -> Consumer:
-        """Deliver messages of ``queue`` to ``handler`` on ``concurrency`` worker threads.
+                finish_buffered: bool = False, retry: Backoff | None = None) -> Consumer:
+        """Deliver messages of ``queue`` to ``handler`` on ``concurrency`` worker threads
+        (:class:`~spotsweep.shared.broker.dispatch.Workers`), settled by the one policy.
+
+        ``retry``: how a :class:`RetryableError` is retried in place before the
+        delivery is requeued (default :data:`~.dispatch.DEFAULT_RETRY`).
 
         ``finish_buffered``: when the consumer is cancelled, deliveries it
         fetched but has not started still go to ``handler`` (which may settle

@@ -41,6 +41,7 @@ from spotsweep.shared.broker.rabbit_consumer import RabbitConsumer, translated
 from spotsweep.shared.broker.rabbit_consumer import RabbitDelivery as RabbitDelivery  # re-exported
 from spotsweep.shared.broker.rabbit_publisher import ConfirmPublisher
 from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError
+from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.settings import redact_url
 from spotsweep.shared.topology import DEAD_LETTER_EXCHANGE, EXCHANGES, QueueSpec
 
@@ -261,8 +262,8 @@ class RabbitBroker(Broker):
         return result
 
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
-                finish_buffered: bool = False) -> Consumer:
-        consumer = RabbitConsumer(self, queue, handler, concurrency, finish_buffered)
+                finish_buffered: bool = False, retry: Backoff | None = None) -> Consumer:
+        consumer = RabbitConsumer(self, queue, handler, concurrency, finish_buffered, retry)
 
         def do() -> tuple[BlockingChannel, str]:
             ch = self._conn.channel()

@@ -10,19 +10,20 @@ onto the I/O thread through :meth:`RabbitBroker.call`. Also here:
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pika
 import pika.exceptions as pe
 from pika.adapters.blocking_connection import BlockingChannel
 
 from spotsweep.shared import log
-from spotsweep.shared.broker.port import Consumer, Delivery, Handler, invoke
+from spotsweep.shared.broker.dispatch import Workers
+from spotsweep.shared.broker.port import Consumer, Delivery, Handler
 from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError
+from spotsweep.shared.middleware import Backoff
 
 if TYPE_CHECKING:  # rabbit imports this module; the consumer only calls back into its broker
     from spotsweep.shared.broker.rabbit import RabbitBroker
@@ -60,6 +61,8 @@ class RabbitDelivery(Delivery):
         self.redelivered = bool(method.redelivered)
         self.message_id = props.message_id
         self.priority = props.priority or 0
+        self.queue = consumer.queue
+        self.connection = consumer.broker
         self.tag: int = method.delivery_tag
         self.channel = channel
         self._consumer = consumer
@@ -72,24 +75,11 @@ class RabbitDelivery(Delivery):
             first, self._settled = not self._settled, True
         return first
 
-    def _frames(self) -> Any:
-        """The channel to send this delivery's settle on (called on the thread that drives the connection).
-
-        ``BlockingChannel.basic_ack`` runs a nested I/O loop until the frame is
-        on the socket, per ack, though a settle already runs inside the loop.
-        The asynchronous channel under it only queues the frame, which the
-        loop writes on its next turn, in order with everything else (so before
-        the connection's close: a drained consumer's acks still go out).
-        Without a running loop nothing would write it: the blocking one then.
-        """
-        impl = getattr(self.channel, "_impl", None)
-        return impl if impl is not None and self._consumer.loop_running() else self.channel
-
     def ack(self) -> None:
-        self._consumer.settle(self, "ack", lambda: self._frames().basic_ack(self.tag))
+        self._consumer.settle(self, "ack", lambda: self.channel.basic_ack(self.tag))
 
     def nack(self, requeue: bool = True) -> None:
-        self._consumer.settle(self, "nack", lambda: self._frames().basic_nack(self.tag, requeue=requeue))
+        self._consumer.settle(self, "nack", lambda: self.channel.basic_nack(self.tag, requeue=requeue))
 
     @classmethod
     def ack_many(cls, deliveries: Sequence[Delivery]) -> None:
@@ -102,39 +92,39 @@ class RabbitDelivery(Delivery):
 
 
 class RabbitConsumer(Consumer):
-    """A channel with its prefetch, and ``concurrency`` worker threads fed from a buffer."""
+    """A channel with its prefetch; its worker threads are the dispatcher's (:class:`Workers`)."""
 
     def __init__(self, broker: RabbitBroker, queue: str, handler: Handler, concurrency: int,
-                 finish_buffered: bool = False) -> None:
+                 finish_buffered: bool = False, retry: Backoff | None = None) -> None:
         # When cancelled, buffered deliveries not yet started are nacked with
         # requeue, which marks them redelivered; with ``finish_buffered`` (a
         # handler that can settle them without doing the work: the agent
         # republishes a trial unmarked, then acks) the workers get them instead.
-        self.finish_buffered = finish_buffered
+        self.broker = broker
         self._broker = broker
         self.queue = queue
-        self._handler = handler
         self._cond = threading.Condition()
-        self.buffer: deque[RabbitDelivery] = deque()
         self.unacked: set[RabbitDelivery] = set()  # buffered, running, or left for a later ack
-        self.running = 0
         self.cancelled = False
         self.broker_cancelled = False
-        self._channel: BlockingChannel | None = None
+        self.channel: BlockingChannel | None = None
         self._tag: str | None = None
-        self.threads = [
-            threading.Thread(target=self._work, name=f"rabbit-consumer-{queue}-{i}", daemon=True)
-            for i in range(max(1, concurrency))
-        ]
-        for t in self.threads:
-            t.start()
+        kw = {} if retry is None else {"retry": retry}
+        self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=self._idle, **kw)
+        self.threads = self.workers.threads
+        self.workers.start()
 
-    def loop_running(self) -> bool:
-        """Whether this thread is running the broker's I/O loop (see :meth:`RabbitDelivery._frames`)."""
-        return self._broker.drives_loop()
+    @property
+    def running(self) -> int:
+        """Handlers running now (a drain waits for none)."""
+        return self.workers.running
+
+    def _idle(self) -> None:
+        if self._broker.stopping:
+            self._broker.wake()  # a draining loop re-checks now (a stop after this point wakes it itself)
 
     def started(self, channel: BlockingChannel, tag: str) -> None:
-        self._channel, self._tag = channel, tag
+        self.channel, self._tag = channel, tag
 
     def on_broker_cancel(self, _method: object) -> None:
         """On the I/O thread: RabbitMQ cancelled us (queue deleted, leader moved)."""
@@ -144,13 +134,13 @@ class RabbitConsumer(Consumer):
         """Closed or cancelled by the broker, not by us."""
         if self.cancelled:
             return False
-        return self.broker_cancelled or (self._channel is not None and self._channel.is_closed)
+        return self.broker_cancelled or (self.channel is not None and self.channel.is_closed)
 
     def close_reason(self) -> str | None:
         """What the broker said when it closed this consumer's channel, if it did."""
         if self.broker_cancelled:
             return "the broker cancelled the consumer (queue deleted or moved)"
-        reason = getattr(self._channel, "_closing_reason", None)  # pika keeps the ChannelClosedByBroker here
+        reason = getattr(self.channel, "_closing_reason", None)  # pika keeps the ChannelClosedByBroker here
         if isinstance(reason, pe.ChannelClosedByBroker):
             return f"{reason.reply_code} {reason.reply_text}"
         return None
@@ -162,25 +152,7 @@ class RabbitConsumer(Consumer):
         delivery = RabbitDelivery(self, ch, method, props, body)
         with self._cond:
             self.unacked.add(delivery)
-            self.buffer.append(delivery)
-            self._cond.notify()
-
-    def _work(self) -> None:
-        while True:
-            with self._cond:
-                while not self.buffer and not self.cancelled:
-                    self._cond.wait()
-                if not self.buffer:
-                    return
-                delivery = self.buffer.popleft()
-                self.running += 1
-            try:
-                invoke(self._handler, delivery)
-            finally:
-                with self._cond:
-                    self.running -= 1
-                if self._broker.stopping:
-                    self._broker.wake()  # a draining loop re-checks now (a stop after this point wakes it itself)
+        self.workers.push(delivery)
 
     def settle(self, delivery: RabbitDelivery, what: str, op: Callable[[], None]) -> None:
         if not delivery.claim():
@@ -229,7 +201,7 @@ class RabbitConsumer(Consumer):
         def do() -> None:
             try:
                 for d in fresh:
-                    d._frames().basic_ack(d.tag)
+                    d.channel.basic_ack(d.tag)
             finally:
                 for d in fresh:
                     self._forget(d, on_io=True)
@@ -245,9 +217,9 @@ class RabbitConsumer(Consumer):
         with self._cond:
             self.unacked.discard(delivery)
             done = self.cancelled and not self.unacked
-        if on_io and done and self._channel is not None and self._channel.is_open:
+        if on_io and done and self.channel is not None and self.channel.is_open:
             try:
-                self._channel.close()  # a cancelled consumer's channel has nothing left to settle
+                self.channel.close()  # a cancelled consumer's channel has nothing left to settle
             except pe.AMQPError:
                 pass
 
@@ -264,17 +236,14 @@ class RabbitConsumer(Consumer):
             if self.cancelled:
                 return
             self.cancelled = True
-            buffered = [] if self.finish_buffered else list(self.buffer)
-            if not self.finish_buffered:
-                self.buffer.clear()
-            self._cond.notify_all()
-        if self._channel is None or not self._channel.is_open:
+        buffered = [d for d in self.workers.cancel() if isinstance(d, RabbitDelivery)]
+        if self.channel is None or not self.channel.is_open:
             return
         try:
-            self._channel.basic_cancel(self._tag or "")
+            self.channel.basic_cancel(self._tag or "")
             for d in buffered:
                 if d.claim():
-                    self._channel.basic_nack(d.tag, requeue=True)
+                    self.channel.basic_nack(d.tag, requeue=True)
         except pe.AMQPError as e:
             _log.warning("consumer_cancel_failed", queue=self.queue, error=repr(e))
         for d in buffered:
@@ -284,6 +253,5 @@ class RabbitConsumer(Consumer):
         """The connection is gone (RabbitMQ requeues what was unacked): let the workers end."""
         with self._cond:
             self.cancelled = True
-            self.buffer.clear()
             self.unacked.clear()
-            self._cond.notify_all()
+        self.workers.release()

@@ -12,6 +12,7 @@ import pika
 import pytest
 
 from spotsweep.shared.broker.batching import BatchingHandler
+from spotsweep.shared.broker.dispatch import QUEUE_HEADER, REASON_HEADER
 from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
 from spotsweep.shared.broker.rabbit import RabbitBroker
@@ -127,7 +128,8 @@ def test_poison_message_is_dead_lettered_rest_acked(broker: Broker) -> None:
     assert [rec.next() for _ in range(2)] == [[b"a"], [b"b", b"c"]]
     d = dead.get(timeout=10)
     assert d.body == b"poison" and len(alone) == 2  # a bug gets one more try (it may be transient), not forever
-    assert d.headers["x-death"][0]["queue"] == COLLECTOR_QUEUE
+    # The reason travels with it: an operator reads it from the dead-letter queue.
+    assert d.headers[QUEUE_HEADER] == COLLECTOR_QUEUE and "cannot decode" in d.headers[REASON_HEADER]
     batching.close()
     # The rest were acked: the next thing the queue delivers is new.
     publish_events(broker, b"next")

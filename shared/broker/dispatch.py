@@ -1,0 +1,192 @@
+"""The dispatcher: worker threads, draining, and the one settle policy.
+
+Both adapters only deliver, ack and nack; everything between a delivery and
+its settle lives here, once:
+
+* :class:`Workers` are a consumer's worker threads and its buffer: the
+  adapter pushes each delivery (from its I/O thread), a worker runs the
+  handler, and on cancel the buffered deliveries not yet started are handed
+  back to the adapter to requeue (or, with ``finish_buffered``, still run).
+  ``running`` is what an adapter's drain waits for.
+* :func:`settlement` is the settle policy, a pure function of the error and
+  the redelivered flag: a :class:`RetryableError` (its in-place retries spent)
+  is requeued; a :class:`PermanentError` is dead-lettered with its reason;
+  anything else is a bug, requeued once and dead-lettered on the redelivery,
+  so a poison message never loops.
+* :func:`settle_failure` applies it; :func:`dead_letter` publishes the message
+  to the dead-letter exchange with the reason in the header
+  :data:`REASON_HEADER` (and its queue in :data:`QUEUE_HEADER`) and then acks
+  it, so an operator reads why from the dead-letter queue itself.
+* :func:`run_handler` is what a worker runs: the handler under
+  :func:`~spotsweep.shared.middleware.retrying`, then the policy on failure.
+  A handler acks on success itself (it may also defer the ack: a batching
+  handler settles later, through :func:`settle_failure` too).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from spotsweep.shared import log
+from spotsweep.shared.broker.port import Delivery, Handler, Outgoing
+from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.limits import cap_text
+from spotsweep.shared.middleware import Backoff, retrying
+from spotsweep.shared.topology import DEAD_LETTER_EXCHANGE
+
+_log = log.get("spotsweep.dispatch")
+
+REASON_HEADER = "x-spotsweep-error"  # why a message was dead-lettered
+QUEUE_HEADER = "x-spotsweep-queue"  # the queue it was dead-lettered from
+REASON_CHARS = 2000  # a reason may quote the body: bounded in the header and the log line
+# How long a worker waits before requeueing a delivery whose retries are spent:
+# long enough not to spin on a dead dependency, short enough not to stall it.
+RETRY_PAUSE_S = 0.5
+DEFAULT_RETRY = Backoff()
+SLOW_HANDLER_S = 5.0
+
+
+@dataclass(frozen=True)
+class Settle:
+    """What to do with a delivery whose handler failed."""
+
+    action: Literal["requeue", "dead_letter"]
+    reason: str
+
+
+def settlement(error: BaseException, redelivered: bool) -> Settle:
+    """The one settle policy (pure): requeue what may succeed later, dead-letter what never will."""
+    text = cap_text(str(error) or type(error).__name__, REASON_CHARS)
+    if isinstance(error, RetryableError):
+        return Settle("requeue", text)
+    if isinstance(error, PermanentError):
+        return Settle("dead_letter", text)
+    if not redelivered:
+        return Settle("requeue", f"unexpected {type(error).__name__}: {text}")
+    return Settle("dead_letter", f"unexpected {type(error).__name__} (failed again on its redelivery): {text}")
+
+
+def dead_letter(delivery: Delivery, reason: str) -> None:
+    """Send ``delivery`` to the dead-letter queue with ``reason`` in its headers, then ack it.
+
+    A plain ``nack(requeue=False)`` cannot carry a reason; when the copy cannot
+    be published (the connection is going away) it is the fallback, and the
+    reason is still in the log line."""
+    connection = getattr(delivery, "connection", None)
+    if connection is not None:
+        headers = dict(delivery.headers)
+        headers[REASON_HEADER] = reason
+        headers[QUEUE_HEADER] = getattr(delivery, "queue", "")
+        copy = Outgoing(DEAD_LETTER_EXCHANGE, delivery.routing_key, delivery.body, headers, delivery.message_id,
+                        delivery.priority)
+        try:
+            connection.publish(copy)
+        except Exception as e:  # noqa: BLE001 - the broker's own dead-lettering is the fallback
+            _log.warning("dead_letter_copy_failed", error=str(e))
+        else:
+            delivery.ack()
+            return
+    delivery.nack(requeue=False)
+
+
+def settle_failure(delivery: Delivery, error: BaseException, retry_pause: float = RETRY_PAUSE_S) -> Settle:
+    """Settle a delivery whose handling failed with ``error``, by :func:`settlement`."""
+    decision = settlement(error, delivery.redelivered)
+    ids = {"message_id": delivery.message_id, "routing_key": delivery.routing_key, "redelivered": delivery.redelivered}
+    if decision.action == "dead_letter":
+        _log.error("dead-lettered", reason=decision.reason, **ids)
+        dead_letter(delivery, decision.reason)
+    elif isinstance(error, RetryableError):
+        _log.warning("requeued after retries", reason=decision.reason, **ids)
+        time.sleep(retry_pause)  # do not spin on a dependency that is away
+        delivery.nack(requeue=True)
+    else:
+        _log.error("handler crashed; requeued once", reason=decision.reason, exc_info=error, **ids)
+        delivery.nack(requeue=True)
+    return decision
+
+
+def run_handler(handler: Handler, delivery: Delivery, retry: Backoff = DEFAULT_RETRY,
+                retry_pause: float = RETRY_PAUSE_S) -> None:
+    """Run ``handler`` on ``delivery``, retrying in place, then settle by the policy. Never raises."""
+    started = time.perf_counter()
+    h = delivery.headers
+    with log.bound(queue=getattr(delivery, "queue", None), message_id=delivery.message_id, sweep_id=h.get("sweep_id"),
+                   trial_id=h.get("trial_id"), attempt=h.get("attempt")):
+        try:
+            retrying(lambda: handler(delivery), retry, what=getattr(delivery, "queue", None) or "handler")
+        except Exception as e:  # noqa: BLE001 - every failure is settled by the one policy
+            try:
+                settle_failure(delivery, e, retry_pause)
+            except Exception:  # noqa: BLE001 - settling failed (logged by the adapter): keep the worker alive
+                _log.exception("settle_failed")
+        finally:
+            elapsed = time.perf_counter() - started
+            if elapsed > SLOW_HANDLER_S:
+                _log.info("slow handler", seconds=round(elapsed, 2))
+
+
+class Workers:
+    """A consumer's worker threads and its buffer of deliveries not yet started."""
+
+    def __init__(self, name: str, handler: Handler, concurrency: int, *, retry: Backoff = DEFAULT_RETRY,
+                 finish_buffered: bool = False, on_idle: Callable[[], None] = lambda: None) -> None:
+        self.finish_buffered = finish_buffered
+        self._handler = handler
+        self._retry = retry
+        self._on_idle = on_idle
+        self._cond = threading.Condition()
+        self._buffer: deque[Delivery] = deque()
+        self.running = 0
+        self.cancelled = False
+        self.threads = [threading.Thread(target=self._work, name=f"worker-{name}-{i}", daemon=True)
+                        for i in range(max(1, concurrency))]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def push(self, delivery: Delivery) -> None:
+        """A new delivery for the workers (from the adapter's delivering thread)."""
+        with self._cond:
+            self._buffer.append(delivery)
+            self._cond.notify()
+
+    def cancel(self) -> list[Delivery]:
+        """No more deliveries: the buffered ones not yet started, for the adapter to requeue
+        (none with ``finish_buffered``: the workers run them, then end)."""
+        with self._cond:
+            self.cancelled = True
+            left = [] if self.finish_buffered else list(self._buffer)
+            if not self.finish_buffered:
+                self._buffer.clear()
+            self._cond.notify_all()
+        return left
+
+    def release(self) -> None:
+        """The connection is gone (the broker requeues what was unacked): let the workers end."""
+        with self._cond:
+            self.cancelled = True
+            self._buffer.clear()
+            self._cond.notify_all()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._buffer and not self.cancelled:
+                    self._cond.wait()
+                if not self._buffer:
+                    return
+                delivery = self._buffer.popleft()
+                self.running += 1
+            try:
+                run_handler(self._handler, delivery, self._retry)
+            finally:
+                with self._cond:
+                    self.running -= 1
+                self._on_idle()

@@ -1,0 +1,186 @@
+"""The dispatcher's one settle policy, as a pure function and through both adapters.
+
+Each path a user depends on: a retryable error is retried in place and then
+requeued; a permanent one is dead-lettered with its reason in a header an
+operator reads from the dead-letter queue; an unexpected one is requeued once
+and dead-lettered on the redelivery; a drain lets running handlers finish
+and hands the deliveries not yet started back to the queue.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator
+
+import pika
+import pytest
+
+from spotsweep.shared.broker.dispatch import QUEUE_HEADER, REASON_HEADER, Settle, settlement
+from spotsweep.shared.broker.memory import MemoryBroker, MemoryServer
+from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
+from spotsweep.shared.broker.rabbit import RabbitBroker
+from spotsweep.shared.errors import DecodeError, PermanentError, RetryableError
+from spotsweep.shared.middleware import Backoff
+from spotsweep.shared.topology import DEAD_LETTER_QUEUE, SWEEPS_QUEUE, service_queues
+
+pytestmark = pytest.mark.timeout(60)
+
+QUEUES = service_queues()
+QUICK = Backoff(base=0.001, cap=0.001, attempts=3)
+
+# -- the policy, with plain values ----------------------------------------------
+
+
+def test_a_retryable_error_is_requeued() -> None:
+    assert settlement(RetryableError("db away"), redelivered=False) == Settle("requeue", "db away")
+    assert settlement(RetryableError("db away"), redelivered=True).action == "requeue"  # never dead-lettered
+
+
+def test_a_permanent_error_is_dead_lettered_with_its_reason() -> None:
+    assert settlement(DecodeError("body is not JSON"), redelivered=False) == Settle("dead_letter", "body is not JSON")
+
+
+def test_an_unexpected_error_is_requeued_once_then_dead_lettered() -> None:
+    assert settlement(KeyError("x"), redelivered=False).action == "requeue"
+    last = settlement(KeyError("x"), redelivered=True)
+    assert last.action == "dead_letter" and "KeyError" in last.reason and "redelivery" in last.reason
+
+
+def test_a_reason_is_bounded() -> None:
+    assert len(settlement(PermanentError("x" * 100_000), False).reason) < 2_100
+
+
+# -- through both adapters --------------------------------------------------------
+
+Connect = Callable[[], Broker]
+
+
+@pytest.fixture(params=["memory", "rabbit"])
+def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
+    opened: list[tuple[Broker, threading.Thread]] = []
+    if request.param == "memory":
+        server = MemoryServer()
+        make: Connect = lambda: MemoryBroker(server)  # noqa: E731
+    else:
+        host = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
+        url = f"amqp://guest:guest@{host}:5672/{request.getfixturevalue('rabbit_vhost')}"
+        with pika.BlockingConnection(pika.URLParameters(url)) as conn:
+            ch = conn.channel()
+            for spec in QUEUES:  # the session vhost is shared: start from empty queues
+                ch.queue_delete(spec.name)
+        make = lambda: RabbitBroker(url)  # noqa: E731
+
+    def factory() -> Broker:
+        broker = make()
+        thread = threading.Thread(target=broker.run, daemon=True)
+        thread.start()
+        broker.declare(QUEUES)
+        opened.append((broker, thread))
+        return broker
+
+    yield factory
+    for broker, thread in opened:
+        broker.stop(drain=False)
+        thread.join(10)
+
+
+def dead_letters(broker: Broker) -> queue.Queue[Delivery]:
+    dead: queue.Queue[Delivery] = queue.Queue()
+    broker.consume(DEAD_LETTER_QUEUE, lambda d: (d.ack(), dead.put(d)))
+    return dead
+
+
+def post(broker: Broker, body: bytes, message_id: str = "m-1") -> None:
+    broker.publish(Outgoing("", SWEEPS_QUEUE, body, headers={"sweep_id": "s-0000beef"}, message_id=message_id))
+
+
+def test_retryable_is_retried_in_place_then_succeeds(connect: Connect) -> None:
+    broker = connect()
+    seen: queue.Queue[bool] = queue.Queue()
+
+    def flaky(d: Delivery) -> None:
+        seen.put(d.redelivered)
+        if seen.qsize() < 3:
+            raise RetryableError("database restarting")
+        d.ack()
+
+    broker.consume(SWEEPS_QUEUE, flaky, retry=QUICK)
+    post(broker, b"spec")
+    assert [seen.get(timeout=10) for _ in range(3)] == [False, False, False]  # in place: never went back
+
+
+def test_retryable_past_its_retries_is_requeued(connect: Connect) -> None:
+    broker = connect()
+    seen: queue.Queue[bool] = queue.Queue()
+
+    def down(d: Delivery) -> None:
+        seen.put(d.redelivered)
+        if not d.redelivered:
+            raise RetryableError("database away")
+        d.ack()
+
+    broker.consume(SWEEPS_QUEUE, down, retry=QUICK)
+    post(broker, b"spec")
+    assert [seen.get(timeout=10) for _ in range(4)] == [False, False, False, True]  # 3 tries, then back in the queue
+
+
+def test_permanent_is_dead_lettered_with_the_reason_in_a_header(connect: Connect) -> None:
+    broker = connect()
+    dead = dead_letters(broker)
+    calls: list[Delivery] = []
+
+    def refuse(d: Delivery) -> None:
+        calls.append(d)
+        raise DecodeError("sweep submission: body is not JSON")
+
+    broker.consume(SWEEPS_QUEUE, refuse)
+    post(broker, b"{not json", message_id="bad-1")
+    d = dead.get(timeout=10)
+    assert (d.body, d.message_id, d.headers["sweep_id"]) == (b"{not json", "bad-1", "s-0000beef")
+    assert d.headers[REASON_HEADER] == "sweep submission: body is not JSON"
+    assert d.headers[QUEUE_HEADER] == SWEEPS_QUEUE
+    assert len(calls) == 1  # at once: never retried, never redelivered
+
+
+def test_unexpected_is_requeued_once_then_dead_lettered(connect: Connect) -> None:
+    broker = connect()
+    dead = dead_letters(broker)
+    seen: queue.Queue[bool] = queue.Queue()
+
+    def bug(d: Delivery) -> None:
+        seen.put(d.redelivered)
+        raise ZeroDivisionError("division by zero")
+
+    broker.consume(SWEEPS_QUEUE, bug)
+    post(broker, b"spec")
+    d = dead.get(timeout=10)
+    assert [seen.get(timeout=1) for _ in range(2)] == [False, True] and seen.empty()
+    assert "ZeroDivisionError" in d.headers[REASON_HEADER] and "division by zero" in d.headers[REASON_HEADER]
+
+
+def test_drain_finishes_running_handlers_and_returns_the_rest(connect: Connect) -> None:
+    first = connect()
+    for i in range(3):
+        post(first, f"{i}".encode(), message_id=f"m-{i}")
+    started, release = threading.Event(), threading.Event()
+    handled: list[bytes] = []
+
+    def slow(d: Delivery) -> None:
+        started.set()
+        release.wait(10)
+        handled.append(d.body)
+        d.ack()
+
+    first.consume(SWEEPS_QUEUE, slow, prefetch=3, concurrency=1)
+    assert started.wait(10)
+    stopper = threading.Thread(target=first.stop, kwargs={"drain": True})
+    stopper.start()
+    assert stopper.is_alive()  # the drain waits for the running handler...
+    release.set()
+    stopper.join(10)
+    assert not stopper.is_alive() and handled == [b"0"]  # ...which finished; the two not started never ran
+    rest: queue.Queue[Delivery] = queue.Queue()
+    connect().consume(SWEEPS_QUEUE, lambda d: (d.ack(), rest.put(d)), prefetch=3)
+    assert sorted(rest.get(timeout=10).body for _ in range(2)) == [b"1", b"2"]
