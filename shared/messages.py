@@ -69,6 +69,8 @@ class TrialMessage(Envelope):
     elapsed: float = 0.0  # running time of the earlier attempts, seconds
     progress: bool = False  # also send the objective's points to the planner (early stopping decides on them)
     limits: Limits = Field(default_factory=Limits)  # what the agent accepts from the trial's files (spec ``limits``)
+    metric_mode: Literal["min", "max"] = "min"  # the objective's direction (``checkpoint_keep: best``)
+    checkpoint_keep: Literal["last", "best", "all"] = "last"  # spec ``checkpoints.keep``: what the agent leaves in the store
 
 
 class TrialStarted(Envelope):
@@ -141,6 +143,10 @@ class TrialProgress(Envelope):
     attempt: int
     run_id: str = ""
     points: list[tuple[int, float]]  # (step, value) of the trial's metric, in the order reported
+    # Anomaly flags the agent raised on the run (``nan``, ``stalled``, ...), sent
+    # once each as they rise, with or without points, whether or not the trial
+    # message asked for progress: the planner adds them to ``trials.flags``.
+    flags: list[str] = Field(default_factory=list)
 
 
 class CheckpointSaved(Envelope):

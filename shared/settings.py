@@ -27,6 +27,7 @@ class Settings(BaseSettings):
     s3_region: str | None = None
     home: Path = Path.home() / ".spotsweep"  # local mode: embedded DB and artifacts
     heartbeat: int = 15  # AMQP heartbeat, seconds: a dead agent is noticed within ~2x this
+    log_upload_seconds: float = 15.0  # agent: a running trial's logs are uploaded this often (spotsweep logs lags at most this)
     queue_window: int = 32  # planner: trials of one sweep waiting in the queue at once (fair turns between sweeps)
 
 

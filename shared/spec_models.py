@@ -168,6 +168,13 @@ class Timeout(_Model):
     total: Duration | None = None  # running time over all attempts (a trial past it is not retried)
 
 
+class Checkpoints(_Model):
+    """What a trial's checkpoints leave in the store (``shared/artifacts/retention.py``): ``last``, the
+    latest one; ``best``, also the one nearest the best objective; ``all``, every one. Pruned trials keep none."""
+
+    keep: Literal["last", "best", "all"] = "last"
+
+
 class Resources(_Model):
     gpus: int = Field(default=1, ge=0)
     resource_class: str = Field(default="gpu", alias="class", min_length=1)  # routes trials to agents serving it
@@ -215,6 +222,7 @@ class SweepSpec(_Model):
     pricing: Pricing | None = None
     smoke: Smoke | None = None
     limits: Limits = Field(default_factory=Limits)  # what the agent accepts from a trial's files
+    checkpoints: Checkpoints = Field(default_factory=Checkpoints)  # retention in the store
 
     @model_validator(mode="before")
     @classmethod

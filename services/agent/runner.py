@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 from spotsweep.services.agent import uploads
 from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.controls import RunControls
+from spotsweep.services.agent.log_shipper import LogShipper
 from spotsweep.services.agent.supervise import Outcome, RunnerConfig, supervise
 from spotsweep.services.agent.tail import Tail
 from spotsweep.services.agent.watchdog import TOKEN_VAR, Watchdog
@@ -199,15 +200,20 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         started = time.monotonic()
         start = TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses)
-        outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored)
+        streams: dict[str, tuple[Path, BinaryIO]] = {"stdout": (out_path, out), "stderr": (err_path, err)}
+        with LogShipper(store, msg, streams):  # the store has the logs while the trial runs
+            outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored)
         duration = time.monotonic() - started
         if outcome.reason == "lost":
             raise DeliveryLost(run_id, round(duration, 3))
         if outcome.reason == "stopped":
             _log.info("run stopped by the planner", reason=outcome.stop_reason, **ids)
+            if outcome.stop_reason == "pruned":  # over for good: its logs stay, its checkpoints go
+                uploads.logs(store, msg, streams, msg.limits.log_bytes)
+                uploads.retain(store, msg, pruned=True)
             return None
-        logs_uri, cut = uploads.logs(store, msg, {"stdout": (out_path, out), "stderr": (err_path, err)},
-                                     msg.limits.log_bytes)
+        logs_uri, cut = uploads.logs(store, msg, streams, msg.limits.log_bytes)
+        uploads.retain(store, msg)
         result, failure, error = _classify(outcome, proc.returncode, lambda: _tail_text(err), msg)
     screen = outcome.screen
     if cut is not None and screen is not None:

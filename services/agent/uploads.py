@@ -22,7 +22,14 @@ from typing import IO, BinaryIO
 
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.checkpoint_layout import loss_prefix
-from spotsweep.shared.artifacts.checkpoints import log_key, restore_checkpoint, upload_checkpoint
+from spotsweep.shared.artifacts import retention
+from spotsweep.shared.artifacts.checkpoints import (
+    commit_checkpoint,
+    folder_prefix,
+    log_key,
+    restore_checkpoint,
+    upload_checkpoint_files,
+)
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.errors import SpotsweepError
 from spotsweep.shared.messages import TrialMessage
@@ -67,16 +74,41 @@ def stage(directory: Path) -> Path:
 
 def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
                metrics: dict[str, float] | None = None) -> str | None:
-    """Upload a staged checkpoint (with the metrics reported so far) and remove the
-    stage; its URI, or None when it could not be uploaded."""
+    """Upload a staged checkpoint (with the metrics reported so far), commit it,
+    prune older ones as ``msg.checkpoint_keep`` says and remove the stage; its
+    URI, or None when it could not be uploaded. A prune that fails is logged:
+    the checkpoint is committed, and the next prune deletes what this one left."""
+    def upload() -> str:
+        folder = upload_checkpoint_files(store, msg.sweep_id, msg.trial_id, step, staged, metrics)
+        commit_checkpoint(store, msg.sweep_id, msg.trial_id, folder)
+        return folder
+
     try:
-        return retrying(lambda: upload_checkpoint(store, msg.sweep_id, msg.trial_id, step, staged, metrics=metrics), S3_BACKOFF,
-                        what="upload checkpoint")  # type: ignore[return-value]
+        folder: str = retrying(upload, S3_BACKOFF, what="upload checkpoint")  # type: ignore[assignment]
     except SpotsweepError as e:
         _log.error("checkpoint not uploaded; the trial goes on", step=step, error=str(e), trial_id=msg.trial_id)
         return None
     finally:
         shutil.rmtree(staged, ignore_errors=True)
+    try:
+        retention.after_commit(store, msg.sweep_id, msg.trial_id, folder, msg.checkpoint_keep, msg.metric, msg.metric_mode)
+    except SpotsweepError as e:
+        _log.warning("old checkpoints not pruned", step=step, error=str(e), trial_id=msg.trial_id)
+    return store.uri(folder_prefix(msg.sweep_id, msg.trial_id, folder))
+
+
+def retain(store: ArtifactStore, msg: TrialMessage, pruned: bool = False) -> None:
+    """Apply the retention policy once an attempt's process is gone
+    (:mod:`~spotsweep.shared.artifacts.retention`): ``pruned``, the planner
+    ended the trial by early stopping, so none of its checkpoints is needed.
+    Best effort: a failure is logged, and what it left is only more kept."""
+    try:
+        if pruned and msg.checkpoint_keep != "all":
+            retention.delete_all(store, msg.sweep_id, msg.trial_id)
+        else:
+            retention.at_end(store, msg.sweep_id, msg.trial_id, msg.checkpoint_keep, msg.metric, msg.metric_mode)
+    except SpotsweepError as e:
+        _log.warning("checkpoint retention not applied", error=str(e), trial_id=msg.trial_id)
 
 
 def log_budgets(out_size: int, err_size: int, log_bytes: int) -> tuple[int, int]:
@@ -88,13 +120,15 @@ def log_budgets(out_size: int, err_size: int, log_bytes: int) -> tuple[int, int]
 
 
 def logs(store: ArtifactStore, msg: TrialMessage, streams: dict[str, tuple[Path, BinaryIO]],
-         log_bytes: int) -> tuple[str | None, str | None]:
+         log_bytes: int, backoff: Backoff = S3_BACKOFF, copy: bool = False) -> tuple[str | None, str | None]:
     """Upload stdout and stderr (those not empty), the last ``log_bytes`` of the
     two together. Returns the logs folder's URI (None if there was nothing to
     upload or the upload failed) and a note of what was cut, if anything.
 
     The sizes and bytes come from the agent's own file descriptors, not from
     the paths, which the trial may have replaced (with a FIFO, a link).
+    ``copy``: upload a copy of the bytes written so far, never the file
+    itself (the trial is still writing it: :mod:`.log_shipper`).
     """
     sizes = {stream: os.fstat(f.fileno()).st_size for stream, (_, f) in streams.items()}
     keep = dict(zip(("stdout", "stderr"), log_budgets(sizes.get("stdout", 0), sizes.get("stderr", 0), log_bytes)))
@@ -105,16 +139,16 @@ def logs(store: ArtifactStore, msg: TrialMessage, streams: dict[str, tuple[Path,
             if sizes[stream] == 0:
                 continue  # nothing to keep: most trials write nothing to one of the two
             key = log_key(msg.sweep_id, msg.trial_id, msg.attempt, stream)
-            if stream not in dropped and _same_file(path, f):
-                uri = retrying(partial(store.put_file, key, path), S3_BACKOFF, what="upload logs")
+            if stream not in dropped and not copy and _same_file(path, f):
+                uri = retrying(partial(store.put_file, key, path), backoff, what="upload logs")
                 continue
-            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{stream}-upload-") as copy:
+            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{stream}-upload-") as snap:
                 if stream in dropped:
-                    copy.write(f"[spotsweep: the first {dropped[stream]} bytes of {stream} were dropped "
+                    snap.write(f"[spotsweep: the first {dropped[stream]} bytes of {stream} were dropped "
                                f"(limits.log_bytes = {log_bytes} for stdout and stderr together)]\n".encode())
-                _copy_range(f.fileno(), sizes[stream] - keep[stream], sizes[stream], copy)
-                copy.flush()
-                uri = retrying(partial(store.put_file, key, Path(copy.name)), S3_BACKOFF, what="upload logs")
+                _copy_range(f.fileno(), sizes[stream] - keep[stream], sizes[stream], snap)
+                snap.flush()
+                uri = retrying(partial(store.put_file, key, Path(snap.name)), backoff, what="upload logs")
     except SpotsweepError as e:
         _log.error("logs not uploaded", error=str(e), trial_id=msg.trial_id)
         return None, None

@@ -45,6 +45,8 @@ def trial_message(row: dict[str, Any], spec: SweepSpec, progress: bool = False) 
         elapsed=float(row.get("run_seconds") or 0.0),
         progress=progress,
         limits=spec.limits,
+        metric_mode=spec.metric.mode,
+        checkpoint_keep=spec.checkpoints.keep,
     )
 
 

@@ -38,6 +38,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Collection
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -136,7 +137,8 @@ def commit_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, folder
 
 
 def prune_checkpoints(
-    store: ArtifactStore, sweep_id: str, trial_id: str, keep: int = 2, committed: str | None = None
+    store: ArtifactStore, sweep_id: str, trial_id: str, keep: int = 2, committed: str | None = None,
+    protect: Collection[str] = (),
 ) -> list[str]:
     """Delete checkpoint folders no one needs; return the folders deleted (sorted).
 
@@ -147,7 +149,8 @@ def prune_checkpoints(
     kept. Incomplete or damaged folders are deleted only below the oldest
     folder kept: one above it may be another writer's upload in progress.
     A complete folder loses its ``MANIFEST`` first, so no restore picks it
-    while its files are going.
+    while its files are going. Folders in ``protect`` are kept besides (the
+    retention policy's best checkpoint, :mod:`.retention`).
     """
     if keep < 1:
         raise PermanentError(f"keep must be at least 1, got {keep}")
@@ -168,7 +171,7 @@ def prune_checkpoints(
     doomed: list[str] = []
     damaged: list[str] = []
     for folder in older:
-        if folder == latest:
+        if folder == latest or folder in protect:
             continue
         if not intact(folder):
             damaged.append(folder)  # incomplete or damaged

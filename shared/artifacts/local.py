@@ -13,14 +13,17 @@ keys, ``..``, ``.`` and empty components are refused with
 
 from __future__ import annotations
 
+import builtins
+
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
 
-from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
+from spotsweep.shared.artifacts.port import ArtifactStore, NotFound, ObjectInfo
 from spotsweep.shared.errors import PermanentError
 
 # Temporary files carry this suffix so ``list`` can skip writes in flight.
@@ -112,6 +115,16 @@ class LocalArtifactStore(ArtifactStore):
                 if key.startswith(prefix):
                     keys.append(key)
         return sorted(keys)
+
+    def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
+        out = []
+        for key in self.list(prefix):
+            try:
+                st = self.root.joinpath(*key.split("/")).stat()
+            except FileNotFoundError:
+                continue  # deleted since the walk
+            out.append(ObjectInfo(key, st.st_size, datetime.fromtimestamp(st.st_mtime, timezone.utc)))
+        return out
 
     def uri(self, key: str) -> str:
         # A folder prefix ("…/000000000010/") is allowed and keeps its slash.

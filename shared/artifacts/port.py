@@ -7,12 +7,25 @@ local mode and unit tests). One contract suite runs against both.
 
 from __future__ import annotations
 
+import builtins
+
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 
 class NotFound(KeyError):
     """The key does not exist."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One stored object as a listing shows it (size and time unknown: None)."""
+
+    key: str
+    size: int | None = None
+    modified: datetime | None = None
 
 
 class ArtifactStore(ABC):
@@ -33,6 +46,12 @@ class ArtifactStore(ABC):
     @abstractmethod
     def list(self, prefix: str) -> list[str]:
         """Every key under ``prefix``, sorted."""
+
+    def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
+        """Every object under ``prefix`` with its size and time, sorted by key
+        (one listing: what the dashboard shows of checkpoints and logs).
+        Adapters that cannot tell answer None for those."""
+        return [ObjectInfo(key) for key in self.list(prefix)]
 
     @abstractmethod
     def delete(self, key: str) -> None:

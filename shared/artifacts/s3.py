@@ -16,6 +16,8 @@ error code, and are scrubbed of both keys in case a server echoes one back.
 
 from __future__ import annotations
 
+import builtins
+
 import io
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +30,7 @@ from minio.error import InvalidResponseError, S3Error, ServerError
 from pydantic import SecretStr
 
 from spotsweep.shared import log
-from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
+from spotsweep.shared.artifacts.port import ArtifactStore, NotFound, ObjectInfo
 from spotsweep.shared.errors import PermanentError, RetryableError
 
 if TYPE_CHECKING:
@@ -210,6 +212,12 @@ class S3ArtifactStore(ArtifactStore):
         with self._translate("list", prefix):
             objects = self._client.list_objects(self.bucket, prefix=prefix, recursive=True)
             return sorted(o.object_name for o in objects if o.object_name and not o.is_dir)
+
+    def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
+        with self._translate("list", prefix):
+            objects = self._client.list_objects(self.bucket, prefix=prefix, recursive=True)
+            found = [ObjectInfo(o.object_name, o.size, o.last_modified) for o in objects if o.object_name and not o.is_dir]
+        return sorted(found, key=lambda o: o.key)
 
     def delete(self, key: str) -> None:
         # S3 answers 204 for an absent key, which is what the port asks for.
