@@ -22,6 +22,7 @@ from spotsweep.services.reporter.values import json_ready, metric_float
 from spotsweep.shared import messages, topology
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.db import Database
+from spotsweep.shared.db.migrator import SchemaNotReady
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.limits import cap_text, is_sweep_id
 from spotsweep.shared.runtime import CLI_BACKOFF, ExitCode, connect_broker
@@ -80,14 +81,29 @@ def schemas() -> dict[str, Any]:
     return {"spec": spec_json_schema(), "messages": messages.json_schemas()}
 
 
-def database(settings: Settings) -> Database:
-    """The results database, schema ensured: a command run before any service
-    (``submit --wait`` right after ``submit``) sees empty results, not an error."""
+def database(settings: Settings, ready: bool = True) -> Database:
+    """The results database for a reading command. A shared one (``SPOTSWEEP_DATABASE_URL``)
+    is only checked, never migrated: readers may hold a read-only role, and a schema
+    change is the services' to make (:class:`SchemaNotReady` says what to do). Local
+    mode's embedded database is this user's alone, so it is brought up to date: `ls`
+    before the first `run` shows no sweeps rather than an error. ``ready=False``
+    skips the check, for a caller that handles :class:`SchemaNotReady` itself."""
     from spotsweep.services.local import database as local_database
 
     db = local_database(settings)
-    db.migrate()
+    if settings.database_url is None:
+        db.migrate()
+    elif ready:
+        db.check()
     return db
+
+
+def migrate(settings: Settings) -> str:
+    """``spotsweep migrate``: bring the results database's schema up to date."""
+    from spotsweep.services.local import database as local_database
+
+    applied = local_database(settings).migrate()
+    return f"applied migration(s): {', '.join(applied)}" if applied else "the schema is up to date"
 
 
 def _post(message: Outgoing, settings: Settings) -> None:
@@ -117,6 +133,14 @@ def _unknown(sweep_id: str) -> PermanentError:
     return PermanentError(f"no sweep with id {_named(sweep_id)} (see `spotsweep status`)")
 
 
+def _sweep_database(settings: Settings, sweep_id: str) -> Database:
+    """The database for a command about one sweep: on one where nothing ran yet, the sweep is unknown."""
+    db = _listing(settings)
+    if db is None:
+        raise _unknown(sweep_id)
+    return db
+
+
 def _postable(sweep_id: str) -> None:
     """Refuse an id the planner would refuse (``submit`` makes ``name-<hex8>``), before posting it."""
     if not is_sweep_id(sweep_id):
@@ -127,7 +151,7 @@ def _postable(sweep_id: str) -> None:
 def cancel(sweep_id: str, settings: Settings) -> None:
     """Ask the planner to cancel a sweep the results database knows: a typo is
     refused here (exit 2), instead of leaving a cancelled row for an id no one ran."""
-    with database(settings).transaction() as conn:
+    with _sweep_database(settings, sweep_id).transaction() as conn:
         row = conn.execute("SELECT state FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
     if row is None:
         raise _unknown(sweep_id)
@@ -138,7 +162,7 @@ def cancel(sweep_id: str, settings: Settings) -> None:
 def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any]) -> str:
     """Ask the planner for ``trials`` more trials and/or new budget caps; checked here
     first, so a mistake is reported to the person typing, not only in the planner's log."""
-    with database(settings).transaction() as conn:
+    with _sweep_database(settings, sweep_id).transaction() as conn:
         row = conn.execute("SELECT spec, spec_version, state FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
     if row is None or row["spec"] is None:
         raise _unknown(sweep_id)
@@ -153,11 +177,14 @@ def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any
 def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float = 0.5) -> int:
     """Follow a submitted sweep in the database until it ends."""
     console = Console(stderr=True)
-    db = database(settings)
+    db = database(settings, ready=False)
     deadline = None if timeout is None else time.monotonic() + timeout
     last = ""
     while True:
-        rows = reporter.sweep_counts(db, sweep_id)
+        try:
+            rows = reporter.sweep_counts(db, sweep_id)
+        except SchemaNotReady:
+            rows = []  # right after `submit`: the planner creates the schema when it starts
         if rows:
             r = rows[0]
             line = (f"{r['state']}: {r['completed']} completed, {r['running']} running, {r['queued']} queued, "
@@ -190,8 +217,20 @@ def _print_json(rows: list[Any]) -> None:
     print(json.dumps(json_ready(rows), default=str, indent=2, allow_nan=False))
 
 
+def _listing(settings: Settings) -> Database | None:
+    """The database for a listing, or None when it has no spotsweep schema at all:
+    nothing ran there yet, so the list is empty (an older schema is still an error)."""
+    try:
+        return database(settings)
+    except SchemaNotReady as e:
+        if not e.empty:
+            raise
+        return None
+
+
 def status(sweep_id: str | None, settings: Settings, as_json: bool) -> int:
-    rows = reporter.sweep_counts(database(settings), sweep_id)
+    db = _listing(settings)
+    rows = [] if db is None else reporter.sweep_counts(db, sweep_id)
     if sweep_id and not rows:
         raise _unknown(sweep_id)
     if as_json:
@@ -224,9 +263,12 @@ def list_trials(filters: list[str], settings: Settings, as_json: bool) -> int:
             raise PermanentError(f"--filter {f!r}: expected KEY=GLOB with KEY one of {', '.join(_FILTER_COLUMNS)}")
         wanted.append((_FILTER_COLUMNS[key], pattern))
     where = " AND ".join(f"{col} SIMILAR TO %s" for col, _ in wanted) or "true"
-    with database(settings).transaction() as conn:
-        rows = conn.execute(f"SELECT * FROM trial_results WHERE {where} ORDER BY sweep_id, trial_name",
-                            [reporter.glob_to_similar(pat) for _, pat in wanted]).fetchall()
+    db = _listing(settings)
+    rows = []
+    if db is not None:
+        with db.transaction() as conn:
+            rows = conn.execute(f"SELECT * FROM trial_results WHERE {where} ORDER BY sweep_id, trial_name",
+                                [reporter.glob_to_similar(pat) for _, pat in wanted]).fetchall()
     if as_json:
         _print_json(rows)
         return ExitCode.OK
@@ -262,7 +304,7 @@ def report(sweep_id: str, settings: Settings, csv: Path | None, top: int | None,
            html: Path | None = None) -> int:
     """The sweep's leaderboard (the objective and ``metrics``, default a few), every metric in
     ``csv``, and in ``html`` the dashboard's sweep page as one offline file."""
-    db = database(settings)
+    db = _sweep_database(settings, sweep_id)
     rep = reporter.build(db, sweep_id, metrics or ())
     reporter.print_leaderboard(rep, top=top)
     if csv is not None:
@@ -280,6 +322,6 @@ def export_tensorboard(sweep: str, settings: Settings, out: Path) -> int:
     """``spotsweep export tensorboard SWEEP DIR``: one TensorBoard run per trial."""
     from spotsweep.services.reporter import tensorboard
 
-    done = tensorboard.export(database(settings), sweep, out)
+    done = tensorboard.export(_sweep_database(settings, sweep), sweep, out)
     print(f"wrote {done.runs} run(s), {done.scalars} scalar(s) of {done.sweep_id} to {out}: tensorboard --logdir {out}")
     return ExitCode.OK

@@ -10,13 +10,14 @@
     sw.points("val_loss")              # long: trial_id, trial_name, attempt, step, name, value
     sw.importance("val_loss")          # param, importance: most important first
     sw.best()                          # the best trial's row
+    sw.checkpoint(trial, "out/")       # the trial's (id or name) latest checkpoint, downloaded; its step
 
 It reads only the public views ``trial_results`` and ``metric_points`` (and
 the ``sweeps`` table for a sweep's name, state and spec, as the reporter
 does), through the dashboard's queries, ranking and importance code, so a
 notebook sees what ``spotsweep dashboard`` and ``spotsweep report`` show.
-Downloading a trial's checkpoint (``sw.checkpoint(trial, dir)``) is not
-here yet: it comes with the checkpoint store's retention work.
+``sw.checkpoint(trial, "out/")`` downloads a trial's checkpoint from the
+artifact store, sharing ``spotsweep checkpoint``'s code.
 
 pandas comes with the ``results`` extra (``pip install 'spotsweep[results]'``).
 The module is not named ``results``: importing a submodule of that name would
@@ -29,6 +30,7 @@ import io
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from spotsweep.services.reporter.values import metric_float
@@ -71,8 +73,12 @@ def results(database_url: str | None = None) -> Results:
     settings = Settings()
     if database_url is None and settings.database_url is not None:
         database_url = settings.database_url.get_secret_value()
-    db = Database(database_url or embedded_url(settings.home / "pg"))
-    db.migrate()  # a database no sweep ran on yet has empty results, not an error
+    if database_url is None:
+        db = Database(embedded_url(settings.home / "pg"))
+        db.migrate()  # local mode's own database: before the first run, no sweeps rather than an error
+    else:
+        db = Database(database_url)
+        db.check()  # a reader never migrates a shared database; SchemaNotReady says what to do
     return Results(db)
 
 
@@ -181,6 +187,21 @@ class Sweep:
         result = self._importance(metric, "fanova")
         return _pandas().DataFrame([(a, b, v) for (a, b), v in result.interactions],
                                    columns=["param_a", "param_b", "importance"])
+
+    def checkpoint(self, trial: str, out: str | Path, step: int | None = None) -> int:
+        """Download trial ``trial``'s (an id or a name in this sweep) latest
+        complete checkpoint, or the one of ``step``, into the folder ``out``
+        from the artifact store (``SPOTSWEEP_S3_*``, else local mode's); its
+        step. As ``spotsweep checkpoint`` does: a step that is not there raises
+        :class:`~spotsweep.shared.artifacts.browse.NoCheckpoint` listing those there are."""
+        from spotsweep.services.trial_lookup import find_trial
+        from spotsweep.shared.artifacts import open_store
+        from spotsweep.shared.artifacts.browse import download_checkpoint
+        from spotsweep.shared.settings import Settings
+
+        with self._results._conn() as conn:
+            row = find_trial(conn, trial, self.sweep_id)
+        return download_checkpoint(open_store(Settings()), self.sweep_id, row["trial_id"], Path(out), step)
 
     def _importance(self, metric: str | None, method: str) -> imp.Importance:
         if method not in imp.METHODS:

@@ -37,6 +37,16 @@ def _port(text: str) -> int:
     return value
 
 
+def _step(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _names(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
@@ -85,6 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("sweep")
 
     sub.add_parser("schema", help="print the JSON Schemas of the spec and the messages")
+    sub.add_parser("migrate", help="apply the results database's pending schema migrations (the planner and "
+                   "the collector do it when they start; readers never do)")
 
     rep = sub.add_parser("report", help="leaderboard, CSV and offline HTML report of a sweep")
     rep.add_argument("sweep")
@@ -101,6 +113,19 @@ def _parser() -> argparse.ArgumentParser:
                                                 "metrics in the HParams plugin")
     tb.add_argument("sweep", help="a sweep id, or a name (its newest sweep)")
     tb.add_argument("dir", type=Path, help="an empty or new folder; then: tensorboard --logdir DIR")
+
+    lg = sub.add_parser("logs", help="a trial's stdout and stderr, from the artifact store (also after its node is gone)")
+    lg.add_argument("trial", help="a trial id, or a trial name (within --sweep)")
+    lg.add_argument("--sweep", help="the sweep (id, or name: its newest sweep) whose trial name TRIAL is")
+    lg.add_argument("--attempt", type=_positive, help="this attempt's logs (default: the newest attempt with logs)")
+    lg.add_argument("--follow", "-f", action="store_true", help="print what the trial writes until it ends "
+                                                                 "(the store is at most SPOTSWEEP_LOG_UPLOAD_SECONDS behind)")
+
+    ck = sub.add_parser("checkpoint", help="download a trial's latest complete checkpoint (or one step's)")
+    ck.add_argument("trial", help="a trial id, or a trial name (within --sweep)")
+    ck.add_argument("--sweep", help="the sweep (id, or name: its newest sweep) whose trial name TRIAL is")
+    ck.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to download into")
+    ck.add_argument("--step", type=_step, help="the checkpoint of this step (default: the latest complete one)")
 
     d = sub.add_parser("dashboard", help="serve the web dashboard of every sweep (results database or local mode's)")
     d.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
@@ -232,6 +257,9 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         commands.cancel(args.sweep, settings)
         print(f"cancel requested for {args.sweep}")
         return ExitCode.OK
+    if cmd == "migrate":
+        print(commands.migrate(settings))
+        return ExitCode.OK
     if cmd == "status":
         return commands.status(args.sweep, settings, args.json)
     if cmd == "dashboard":
@@ -240,6 +268,12 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return serve(settings, args.host, args.port)
     if cmd == "export":
         return commands.export_tensorboard(args.sweep, settings, args.dir)
+    if cmd in ("logs", "checkpoint"):
+        from spotsweep.services import artifacts_cli
+
+        if cmd == "logs":
+            return artifacts_cli.logs(args.trial, args.sweep, args.attempt, args.follow, settings)
+        return artifacts_cli.checkpoint(args.trial, args.sweep, args.out, args.step, settings)
     if cmd == "ls":
         return commands.list_trials(args.filter, settings, args.json)
     if cmd == "report":

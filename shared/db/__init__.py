@@ -1,4 +1,4 @@
-"""PostgreSQL access: connections, schema migration, errors translated.
+"""PostgreSQL access: connections, errors translated; schema migration in :mod:`.migrator`.
 
 Each thread gets its own connection (psycopg connections are not meant to be
 shared across threads mid-transaction); a dropped connection is replaced on
@@ -13,7 +13,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from importlib import resources
 
 import psycopg
 from psycopg.rows import dict_row
@@ -23,10 +22,8 @@ from spotsweep.shared.db.sqlstate import translated
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.settings import redact_url
 
-SCHEMA_VERSION = 3  # 3: trials.flags and trials.warnings
 Row = dict[str, Any]
 Conn = psycopg.Connection[Row]  # every connection here returns rows as dicts
-_MIGRATION_LOCK = 0x5907_5EE9  # pg_advisory_lock key: one migrator at a time
 
 
 def required_database(database_url: SecretStr | None, who: str) -> Database:
@@ -70,17 +67,15 @@ class Database:
         if conn is not None:
             conn.close()
 
-    def migrate(self) -> None:
-        """Create or upgrade the schema. Safe from any number of services at once."""
-        sql = resources.files("spotsweep.shared.db").joinpath("schema.sql").read_text()
-        with self.transaction() as conn:
-            # Transaction-scoped lock: concurrent starters wait, then find it done.
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            conn.execute("CREATE TABLE IF NOT EXISTS spotsweep_schema (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
-            row = conn.execute("SELECT max(version) AS v FROM spotsweep_schema").fetchone()
-            current = row["v"] if row and row["v"] else 0
-            if current > SCHEMA_VERSION:
-                raise PermanentError(f"database schema v{current} is newer than this spotsweep (v{SCHEMA_VERSION})")
-            if current < SCHEMA_VERSION:
-                conn.execute(sql)
-                conn.execute("INSERT INTO spotsweep_schema (version) VALUES (%s) ON CONFLICT DO NOTHING", (SCHEMA_VERSION,))
+    def migrate(self) -> list[str]:
+        """Apply pending schema migrations (:mod:`.migrator`); returns their ids.
+        Writers only; safe from any number of services at once."""
+        from spotsweep.shared.db import migrator  # here: yoyo loads only in processes that migrate
+
+        return migrator.migrate(self.url)
+
+    def check(self) -> None:
+        """Raise :class:`~.migrator.SchemaNotReady` unless the schema is current: readers never migrate."""
+        from spotsweep.shared.db import migrator
+
+        migrator.check(self.url)

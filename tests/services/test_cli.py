@@ -30,9 +30,34 @@ def test_schema_prints_the_spec_and_message_schemas() -> None:
 
 
 def test_status_on_a_fresh_database_is_empty_not_an_error(database_url: str) -> None:
-    proc = cli("status", "--json", env={"SPOTSWEEP_DATABASE_URL": database_url})
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == []
+    env = {"SPOTSWEEP_DATABASE_URL": database_url}
+    for args in (("status", "--json"), ("ls", "--json")):
+        proc = cli(*args, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == []
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:  # readers never migrate
+        assert conn.execute("SELECT to_regclass('trials')").fetchone() == (None,)
+
+
+def test_readers_of_an_older_schema_say_to_migrate_and_migrate_does_it(database_url: str) -> None:
+    import psycopg
+
+    from spotsweep.shared.db import Database
+
+    Database(database_url).migrate()
+    with psycopg.connect(database_url, autocommit=True) as conn:  # as if a newer spotsweep's migration were pending
+        last = conn.execute("SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc DESC LIMIT 1").fetchone()
+        conn.execute("DELETE FROM _yoyo_migration WHERE migration_id = %s", last)
+    env = {"SPOTSWEEP_DATABASE_URL": database_url}
+    proc = cli("ls", env=env)
+    assert proc.returncode == 2 and f"lacks migration(s) {last[0]}" in proc.stderr and "spotsweep migrate" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = cli("migrate", env=env)
+    assert proc.returncode == 0 and f"applied migration(s): {last[0]}" in proc.stdout, proc.stderr
+    assert cli("migrate", env=env).stdout.strip() == "the schema is up to date"
+    assert cli("ls", env=env).returncode == 0
 
 
 def test_report_of_an_unknown_sweep_names_it(database_url: str) -> None:
@@ -83,6 +108,9 @@ def test_extend_names_what_is_wrong_before_posting_anything(database_url: str) -
     assert proc.returncode == 2 and "give --trials and/or a budget" in proc.stderr
     import psycopg
 
+    from spotsweep.shared.db import Database
+
+    Database(database_url).migrate()  # as the planner does when it starts (readers never migrate)
     spec = {"name": "g", "command": ["t"], "metric": {"name": "loss"}, "space": {"x": [1, 2]}, "strategy": {"type": "grid"}}
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("INSERT INTO sweeps (sweep_id, name, spec, state, total_trials) VALUES ('g-1', 'g', %s, 'completed', 2)",
@@ -122,6 +150,9 @@ def test_cancel_and_extend_of_an_unknown_sweep_are_refused_and_post_nothing(data
         assert "\x1b" not in proc.stderr and len(proc.stderr) < 2000
     import psycopg
 
+    from spotsweep.shared.db import Database
+
+    Database(database_url).migrate()  # as the planner does when it starts (readers never migrate)
     with psycopg.connect(database_url, autocommit=True) as conn:  # a row an older planner let in under a raw header
         conn.execute("INSERT INTO sweeps (sweep_id, name, state) VALUES ('../../evil/x', 'x', 'running')")
         assert conn.execute("SELECT count(*) FROM sweeps").fetchone() == (1,)

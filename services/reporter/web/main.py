@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 from spotsweep.shared import log as logs
 from spotsweep.shared.db import Database
+from spotsweep.shared.db.migrator import SchemaNotReady
 from spotsweep.shared.settings import Settings
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8265
@@ -18,12 +21,12 @@ def serve(settings: Settings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
     mode's embedded one when unset) until SIGINT or SIGTERM; returns the exit code."""
     import uvicorn
 
-    from spotsweep.services.local import database
+    from spotsweep.services.commands import database
     from spotsweep.services.reporter.web.app import make_app
 
-    db = database(settings)
-    db.migrate()  # a dashboard started before any service shows no sweeps, not an error
     log = logs.get(__name__)
+    db = database(settings, ready=False)
+    _wait_for_schema(db, log)
     log.info("dashboard.serving", url=f"http://{host}:{port}/")
     # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again
     # with the handlers it found installed: these no-ops make that a plain
@@ -36,6 +39,16 @@ def serve(settings: Settings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
             signal.signal(sig, handler)
         db.close()
     return 0
+
+
+def _wait_for_schema(db: Database, log: Any, every: float = 5.0) -> None:
+    """A dashboard started before the planner waits for the schema (readers never migrate)."""
+    while True:
+        try:
+            return db.check()
+        except SchemaNotReady as e:
+            log.warning("dashboard.waiting_for_schema", why=str(e))
+            time.sleep(every)
 
 
 def serve_in_background(db: Database, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Callable[[], None]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from spotsweep.services.collector.handlers import CollectorDeps, handle_batch, write_events
 from spotsweep.shared.broker.batching import BatchingHandler
+from spotsweep.shared.db.migrator import migrations
 from spotsweep.shared.db import Database
 from spotsweep.shared.messages import CheckpointSaved, MetricPoint, TrialMetrics, encode
 
@@ -75,7 +76,7 @@ def test_migration_is_safe_to_run_concurrently(database_url: str) -> None:
         t.join()
     assert errors == []
     with Database(database_url).transaction() as conn:
-        assert conn.execute("SELECT count(*) AS n FROM spotsweep_schema").fetchone()["n"] == 1
+        assert conn.execute("SELECT count(*) AS n FROM _yoyo_migration").fetchone()["n"] == len(migrations())
 
 
 def test_a_key_repeated_within_one_batch_keeps_its_first_value(database_url: str) -> None:

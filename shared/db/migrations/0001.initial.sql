@@ -1,4 +1,7 @@
--- spotsweep results database, version 3 (idempotent: run whole on a new, a version-1 or a version-2 database).
+-- spotsweep results database: the schema as of spotsweep's hand-rolled versions 1 to 3
+-- (idempotent: it upgrades a database made by any of them in place, rows intact).
+-- Every migration here must be idempotent too (IF NOT EXISTS, CREATE OR REPLACE):
+-- yoyo records a migration after running it, so a migrator killed in between runs it again.
 -- Public read API: the views trial_results and metric_points (docs/results.md).
 -- The tables behind them may change between versions; the views will not.
 
