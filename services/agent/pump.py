@@ -33,6 +33,7 @@ class MetricPump:
         # not re-report what was reported before it, even by a run that was lost.
         self.final: dict[str, float] = dict(restored or {})
         self.last_step: int | None = None
+        self.watch: Callable[[Points], None] | None = None  # sees every line's points (the run's anomaly flags)
 
     def take(self, points: Points) -> None:
         """Add one line's points; publish the batch once it is full."""
@@ -41,8 +42,17 @@ class MetricPump:
         self._batch.extend((points.step, k, v) for k, v in points.values.items())
         self.final.update(points.values)
         self.last_step = points.step
+        if self.watch is not None:
+            self.watch(points)
         if len(self._batch) >= self._batch_points:
             self.flush()
+
+    def take_samples(self, step: int, values: dict[str, float]) -> None:
+        """Add the agent's own ``sys/`` points (:mod:`.resources`): sent like the trial's, yet
+        neither its final metrics nor its last step."""
+        if not self._batch:
+            self._oldest = time.monotonic()
+        self._batch.extend((step, k, v) for k, v in values.items())
 
     def flush_if_due(self, now: float) -> None:
         """Publish the batch if its oldest point has waited ``batch_seconds``."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from spotsweep.services.agent.committer import LineReader
 from spotsweep.services.agent.controls import RunControls
+from spotsweep.services.agent.monitor import RunMonitor
 from spotsweep.services.agent.pump import MetricPump
 from spotsweep.services.agent.screen import Screen
 from spotsweep.services.agent.signals import killpg
@@ -45,6 +46,7 @@ class RunnerConfig:
     batch_seconds: float = 0.25  # ...or when the oldest unsent point is this old
     poll_seconds: float = 0.05
     drain_seconds: float = 10.0  # reading what an exited trial left in its metrics file, at most
+    sample_seconds: float = 5.0  # between resource samples of a running trial (sys/ metrics; 1 to 5)
 
 
 @dataclass
@@ -101,6 +103,8 @@ def supervise(
     pump = MetricPump(msg, run_id, publish, config.batch_points, config.batch_seconds, restored)
     screen = Screen(msg.limits, known=pump.final, trial_id=msg.trial_id)
     reader = LineReader(msg, tail, screen, pump, store, ckpt_dir, publish, confirm)
+    monitor = RunMonitor(msg, run_id, proc.pid, publish, pump.take_samples, config.sample_seconds)
+    pump.watch = monitor.points
     # Running time left to this trial over all its attempts (timeout.total).
     budget = None if msg.total_timeout is None else msg.total_timeout - msg.elapsed
     limits = Limits(stall=msg.stall_timeout, budget=budget, grace=control.grace)
@@ -115,6 +119,8 @@ def supervise(
             now = time.monotonic()
             if lines:  # any line is a sign of life, and an upload may have taken a while
                 state = replace(state, last_line=now)
+            if not exited:
+                monitor.poll(now - state.last_line)
             pump.flush_if_due(now)
             if exited:
                 break
@@ -126,6 +132,7 @@ def supervise(
     proc.wait()
     drain(tail, reader.consume, config.drain_seconds, screen)
     pump.flush()
+    monitor.finish(screen)
     if tail.refused is not None:
         screen.note("metrics_refused", tail.refused)
     return Outcome(reason=state.reason, final=pump.final, last_step=pump.last_step, stop_reason=state.stop_reason,

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from spotsweep.services.planner.flags import preemption_flags
 from spotsweep.services.planner.search.rungs import Action, StepDecision
 from spotsweep.shared.messages import StopReason, TrialFinished, TrialLost, TrialStarted
 from spotsweep.shared.states import TrialState, check_transition
@@ -287,7 +288,8 @@ def _finished(sweep: SweepState, trial: TrialView, event: TrialFinished, run_end
     if event.outcome == "preempted":
         # Not a failure: the trial goes back with a new attempt and resumes
         # from its last checkpoint. The retry budget is untouched.
-        return TrialUpdate(TrialState.PENDING, n + 1, f, p + 1, error=event.error, **again)
+        return TrialUpdate(TrialState.PENDING, n + 1, f, p + 1, error=event.error,
+                           **dict(again, flags=preemption_flags(again["flags"], p + 1)))
     policy = sweep.retry
     if event.failure == "oom" and policy.on_oom == "halve_batch" and sweep.active:
         halved = _halved(trial, policy)

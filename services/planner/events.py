@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from spotsweep.services.planner.decide import (
     Decision, RunEnd, SweepState, TrialView, counted_run, decide, prune, record_rungs,
 )
+from spotsweep.services.planner import flags
 from spotsweep.services.planner.launch import retry_policy
 from spotsweep.services.planner.search import Action, Search, StepDecision
 from spotsweep.services.planner.search.history import objective_values
@@ -104,9 +105,13 @@ def _within_budget(uow: UnitOfWork, row: Row, event: TrialFinished, spec: SweepS
 
 
 def _progress(uow: UnitOfWork, row: Row, view: TrialView, event: TrialProgress, spec: SweepSpec, search: Search) -> Decision:
-    """Record a running trial's objective points and let early stopping judge each."""
+    """Record a running trial's objective points and anomaly flags; let early stopping judge each point."""
     if view.state != TrialState.RUNNING or event.attempt != view.attempt or event.run_id != (view.run_id or ""):
         return Decision(reason="progress of a run that is not the trial's current one")
+    return flags.live(view, event.flags, _judged(uow, row, view, event, spec, search) if event.points else Decision())
+
+
+def _judged(uow: UnitOfWork, row: Row, view: TrialView, event: TrialProgress, spec: SweepSpec, search: Search) -> Decision:
     uow.trials.merge_curve(row["trial_id"], event.points)
     if search.stopper is None or row["idx"] < 0:
         return Decision()

@@ -57,7 +57,7 @@ def run_one(hostile: Hostile, body: dict[str, Any], points: int) -> dict[str, An
 
 
 def stored(hostile: Hostile, sweep_id: str) -> int:
-    return int(hostile.sql("SELECT count(*) FROM metric_points WHERE sweep_id = %s", sweep_id)[0][0])
+    return int(hostile.sql("SELECT count(*) FROM metric_points WHERE sweep_id = %s AND name NOT LIKE 'sys/%%'", sweep_id)[0][0])
 
 
 def bystander_and_outputs(hostile: Hostile) -> None:

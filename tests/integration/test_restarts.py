@@ -54,7 +54,8 @@ def test_planner_and_collector_killed_mid_sweep_lose_and_duplicate_nothing(clust
     assert all(codes[n] == 0 for n in ("planner2", "collector2", "agent")), (codes, cluster.logs())
     with psycopg.connect(database_url) as conn:
         rows = conn.execute("SELECT params, metrics, state FROM trial_results WHERE sweep_id = %s", (sweep_id,)).fetchall()
-        points = conn.execute("SELECT count(*), count(DISTINCT (trial_id, step)) FROM metric_points WHERE sweep_id = %s",
+        points = conn.execute("SELECT count(*), count(DISTINCT (trial_id, step)) FROM metric_points WHERE sweep_id = %s"
+                              " AND name NOT LIKE 'sys/%%'",
                               (sweep_id,)).fetchone()
     assert len(rows) == 12 and all(r[2] == "completed" for r in rows)
     assert all(r[1]["loss"] == r[0]["k"] * 10 + 5 for r in rows)
@@ -103,7 +104,8 @@ def test_services_reconnect_when_the_broker_drops_every_connection(cluster: Clus
     with psycopg.connect(database_url) as conn:
         rows = conn.execute("SELECT params, metrics FROM trial_results WHERE sweep_id = %s AND state = 'completed'",
                             (sweep_id,)).fetchall()
-        points = conn.execute("SELECT count(*), count(DISTINCT (trial_id, step)) FROM metric_points WHERE sweep_id = %s",
+        points = conn.execute("SELECT count(*), count(DISTINCT (trial_id, step)) FROM metric_points WHERE sweep_id = %s"
+                              " AND name NOT LIKE 'sys/%%'",
                               (sweep_id,)).fetchone()
     assert len(rows) == 8 and all(r[1]["loss"] == r[0]["k"] * 10 + 5 for r in rows)
     assert points == (40, 40)

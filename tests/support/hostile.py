@@ -135,7 +135,7 @@ class Hostile:
         assert n == expected, f"bystander has {n} of its {expected} points\n{self.cluster.logs()}"
 
     def _points(self, sweep_id: str) -> int:
-        return int(self.sql("SELECT count(*) FROM metric_points WHERE sweep_id = %s", sweep_id)[0][0])
+        return int(self.sql("SELECT count(*) FROM metric_points WHERE sweep_id = %s AND name NOT LIKE 'sys/%%'", sweep_id)[0][0])
 
     def assert_outputs_clean(self) -> None:
         """Every command a user reads exits 0, with no raw control byte and no live formula."""

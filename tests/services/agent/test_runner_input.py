@@ -23,7 +23,9 @@ def raw(text):
 
 
 def points(events: list[Any]) -> dict[tuple[int, str], float]:
-    return {(p.step, p.name): p.value for e in events if isinstance(e, TrialMetrics) for p in e.points}
+    """The trial's own points (not the agent's sys/ samples)."""
+    return {(p.step, p.name): p.value for e in events if isinstance(e, TrialMetrics) for p in e.points
+            if not p.name.startswith("sys/")}
 
 
 def test_lines_over_the_limits_are_skipped_and_counted(kit: Any) -> None:

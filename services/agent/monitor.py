@@ -1,0 +1,74 @@
+"""One run's resource samples and anomaly flags, wired into the supervision loop.
+
+:class:`RunMonitor` is what :func:`~.supervise.supervise` calls: the pump
+hands it every point the trial reported (:meth:`RunMonitor.points`), and
+each poll (:meth:`RunMonitor.poll`) it takes a resource sample when one is
+due (:mod:`.resources`), sends it as ``sys/`` points through the pump, and
+folds points, samples and silence into the run's anomaly
+:class:`~.anomalies.Watch`. A flag that rises goes to the planner at once,
+as a ``trial.progress`` event with no points and the new ``flags``, so
+``trial_results.flags`` shows it while the trial runs; at the end every
+flag raised is noted on the run's :class:`~.screen.Screen`, so the final
+event carries them too (with the reason among its ``warnings``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from spotsweep.services.agent import anomalies, lines
+from spotsweep.services.agent.anomalies import Watch
+from spotsweep.services.agent.resources import SAMPLE_EVERY_S, Sampler, due
+from spotsweep.services.agent.screen import Screen
+from spotsweep.shared import log
+from spotsweep.shared.messages import Envelope, TrialMessage, TrialProgress
+
+_log = log.get("spotsweep.agent")
+
+
+class RunMonitor:
+    """Samples and anomaly flags of one run (see the module's docstring)."""
+
+    def __init__(self, msg: TrialMessage, run_id: str, pid: int, publish: Callable[[Envelope], None],
+                 take_samples: Callable[[int, dict[str, float]], None], every: float = SAMPLE_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic, sampler: Sampler | None = None) -> None:
+        self._msg = msg
+        self._run_id = run_id
+        self._publish = publish
+        self._take_samples = take_samples  # the pump's: sys/ points go out with the trial's own
+        self._every = max(1.0, min(every, SAMPLE_EVERY_S))  # whole-second steps: at most one sample a second
+        self._clock = clock
+        self._started = clock()
+        self._last: float | None = None
+        self._sampler = sampler or Sampler(pid)
+        self.watch = Watch(msg.metric, msg.metric_mode, msg.stall_timeout)
+        self._sent: set[str] = set()
+
+    def points(self, points: lines.Points) -> None:
+        """A line of the trial's points, as the pump took it."""
+        self.watch = anomalies.decide(self.watch, anomalies.Points(points.step, points.values))
+
+    def poll(self, silent_for: float) -> None:
+        """Once per poll: ``silent_for`` seconds since the trial's last line. Samples when due; sends new flags."""
+        now = self._clock()
+        self.watch = anomalies.decide(self.watch, anomalies.Silence(silent_for))
+        if due(now, self._started, self._last, self._every):
+            self._last = now
+            values = self._sampler.sample()
+            if values:
+                self._take_samples(int(self._msg.elapsed + now - self._started), values)
+                self.watch = anomalies.decide(self.watch, anomalies.Sample(now, values))
+        new = [flag for flag in self.watch.flags if flag not in self._sent]
+        if new:
+            self._sent.update(new)
+            _log.warning("trial flagged", flags=new, trial_id=self._msg.trial_id,
+                         why=[self.watch.flags[f] for f in new])
+            msg = self._msg
+            self._publish(TrialProgress(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
+                                        run_id=self._run_id, points=[], flags=new))
+
+    def finish(self, screen: Screen) -> None:
+        """The run is over: note every flag raised on its screen (for the final event's flags and warnings)."""
+        for flag, why in self.watch.flags.items():
+            screen.note(flag, f"{flag}: {why}")
