@@ -12,11 +12,14 @@ thread drives it at a time:
 * While nobody runs the loop (the CLI publishes a spec and exits), calls drive
   the connection directly, one at a time under ``_direct``.
 
-Publishing uses its own channel in confirm mode, so ``publish`` returns after
-the broker's confirm; confirms are tracked, not waited for one message at a
-time (:mod:`.rabbit_publisher`), so the I/O thread never blocks on a round
-trip and publishes from many threads are in flight together. Each consumer has its own channel with its own
-``basic_qos`` prefetch. ``stop`` only sets flags and wakes the loop (safe from
+Publishing uses a connection of its own (a ``pika.SelectConnection`` on its
+own thread, :mod:`.rabbit_publisher`) with a channel in confirm mode, so
+``publish`` returns after the broker's confirm; confirms are tracked, not
+waited for one message at a time, so no thread blocks on a round trip per
+message and publishes from many threads are in flight together; a publish
+never waits behind this connection's deliveries and acks, nor they behind it.
+Each consumer has its own channel with its own ``basic_qos`` prefetch. Only
+pika's public API is used. ``stop`` only sets flags and wakes the loop (safe from
 a signal handler); the loop cancels consumers, drains, and closes.
 
 The consumer side and :func:`translated` live in :mod:`.rabbit_consumer` (re-exported here).
@@ -35,7 +38,6 @@ import pika.exceptions as pe
 from pika.adapters.blocking_connection import BlockingChannel
 
 from spotsweep.shared import log
-from spotsweep.shared.broker import pika_send
 from spotsweep.shared.broker.port import DRAIN_GRACE_S, Broker, Consumer, Handler, Outgoing
 from spotsweep.shared.broker.rabbit_consumer import RabbitConsumer, translated
 from spotsweep.shared.broker.rabbit_consumer import RabbitDelivery as RabbitDelivery  # re-exported
@@ -48,8 +50,6 @@ from spotsweep.shared.topology import DEAD_LETTER_EXCHANGE, EXCHANGES, QueueSpec
 _log = log.get(__name__)
 T = TypeVar("T")
 
-pika_send.install()  # one send() per loop turn, not one per frame
-
 IO_TICK_S = 1.0  # the loop re-checks its stop flag at least this often (a flag set from a signal handler)
 
 
@@ -61,14 +61,6 @@ def _done(fn: Callable[[], T]) -> Future[T]:
     except BaseException as e:  # re-raised by result(), on the caller's thread
         fut.set_exception(e)
     return fut
-
-
-def _copy(source: Future[None], target: Future[None]) -> None:
-    error = source.exception()
-    if error is not None:
-        target.set_exception(error)
-    else:
-        target.set_result(None)
 
 
 def _queue_arguments(spec: QueueSpec) -> dict[str, Any]:
@@ -102,6 +94,7 @@ class RabbitBroker(Broker):
         # Under a broker resource alarm a publish would wait forever (and the
         # I/O thread with it); give up and reconnect instead.
         params.blocked_connection_timeout = 60
+        self._params = params
         try:
             self._conn = pika.BlockingConnection(params)
         except (pe.AMQPError, OSError) as e:
@@ -109,6 +102,7 @@ class RabbitBroker(Broker):
             raise RetryableError(f"cannot connect to RabbitMQ at {self.url} ({type(e).__name__})") from e
         self._channel: BlockingChannel | None = None  # for declarations
         self._publisher: ConfirmPublisher | None = None
+        self._publisher_lock = threading.Lock()
         # Held to drive the connection without the loop; guards the fields below.
         # Re-entrant so that stop() from a signal handler cannot deadlock its own thread.
         self._direct = threading.RLock()
@@ -180,9 +174,13 @@ class RabbitBroker(Broker):
         return self._channel
 
     def _confirm_publisher(self) -> ConfirmPublisher:
-        if self._publisher is None or not self._publisher.is_open:
-            self._publisher = ConfirmPublisher(self._conn, self.url)
-        return self._publisher
+        """The publishing connection, opened on first use and again after it was lost."""
+        with self._publisher_lock:
+            if self._closed.is_set():
+                raise RetryableError(f"connection to {self.url} is closed")
+            if self._publisher is None or not self._publisher.is_open:
+                self._publisher = ConfirmPublisher(self._params, self.url)
+            return self._publisher
 
     def declare(self, queues: Iterable[QueueSpec]) -> None:
         specs = list(queues)
@@ -228,38 +226,14 @@ class RabbitBroker(Broker):
         self.publish_async(messages).result()
 
     def publish_async(self, messages: Sequence[Outgoing]) -> Future[None]:
-        # Decided on the caller's thread: ``send`` itself always runs on the
-        # thread that drives the connection, which must not wait there for the
-        # confirms (that would hold every other publish, ack and delivery of
-        # the connection behind one broker round trip and fsync), unless the
-        # caller is that thread (a callback of the loop) or nobody runs the
-        # loop: then nobody else would ever complete the Future.
-        caller_drives = threading.current_thread() is self._io_thread
-
-        def send() -> Future[None]:
-            publisher = self._confirm_publisher()
-            confirmed = publisher.send(messages)
-            if caller_drives or self._io_thread is None:
-                publisher.wait_here(confirmed)
-            return confirmed
-
-        # The caller does not wait for the I/O thread to write the frames
-        # either (one thread hop fewer per publish): the Future it gets
-        # completes, on the I/O thread, when the broker has confirmed them.
-        result: Future[None] = Future()
-
-        def sent(written: Future[Future[None]]) -> None:
-            try:
-                with translated(f"publish to {self.url}"):
-                    written.result().add_done_callback(lambda confirmed: _copy(confirmed, result))
-            except BaseException as e:  # translated above; anything else still reaches the waiter
-                result.set_exception(e)
-
+        # Safe from any thread, the I/O thread included: the Future completes
+        # on the publisher's thread once the broker has confirmed every message.
         try:
-            self.submit(send).add_done_callback(sent)
+            return self._confirm_publisher().send(messages)
         except SpotsweepError as e:
-            result.set_exception(e)
-        return result
+            failed: Future[None] = Future()
+            failed.set_exception(e)
+            return failed
 
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
                 finish_buffered: bool = False, retry: Backoff | None = None) -> Consumer:
@@ -374,8 +348,10 @@ class RabbitBroker(Broker):
             self._closed.set()
             self._io_thread = None
             pending, self._pending = self._pending, set()
-            if self._publisher is not None:
-                self._publisher.fail(RetryableError(f"connection to {self.url} closed before the broker confirmed"))
+        with self._publisher_lock:
+            publisher, self._publisher = self._publisher, None
+        if publisher is not None:  # after the consumers' connection: a drained handler's publishes are confirmed
+            publisher.close()
         for fut in pending:
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(RetryableError(f"connection to {self.url} closed"))

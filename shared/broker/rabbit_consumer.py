@@ -10,6 +10,7 @@ onto the I/O thread through :meth:`RabbitBroker.call`. Also here:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -64,6 +65,7 @@ class RabbitDelivery(Delivery):
         self.queue = consumer.queue
         self.connection = consumer.broker
         self.tag: int = method.delivery_tag
+        self.received = time.monotonic()
         self.channel = channel
         self._consumer = consumer
         self._lock = threading.Lock()
@@ -140,10 +142,16 @@ class RabbitConsumer(Consumer):
         """What the broker said when it closed this consumer's channel, if it did."""
         if self.broker_cancelled:
             return "the broker cancelled the consumer (queue deleted or moved)"
-        reason = getattr(self.channel, "_closing_reason", None)  # pika keeps the ChannelClosedByBroker here
-        if isinstance(reason, pe.ChannelClosedByBroker):
-            return f"{reason.reply_code} {reason.reply_text}"
-        return None
+        # pika's public API does not say why the broker closed a channel no
+        # call was waiting on. A consumer's channel only consumes and settles
+        # (never twice: ``claim``), so a close with deliveries held is, in
+        # practice, RabbitMQ's consumer_timeout; say so, with how long.
+        with self._cond:
+            held = [time.monotonic() - d.received for d in self.unacked]
+        if held:
+            return (f"the broker closed the channel while a delivery was held {max(held):.0f} s unacknowledged: most "
+                    "likely its delivery acknowledgement timed out (RabbitMQ's consumer_timeout)")
+        return "the broker closed the consumer's channel"
 
     def on_message(
         self, ch: BlockingChannel, method: pika.spec.Basic.Deliver, props: pika.BasicProperties, body: bytes
