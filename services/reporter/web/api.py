@@ -17,8 +17,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from spotsweep.services.reporter.web import importance as imp
-from spotsweep.services.reporter.web import present, queries
+from spotsweep.services.reporter.web import present, queries, trial_api
 from spotsweep.services.reporter.web.downsample import downsample
+from spotsweep.services.reporter.web.trial_api import TrialArtifacts
+from spotsweep.shared.artifacts import ArtifactStore
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec import parse_spec
@@ -48,8 +50,9 @@ class Api:
     """Handlers over one database; ``importance`` results are cached per
     sweep state (they change only when a trial completes)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, store: ArtifactStore | None = None) -> None:
         self.db = db
+        self.artifacts = TrialArtifacts(store)
         self._importance: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
 
     def _sweep(self, sweep_id: str) -> dict[str, Any]:
@@ -145,8 +148,10 @@ class Api:
                 raise HTTPException(404, f"no trial {trial_id!r} in sweep {sweep_id!r}")
             attempts = queries.attempts(conn, trial_id)
             names = queries.trial_metric_names(conn, trial_id)
+            journal = trial_api.events(conn, trial_id)
         return {**present.trial_json(row), "error": row.get("error"), "sweep_id": sweep_id,
-                "agent": row.get("agent"), "losses": row.get("losses"), "metric_names": names, "attempt_points": attempts}
+                "agent": row.get("agent"), "losses": row.get("losses"), "metric_names": names, "attempt_points": attempts,
+                "events": journal, **self.artifacts.body(sweep_id, trial_id)}
 
     # -- ASGI endpoints ------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from spotsweep.services.reporter.web import queries
 from spotsweep.services.reporter.web.api import Api, json_response
+from spotsweep.shared.artifacts import ArtifactStore
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import RetryableError
 from spotsweep.shared import log as logs
@@ -96,9 +97,10 @@ def _error_handlers(pages: Pages) -> dict[Any, Any]:
     return {HTTPException: http_error, RetryableError: unavailable, Exception: internal}
 
 
-def make_app(db: Database) -> Starlette:
-    """The dashboard over ``db`` (schema already there: ``Database.migrate()``)."""
-    api = Api(db)
+def make_app(db: Database, store: ArtifactStore | None = None) -> Starlette:
+    """The dashboard over ``db`` (schema already there: ``Database.migrate()``); the trial
+    page reads logs and checkpoints from ``store`` (default: the settings' store)."""
+    api = Api(db, store)
     pages = Pages(db, api)
     static = resources.files(PACKAGE).joinpath("static")
     routes = [
