@@ -83,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--filter", action="append", default=[], metavar="KEY=GLOB", help="name=, state= or sweep= (repeatable)")
     ls.add_argument("--json", action="store_true")
 
+    tp = sub.add_parser("top", help="live view of the running trials: agent, GPU, memory, step, last metric, ETA")
+    tp.add_argument("--sweep", help="only this sweep (id or name)")
+    tp.add_argument("--once", action="store_true", help="print one table and exit")
+    tp.add_argument("--json", action="store_true", help="print the rows as JSON and exit")
+
     e = sub.add_parser("extend", help="more trials or a larger budget for a running or finished sweep")
     e.add_argument("sweep")
     e.add_argument("--trials", type=_positive, help="configurations to add (each runs `repeats` times)")
@@ -276,6 +281,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return artifacts_cli.checkpoint(args.trial, args.sweep, args.out, args.step, settings)
     if cmd == "ls":
         return commands.list_trials(args.filter, settings, args.json)
+    if cmd == "top":
+        from spotsweep.services import top
+
+        return top.main(settings, args.sweep, args.once, args.json)
     if cmd == "report":
         return commands.report(args.sweep, settings, args.csv, args.top, args.metrics, args.html)
     raise AssertionError(cmd)  # argparse refuses unknown commands
