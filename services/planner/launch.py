@@ -17,6 +17,7 @@ from typing import Any
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import RetryPolicy, fill
+from spotsweep.services.planner.outcome import sweep_end
 from spotsweep.services.planner.search import Search, TrialRecord
 from spotsweep.services.planner.unit import UnitOfWork
 from spotsweep.shared import log
@@ -74,8 +75,9 @@ def top_up(uow: UnitOfWork, sweep_id: str, spec: SweepSpec, search: Search, wind
     launched, total = _launch(uow, sweep, spec, search, n, regular)
     done = state.next_index + launched >= total and state.in_flight + launched == 0
     if done:
-        uow.sweeps.finish(sweep_id)
-        _log.info("sweep completed")
+        state, error = sweep_end(uow.trials.outcomes(sweep_id))
+        uow.sweeps.finish(sweep_id, state, error)
+        _log.info(f"sweep {state}", error=error)
     return TopUp(launched=launched, done=done)
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import TrialUpdate, TrialView
+from spotsweep.services.planner.outcome import Outcomes
 from spotsweep.services.planner.ports import History
 from spotsweep.services.planner.search import Usage
 from spotsweep.services.planner.searching import Flying, Totals, record_from_row, split, usage_of
@@ -129,6 +131,11 @@ class MemoryTrials:
             out.append((r["idx"], record_from_row({**r, "curve": curve}, spec)))
         return split(out)
 
+
+    def outcomes(self, sweep_id: str) -> Outcomes:
+        rows = [r for r in self.db.trials.values() if r["sweep_id"] == sweep_id and r["idx"] >= 0]
+        failed = sorted((r["idx"], r["error"]) for r in rows if r["state"] == "failed")
+        return Outcomes(dict(Counter(r["state"] for r in rows)), failed[0][1] if failed else None)
 
     def usage(self, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,
               ended: tuple[str, float | None] | None = None) -> Usage:

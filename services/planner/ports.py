@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import TrialUpdate, TrialView
+from spotsweep.services.planner.outcome import Outcomes
 from spotsweep.services.planner.search import TrialRecord, Usage
 from spotsweep.services.planner.searching import history, usage
 from spotsweep.shared.db import Conn, Row
@@ -75,6 +76,9 @@ class TrialRepository(Protocol):
 
     def journal(self, events: Sequence[Envelope], bodies: Mapping[str, bytes]) -> None:
         """Record lifecycle events once each, by message id (:func:`spotsweep.shared.db.journal.journal`)."""
+
+    def outcomes(self, sweep_id: str) -> Outcomes:
+        """The sweep's regular (not smoke) trials by state, and its first failed trial's error."""
 
 
 class PgSweeps:
@@ -136,3 +140,6 @@ class PgTrials:
 
     def journal(self, events: Sequence[Envelope], bodies: Mapping[str, bytes]) -> None:
         journal(self.conn, events, bodies)
+
+    def outcomes(self, sweep_id: str) -> Outcomes:
+        return store.outcomes(self.conn, sweep_id)

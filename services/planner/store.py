@@ -11,6 +11,7 @@ from typing import Any
 from psycopg.types.json import Json, Jsonb
 
 from spotsweep.services.planner.decide import RetryPolicy, SweepState, TrialUpdate, TrialView
+from spotsweep.services.planner.outcome import Outcomes
 from spotsweep.services.planner.untrusted import FLAGS, WARNINGS, pg_text
 from spotsweep.shared.db import Conn, Row
 from spotsweep.shared.messages import json_safe
@@ -220,6 +221,15 @@ def finish_sweep(conn: Conn, sweep_id: str, state: str = "completed", error: str
         "UPDATE sweeps SET state = %s, finished_at = now(), error = COALESCE(%s, error) WHERE sweep_id = %s AND state = 'running'",
         (state, None if error is None else pg_text(error), sweep_id),
     )
+
+
+def outcomes(conn: Conn, sweep_id: str) -> Outcomes:
+    """The sweep's regular trials by state, and its first failed trial's error."""
+    counts = {r["state"]: int(r["n"]) for r in conn.execute(
+        "SELECT state, count(*) AS n FROM trials WHERE sweep_id = %s AND idx >= 0 GROUP BY state", (sweep_id,))}
+    first = conn.execute("SELECT error FROM trials WHERE sweep_id = %s AND idx >= 0 AND state = 'failed'"
+                         " ORDER BY idx LIMIT 1", (sweep_id,)).fetchone()
+    return Outcomes(counts, first["error"] if first else None)
 
 
 def fail_sweep(conn: Conn, sweep_id: str, error: str) -> int:

@@ -7,6 +7,7 @@ embedded PostgreSQL and a local artifact directory; nothing configured.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -78,6 +79,20 @@ def test_a_failing_trial_makes_run_exit_non_zero_and_says_why(tmp_path: Path) ->
     rows = {r["trial_name"]: r for r in csv.DictReader((tmp_path / "f.csv").open())}
     assert rows["fails.v2_0001"]["state"] == "failed" and rows["fails.v2_0001"]["attempts"] == "2"
     assert rows["fails.v2_0000"]["state"] == "completed"
+
+
+def test_a_sweep_whose_every_trial_failed_ends_failed_with_their_error(tmp_path: Path) -> None:
+    spec = tmp_path / "typo.yaml"
+    spec.write_text("name: typo\ncommand: [python, no_such_train.py, '--k={k}']\nmetric: {name: v}\n"
+                    "space: {k: [1, 2]}\nretries: {max_failures: 0}\nresources: {gpus: 0, class: cpu}\n")
+    home = tmp_path / "home"
+    proc = run_cli("run", str(spec), home=home, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    sweep_id = proc.stdout.strip().splitlines()[-1]
+    status = run_cli("status", sweep_id, "--json", home=home, cwd=tmp_path)
+    (row,) = json.loads(status.stdout)
+    assert row["state"] == "failed" and row["failed"] == 2
+    assert row["error"].startswith("every trial failed (2); the first one: ") and "no_such_train.py" in row["error"]
 
 
 def test_the_quickstart_example_trains_for_real(tmp_path: Path) -> None:

@@ -146,3 +146,14 @@ def test_usage_counts_what_the_ended_trials_used(repos: Repos) -> None:
     used = trials.usage(SID, SPEC)
     assert (used.launched, used.gpu_seconds, used.gpus, used.unit_seconds) == (3, 14.0, 1, None)
     assert used.trial_seconds == pytest.approx(10.0)
+
+
+def test_outcomes_count_regular_trials_and_name_the_first_error(repos: Repos) -> None:
+    sweeps, trials = _with_trials(repos, n=4)
+    trials.insert(SID, [(-1, "p_smoke_0", {"x": 1}, {})], advance=False)
+    for i, error in reversed(list(enumerate(["oom", "exit 1", "oom"]))):
+        trials.update(_tid(i), TrialUpdate(TrialState.FAILED, 1, 1, 0, error=error, finished=True))
+    out = trials.outcomes(SID)
+    assert out.counts == {"failed": 3, "pending": 1}  # the smoke trial is not counted
+    assert out.first_error == "oom"
+    assert trials.outcomes("nope-000000a0").counts == {}
