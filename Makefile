@@ -28,11 +28,15 @@ lint: setup
 	$(BIN)/pip install --quiet --no-deps --target build/typecheck .
 	cd build/typecheck && ../../$(BIN)/mypy spotsweep --config-file ../../pyproject.toml --python-executable ../../$(BIN)/python
 
+# unit: no service reachable is needed (tests/conftest.py marks each test by the
+# fixtures it uses); integration: every test that needs RabbitMQ, PostgreSQL or S3.
+UNIT_MARKERS := not needs_pg and not needs_rabbit and not needs_s3
+
 unit: setup
-	$(BIN)/pytest -m 'not integration'
+	$(BIN)/pytest -m '$(UNIT_MARKERS)'
 
 integration: setup
-	$(BIN)/pytest -m integration
+	$(BIN)/pytest -m 'not ($(UNIT_MARKERS))'
 
 # A real sweep while agents are preempted and killed and the planner, the
 # collector, RabbitMQ and PostgreSQL are killed and restarted (CI runs the short form).

@@ -22,9 +22,22 @@ import pytest
 # (private servers, services as processes); test modules import them by name.
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
 from cluster import Cluster  # noqa: E402
+from markers import SERVICE_MARKERS, service_markers  # noqa: E402
 from servers import free_port, wait_port  # noqa: E402
 
 RABBIT_HOST = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test by the services it needs, from the fixtures it uses; any
+    ``needs_*`` also marks it ``integration`` (the umbrella ``make integration`` runs)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = {v for v in callspec.params.values() if isinstance(v, str)} if callspec else set()
+        needs = service_markers(set(getattr(item, "fixturenames", ())), params)
+        needs += [m.name for m in item.iter_markers() if m.name in SERVICE_MARKERS and m.name not in needs]
+        for name in needs:
+            item.add_marker(name)
+        if needs and item.get_closest_marker("integration") is None:
+            item.add_marker("integration")
 PG_ADMIN_URL = os.environ.get("SPOTSWEEP_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 

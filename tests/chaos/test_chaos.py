@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# Its own RabbitMQ node, PostgreSQL cluster and moto server: it needs all three installed.
+pytestmark = [pytest.mark.integration, pytest.mark.needs_rabbit, pytest.mark.needs_pg, pytest.mark.needs_s3]
 
 
 @pytest.mark.timeout(900)
