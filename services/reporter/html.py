@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException
 from spotsweep import __version__
 from spotsweep.services.reporter.web import present
 from spotsweep.services.reporter.web.api import Api
+from spotsweep.services.reporter.web.sweep_api import RESOURCE_TRIALS, SEED_CONFIGS, TIMELINE_RUNS, SweepPanels
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import PermanentError
 
@@ -56,7 +57,8 @@ def _asset(name: str) -> Markup:
 
 def report_data(db: Database, sweep_id: str) -> dict[str, Any]:
     """The API's answers sweep.js draws, for one sweep: ``sweep``, ``trials``,
-    ``best``, ``importance`` and ``curves`` by metric name."""
+    ``best``, ``importance``, ``seeds``, ``timeline``, ``cost``, ``resources``
+    and ``curves`` by metric name."""
     api = Api(db)
     try:
         sweep = api.sweep_body(sweep_id)
@@ -65,12 +67,16 @@ def report_data(db: Database, sweep_id: str) -> dict[str, Any]:
         importance = api.importance_body(sweep_id, None, "fanova")
         names = sorted(sweep["metrics"], key=lambda m: (m != sweep["metric"], m))[:CURVE_METRICS]
         curves = {m: api.curves_body(sweep_id, m, CURVE_POINTS, CURVE_TRIALS, []) for m in names}
+        panels = SweepPanels(api)
+        extra = {"seeds": panels.seeds_body(sweep_id, None, SEED_CONFIGS, 300),
+                 "timeline": panels.timeline_body(sweep_id, TIMELINE_RUNS), "cost": panels.cost_body(sweep_id),
+                 "resources": panels.resources_body(sweep_id, [], RESOURCE_TRIALS, 300)}
     except HTTPException as e:  # an unknown id: the API's 404
         raise PermanentError(f"{e.detail} (see `spotsweep status`)") from e
     dropped = len(sweep["metrics"]) - len(names)
     sweep = {**sweep, "metrics": [m for m in sweep["metrics"] if m in curves]}  # the selector offers what is here
     return {"sweep": sweep, "trials": trials, "best": best, "importance": importance, "curves": curves,
-            "dropped_metrics": dropped}
+            "dropped_metrics": dropped, **extra}
 
 
 def render(db: Database, sweep_id: str, now: datetime | None = None) -> str:
@@ -78,7 +84,7 @@ def render(db: Database, sweep_id: str, now: datetime | None = None) -> str:
     data = report_data(db, sweep_id)
     env = Environment(loader=PackageLoader(PACKAGE, "templates"), autoescape=select_autoescape(default=True))
     assets = {"css": _asset("dashboard.css"), "echarts": _asset("echarts.min.js"), "common": _asset("common.js"),
-              "sweep": _asset("sweep.js")}
+              "panels": _asset("panels.js"), "sweep": _asset("sweep.js")}
     generated = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     return env.get_template("report.html").render(
         sweep=data["sweep"], assets=assets, data=script_json(data), generated=generated, version=__version__,

@@ -32,7 +32,8 @@ class ConfigSummary:
     seeds: tuple[Any, ...]  # the seeds that reported
 
 
-def _key(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def config_key(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A config's identity: its params less ``seed``, compared by repr."""
     # repr keeps 1, 1.0 and True apart (they are == and hash alike)
     return tuple(sorted((k, repr(v)) for k, v in params.items() if k != "seed"))
 
@@ -42,7 +43,7 @@ def by_config(rows: Sequence[Mapping[str, Any]], metric: str, mode: str) -> list
     A seed that diverged (NaN, an infinity) makes its config's mean non-finite: ranked last."""
     groups: dict[tuple[tuple[str, str], ...], list[Mapping[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(_key(row["params"]), []).append(row)
+        groups.setdefault(config_key(row["params"]), []).append(row)
     out = []
     for members in groups.values():
         good = [(r, v) for r in members if r["state"] == "completed"

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from spotsweep.services.reporter.web import importance as imp
 from spotsweep.services.reporter.web import present, queries, trial_api
 from spotsweep.services.reporter.web.downsample import downsample
+from spotsweep.services.reporter.web.spend import gpus_of
 from spotsweep.services.reporter.web.trial_api import TrialArtifacts
 from spotsweep.shared.artifacts import ArtifactStore
 from spotsweep.shared.db import Database
@@ -115,9 +116,10 @@ class Api:
         metric = metric or row["metric"]
         with self.db.transaction() as conn:
             rows = queries.best_so_far(conn, sweep_id, metric, row["mode"] if metric == row["metric"] else "min")
+        gpus = gpus_of(row.get("spec"))
         return {"metric": metric, "mode": row["mode"],
                 "points": [{"time": r["finished_at"], "trial_id": r["trial_id"], "trial_name": r["trial_name"],
-                            "value": r["value"]} for r in rows]}
+                            "value": r["value"], "gpu_hours": float(r["run_s"] or 0.0) * gpus / 3600} for r in rows]}
 
     def importance_body(self, sweep_id: str, metric: str | None, method: str) -> dict[str, Any]:
         row = self._sweep(sweep_id)

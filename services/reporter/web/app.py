@@ -26,6 +26,8 @@ from starlette.staticfiles import StaticFiles
 
 from spotsweep.services.reporter.web import queries
 from spotsweep.services.reporter.web.api import Api, json_response
+from spotsweep.services.reporter.web.importance import warm as warm_importance
+from spotsweep.services.reporter.web.sweep_api import SweepPanels
 from spotsweep.shared.artifacts import ArtifactStore
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import RetryableError
@@ -102,6 +104,8 @@ def make_app(db: Database, store: ArtifactStore | None = None) -> Starlette:
     page reads logs and checkpoints from ``store`` (default: the settings' store)."""
     api = Api(db, store)
     pages = Pages(db, api)
+    panels = SweepPanels(api)
+    warm_importance()  # optuna and scikit-learn load off the request path: the first importance call stays fast
     static = resources.files(PACKAGE).joinpath("static")
     routes = [
         Route("/", pages.index),
@@ -115,6 +119,10 @@ def make_app(db: Database, store: ArtifactStore | None = None) -> Starlette:
         Route("/api/sweeps/{sweep_id}/curves", api.curves),
         Route("/api/sweeps/{sweep_id}/best", api.best),
         Route("/api/sweeps/{sweep_id}/importance", api.importance),
+        Route("/api/sweeps/{sweep_id}/seeds", panels.seeds),
+        Route("/api/sweeps/{sweep_id}/timeline", panels.timeline),
+        Route("/api/sweeps/{sweep_id}/cost", panels.cost),
+        Route("/api/sweeps/{sweep_id}/resources", panels.resources),
         Mount("/static", StaticFiles(directory=str(static)), name="static"),
     ]
     return Starlette(routes=routes, exception_handlers=_error_handlers(pages))

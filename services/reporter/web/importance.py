@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,7 @@ from spotsweep.shared.spec import Param
 
 MIN_TRIALS = 4
 MAX_TRIALS = 2000  # a seeded sample beyond this: the forest's fit stays well under a second
+TREES = 32
 PAIR_CANDIDATES = 6  # pairs among the most important parameters only (15 pairs)
 BACKGROUND = 128  # uniform random points the marginals average over
 GRID, PAIR_GRID = 16, 8  # values per numeric parameter: alone, in a pair
@@ -63,7 +65,17 @@ def study_trials(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], 
     """Completed trials with a finite ``metric`` as Optuna trials over the
     parameters in ``dists``; smoke trials, and trials whose params are
     outside the space (an ``extend`` that changed it), are left out."""
-    out = []
+    return [optuna.trial.create_trial(params=p, distributions=dict(dists), value=v)
+            for p, v in zip(*usable_params(space, rows, metric, dists))]
+
+
+def usable_params(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], metric: str,
+                  dists: Mapping[str, BaseDistribution]) -> tuple[list[dict[str, Any]], list[float]]:
+    """What :func:`study_trials` keeps, as Optuna's params and the values,
+    without building an Optuna trial each (``create_trial`` validates every
+    trial: a third of a second for 2,000, which the forest does not need)."""
+    params_out: list[dict[str, Any]] = []
+    values: list[float] = []
     for row in rows:
         if row.get("state") != "completed" or row.get("smoke"):
             continue
@@ -72,10 +84,14 @@ def study_trials(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], 
             continue
         try:
             params = to_optuna(space, row.get("params") or {})
-            out.append(optuna.trial.create_trial(params={k: params[k] for k in dists}, distributions=dict(dists), value=value))
+            kept = {k: params[k] for k in dists}
+            if not all(d._contains(d.to_internal_repr(kept[k])) for k, d in dists.items()):
+                continue
         except (KeyError, ValueError, TypeError):
             continue
-    return out
+        params_out.append(kept)
+        values.append(value)
+    return params_out, values
 
 
 class _Space:
@@ -92,8 +108,8 @@ class _Space:
     def categorical(self, i: int) -> bool:
         return isinstance(list(self.dists.values())[i], CategoricalDistribution)
 
-    def encode(self, trials: Sequence[optuna.trial.FrozenTrial]) -> np.ndarray:
-        return np.array([self.trans.transform(t.params) for t in trials])
+    def encode(self, params: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        return np.array([self.trans.transform(dict(p)) for p in params])
 
     def grid(self, i: int, n: int) -> np.ndarray:
         """Values of parameter ``i`` (encoded columns) spread evenly over its range: every choice, or ``n`` bin centres."""
@@ -126,11 +142,12 @@ def _marginal(model: Any, background: np.ndarray, cols: list[np.ndarray], values
     return pred.reshape(*(len(v) for v in values))
 
 
-def _fanova(space: _Space, trials: list[optuna.trial.FrozenTrial], seed: int) -> tuple[list[float], dict[tuple[int, int], float]]:
+def _fanova(space: _Space, params: list[dict[str, Any]], values: list[float],
+            seed: int) -> tuple[list[float], dict[tuple[int, int], float]]:
     from sklearn.ensemble import RandomForestRegressor  # what Optuna's fANOVA fits
 
-    model = RandomForestRegressor(n_estimators=32, min_samples_leaf=2, random_state=seed, n_jobs=1)
-    model.fit(space.encode(trials), np.array([t.value for t in trials], dtype=float))
+    model = RandomForestRegressor(n_estimators=TREES, min_samples_leaf=2, random_state=seed, n_jobs=1)
+    model.fit(space.encode(params), np.array(values, dtype=float))
     rng = np.random.default_rng(seed)
     total = float(np.var(model.predict(space.uniform(2048, rng))))
     background = space.uniform(BACKGROUND, rng)
@@ -166,25 +183,26 @@ def importance(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], me
               and finite((r.get("metrics") or {}).get(metric)) is not None]
     if len(usable) > MAX_TRIALS:  # sampled before building trials: create_trial validates each one
         usable = random.Random(seed).sample(usable, MAX_TRIALS)
-    trials = study_trials(space, usable, metric, varied)
-    empty = Importance(metric, trials=len(trials), method=method)
-    if len(trials) < MIN_TRIALS:
-        reason = f"{len(trials)} completed trial(s) with a finite {metric!r}; importance needs at least {MIN_TRIALS}"
+    params, values = usable_params(space, usable, metric, varied)
+    empty = Importance(metric, trials=len(values), method=method)
+    if len(values) < MIN_TRIALS:
+        reason = f"{len(values)} completed trial(s) with a finite {metric!r}; importance needs at least {MIN_TRIALS}"
         return Importance(**{**empty.__dict__, "reason": reason})
     if not varied:
         return Importance(**{**empty.__dict__, "reason": "no parameter of the space takes more than one value"})
-    if len({t.value for t in trials}) == 1:
+    if len(set(values)) == 1:
         return Importance(**{**empty.__dict__, "reason": f"every trial has the same {metric!r}: nothing to explain"})
     fixed = [(k, 0.0) for k in dists if k not in varied]
     names = list(varied)
     if method == "ped-anova":
+        trials = [optuna.trial.create_trial(params=p, distributions=dict(varied), value=v) for p, v in zip(params, values)]
         shares = _ped_anova(trials, mode)
         main = sorted(((n, shares.get(n, 0.0)) for n in names), key=lambda p: -p[1])
-        return Importance(metric, main + fixed, [], len(trials), method)
-    main_shares, pair_shares = _fanova(_Space(varied), trials, seed)
+        return Importance(metric, main + fixed, [], len(values), method)
+    main_shares, pair_shares = _fanova(_Space(varied), params, values, seed)
     main = sorted(zip(names, main_shares), key=lambda p: -p[1])
     pairs = sorted((((names[a], names[b]), v) for (a, b), v in pair_shares.items()), key=lambda p: -p[1])
-    return Importance(metric, main + fixed, pairs, len(trials), method)
+    return Importance(metric, main + fixed, pairs, len(values), method)
 
 
 def as_json(result: Importance) -> dict[str, Any]:
@@ -199,3 +217,18 @@ def as_json(result: Importance) -> dict[str, Any]:
     if result.reason is not None:
         body["reason"] = result.reason
     return body
+
+
+def warm() -> threading.Thread:
+    """Import scikit-learn's forest and Optuna's importance in a daemon
+    thread (2 to 3 s on a small machine), so the dashboard's first
+    importance call does not wait for them; a call that comes earlier
+    waits on Python's import lock, no longer."""
+    def load() -> None:
+        import optuna.importance  # noqa: F401
+        from optuna import _transform  # noqa: F401
+        from sklearn import ensemble  # noqa: F401
+
+    thread = threading.Thread(target=load, name="importance-warm-up", daemon=True)
+    thread.start()
+    return thread

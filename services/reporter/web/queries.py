@@ -114,16 +114,67 @@ def curves(conn: Conn, trial_ids: list[str], metric: str) -> dict[str, list[tupl
 
 def best_so_far(conn: Conn, sweep_id: str, metric: str, mode: str) -> list[dict[str, Any]]:
     """The running best of the objective over finished trials by finish
-    time: only the trials that improved it (a window function)."""
+    time: only the trials that improved it (a window function), each with
+    ``run_s``, the running seconds of every trial (any state) finished by
+    then, for best-so-far against GPU-hours."""
     best = "min" if mode == "min" else "max"
     return conn.execute(
-        "SELECT finished_at, trial_id, trial_name, value FROM ("
-        f"  SELECT finished_at, trial_id, trial_name, value, {best}(value) OVER (ORDER BY finished_at, trial_id) AS best"
-        "   FROM (SELECT finished_at, trial_id, trial_name, (metrics->>%s)::float AS value FROM trial_results"
-        "         WHERE sweep_id = %s AND state = 'completed' AND NOT smoke AND finished_at IS NOT NULL"
-        "           AND jsonb_typeof(metrics->%s) = 'number') f"
+        "SELECT finished_at, trial_id, trial_name, value, run_s FROM ("
+        f"  SELECT finished_at, trial_id, trial_name, value, {best}(value) OVER w AS best, sum(run_seconds) OVER w AS run_s"
+        "   FROM (SELECT finished_at, trial_id, trial_name, run_seconds,"
+        "                CASE WHEN state = 'completed' AND jsonb_typeof(metrics->%s) = 'number'"
+        "                     THEN (metrics->>%s)::float END AS value FROM trial_results"
+        "         WHERE sweep_id = %s AND NOT smoke AND finished_at IS NOT NULL) f"
+        "   WINDOW w AS (ORDER BY finished_at, trial_id)"
         ") w WHERE value = best ORDER BY finished_at, trial_id",
-        (metric, sweep_id, metric),
+        (metric, metric, sweep_id),
+    ).fetchall()
+
+
+def spending(conn: Conn, sweep_id: str) -> tuple[float, list[dict[str, Any]]]:
+    """The running seconds of every trial of a sweep (smoke ones too: they
+    were paid for), and those of finished trials by finish time."""
+    total = conn.execute("SELECT coalesce(sum(run_seconds), 0) AS s FROM trial_results WHERE sweep_id = %s",
+                         (sweep_id,)).fetchone()
+    rows = conn.execute("SELECT finished_at, run_seconds FROM trial_results WHERE sweep_id = %s AND finished_at IS NOT NULL"
+                        " ORDER BY finished_at, trial_id", (sweep_id,)).fetchall()
+    return float(total["s"] if total else 0.0), rows
+
+
+def configs(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
+    """What grouping by config needs of every trial (not smoke ones): id, name, state, params, the metric."""
+    return conn.execute(
+        "SELECT trial_id, trial_name, state, params, jsonb_build_object(%s::text, metrics->%s) AS metrics"
+        " FROM trial_results WHERE sweep_id = %s AND NOT smoke", (metric, metric, sweep_id)).fetchall()
+
+
+def runs(conn: Conn, sweep_id: str) -> list[dict[str, Any]]:
+    """Each run's start and end events of a sweep's trials, from the event
+    journal (the planner journals every start, end and loss it decides),
+    with the trial's name; the fields the timeline needs, not the bodies."""
+    return conn.execute(
+        "SELECT e.kind, e.trial_id, t.trial_name, e.attempt, e.body->>'run_id' AS run_id, e.body->>'agent' AS agent,"
+        " (e.body->>'time')::timestamptz AS time, e.body->>'outcome' AS outcome, (e.body->>'duration')::float AS duration"
+        " FROM trial_events e JOIN trial_results t USING (trial_id)"
+        " WHERE t.sweep_id = %s AND e.kind IN ('trial.started', 'trial.finished', 'trial.lost')",
+        (sweep_id,),
+    ).fetchall()
+
+
+def resource_trials(conn: Conn, sweep_id: str, limit: int) -> list[dict[str, Any]]:
+    """The trials whose resource use is shown by default: running ones, then the latest to finish."""
+    return conn.execute(
+        "SELECT trial_id, trial_name, state FROM trial_results WHERE sweep_id = %s AND started_at IS NOT NULL"
+        " ORDER BY state = 'running' DESC, finished_at DESC NULLS FIRST, trial_id LIMIT %s", (sweep_id, limit)).fetchall()
+
+
+def samples(conn: Conn, trial_ids: list[str], prefix: str) -> list[dict[str, Any]]:
+    """Every point named ``prefix...`` of the trials, by trial, name and step
+    (the agent's ``sys/`` samples: step = the trial's running seconds)."""
+    return conn.execute(
+        "SELECT DISTINCT ON (trial_id, name, step) trial_id, name, step, value FROM metric_points"
+        " WHERE trial_id = ANY(%s) AND starts_with(name, %s) ORDER BY trial_id, name, step, attempt DESC",
+        (trial_ids, prefix),
     ).fetchall()
 
 

@@ -13,13 +13,14 @@ const SS = {
     }
     return SS._data;
   },
-  // An API answer from the report's data: /api/sweeps/ID[/trials|/best|/importance|/curves?metric=M].
+  // An API answer from the report's data: /api/sweeps/ID[/trials|/best|/importance|/seeds|/timeline|/cost|/resources|/curves?metric=M].
   fromReport(url) {
     const d = SS.offline(), u = new URL(url, "http://report.invalid/");
     const tail = u.pathname.replace(/^\/api\/sweeps\/[^/]+/, ""), metric = u.searchParams.get("metric");
     const curves = Object.prototype.hasOwnProperty.call(d.curves, metric) ? d.curves[metric] : undefined;
-    const answer = tail === "" ? d.sweep : tail === "/trials" ? d.trials : tail === "/best" ? d.best
-      : tail === "/importance" ? d.importance : tail === "/curves" ? curves : undefined;
+    const panels = {"": d.sweep, "/trials": d.trials, "/best": d.best, "/importance": d.importance, "/seeds": d.seeds,
+                    "/timeline": d.timeline, "/cost": d.cost, "/resources": d.resources};
+    const answer = tail === "/curves" ? curves : Object.prototype.hasOwnProperty.call(panels, tail) ? panels[tail] : undefined;
     if (answer === undefined) throw new Error("not in this report: " + url);
     return answer;
   },

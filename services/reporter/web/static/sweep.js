@@ -1,5 +1,5 @@
 // One sweep: leaderboard, learning curves, best so far, parallel coordinates,
-// importance. Everything comes from the JSON API and is refreshed every few
+// importance, and the panels of panels.js (seeds, cost, timeline, resources). Everything comes from the JSON API and is refreshed every few
 // seconds while the sweep runs (and once more when it ends); in an offline
 // report from the data inlined in the page, drawn once.
 "use strict";
@@ -111,6 +111,7 @@
       xAxis: {type: "time"}, yAxis: {type: "value", scale: true, name: b.metric},
       series: [{type: "line", step: "end", data, symbolSize: 6}],
     });
+    PANELS.bestGpu(b);
   }
   function drawParallel() {
     const space = S.sweep.space || {}, metric = S.sweep.metric;
@@ -175,8 +176,10 @@
     drawTable();
     drawParallel();
     const completed = sweep.counts.completed || 0;
-    const jobs = [drawCurves(), drawBest()];
-    if (completed !== S.completed || (wasRunning && !S.running)) { S.completed = completed; jobs.push(drawImportance()); }
+    const jobs = [drawCurves(), drawBest(), PANELS.cost(API), PANELS.timeline(API), PANELS.resources(API)];
+    if (completed !== S.completed || (wasRunning && !S.running)) {
+      S.completed = completed; jobs.push(drawImportance(), PANELS.seeds(API));
+    }
     await Promise.all(jobs);
     document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
   }

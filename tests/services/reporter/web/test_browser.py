@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashseed import HOSTILE, Dashboard, add_points, add_trial, small_sweep
+from dashseed import HOSTILE, Dashboard, add_points, add_trial, fleet_sweep, small_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -45,6 +45,8 @@ def test_the_sweep_page_lists_every_trial_draws_its_charts_and_updates_live(dash
     for chart in ("curves", "best-chart", "parallel", "importance", "interactions"):
         assert page.locator(f"#{chart} canvas").count() >= 1, chart
     page.wait_for_function("!document.getElementById('importance-note').textContent.includes('at least')")
+    assert page.locator("#seeds-card").is_hidden()  # one seed per config: nothing to average
+    assert page.locator("#cost canvas").count() >= 1 and "no pricing" in page.inner_text("#cost-note")
     page.screenshot(path=str(tmp_path / "sweep.png"), full_page=True)
 
     # filter and sort
@@ -66,6 +68,22 @@ def test_the_sweep_page_lists_every_trial_draws_its_charts_and_updates_live(dash
     page.wait_for_function(f"Number(document.body.dataset.refreshed) > {before}", timeout=15_000)
     assert page.locator("#leaderboard tbody tr").first.get_attribute("data-trial") == new  # the new best ranks first
     page.screenshot(path=str(tmp_path / "sweep-updated.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_seeds_cost_the_timeline_and_resource_use_are_drawn(dashboard: Dashboard, page: Any, tmp_path: Path) -> None:
+    fleet_sweep(dashboard.db)
+    page.goto(f"{dashboard.url}/sweeps/fleet-1")
+    refreshed(page)
+    assert page.locator("#seeds-card").is_visible()
+    assert page.locator("#seeds-table tbody tr").count() == 6
+    assert page.locator("#seeds-table tbody tr").first.inner_text().split("\t")[1] == "lr=0.01 opt=adam"
+    for chart in ("seeds", "best-gpu", "cost", "timeline"):
+        assert page.locator(f"#{chart} canvas").count() >= 1, chart
+    assert page.locator("#resources .chart canvas").count() == 2  # sys/cpu_percent and sys/rss_mb
+    assert "saved 12.00 (67%)" in page.inner_text("#cost-note")
+    assert "19 runs on 3 slots" in page.inner_text("#timeline-note")
+    page.screenshot(path=str(tmp_path / "panels.png"), full_page=True)
     assert page.errors == []
 
 

@@ -1,0 +1,105 @@
+"""Who ran what, when: a sweep's runs on its agents' slots, from the event journal.
+
+The planner journals every run's start (``trial.started``: agent, run id,
+time) and its end (``trial.finished`` with the outcome, or ``trial.lost``)
+in ``trial_events``. :func:`runs` pairs them into one :class:`Run` per
+(trial, attempt, run id): a run whose end has not come is still running (or
+its agent vanished without a word: the broker redelivers the attempt, and
+the next run starts elsewhere). An end whose start the journal lacks (a
+start that rode inside the end is journalled too, so only rows from older
+versions) starts ``duration`` seconds before it.
+
+The journal does not say which of an agent's slots a run held, so
+:func:`lanes` packs each agent's runs into the fewest lanes in which no two
+overlap (interval partitioning, first free lane): an agent with N slots
+never shows more than N lanes, and a slot's runs read left to right.
+
+Pure functions over the rows :func:`.queries.runs` returns.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+ENDS = {"trial.finished", "trial.lost"}
+
+
+@dataclass(frozen=True)
+class Run:
+    trial_id: str
+    trial_name: str
+    attempt: int
+    run_id: str
+    agent: str
+    start: datetime
+    end: datetime | None  # None: no end yet
+    outcome: str  # completed, failed, cancelled, preempted, lost, or running (no end yet)
+    lane: int = 0  # the agent's lane (0-based), set by :func:`lanes`
+
+
+def runs(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
+    """One run per (trial, attempt, run id) that has a start or an end, by start."""
+    starts: dict[tuple[str, int, str], Mapping[str, Any]] = {}
+    ends: dict[tuple[str, int, str], Mapping[str, Any]] = {}
+    for row in rows:
+        key = (row["trial_id"], int(row["attempt"] or 0), row.get("run_id") or "")
+        if row["kind"] == "trial.started":
+            starts.setdefault(key, row)
+        elif row["kind"] in ENDS and (key not in ends or row["time"] < ends[key]["time"]):
+            ends[key] = row  # the first end counts, as the planner decides it
+    out = []
+    for key in starts.keys() | ends.keys():
+        start, end = starts.get(key), ends.get(key)
+        if start is None:
+            assert end is not None
+            begun = end["time"] - timedelta(seconds=float(end.get("duration") or 0.0))
+        else:
+            begun = start["time"]
+        some = start or end
+        assert some is not None
+        outcome = "running" if end is None else ("lost" if end["kind"] == "trial.lost" else end.get("outcome") or "ended")
+        agent = (start or {}).get("agent") or (end or {}).get("agent") or "?"
+        out.append(Run(key[0], some["trial_name"], key[1], key[2], agent, begun, None if end is None else end["time"],
+                       outcome))
+    out.sort(key=lambda r: (r.start, r.trial_id, r.attempt, r.run_id))
+    return out
+
+
+def lanes(items: list[Run], now: datetime) -> list[Run]:
+    """``items`` (by start) with each run's lane within its agent: the first
+    lane free at its start (a run with no end holds its lane until ``now``)."""
+    free: dict[str, list[tuple[datetime, int]]] = {}  # agent -> heap of (busy until, lane)
+    count: dict[str, int] = {}
+    out = []
+    for run in items:
+        heap = free.setdefault(run.agent, [])
+        if heap and heap[0][0] <= run.start:
+            _, lane = heapq.heappop(heap)
+        else:
+            lane = count.get(run.agent, 0)
+            count[run.agent] = lane + 1
+        until = run.end if run.end is not None else max(now, run.start)
+        heapq.heappush(heap, (until, lane))
+        out.append(replace(run, lane=lane))
+    return out
+
+
+def as_json(items: list[Run], now: datetime, limit: int) -> dict[str, Any]:
+    """``GET /api/sweeps/<id>/timeline``'s body: the lanes (agent and slot
+    lane, by agent) and the latest ``limit`` runs, each naming its lane."""
+    placed = lanes(items, now)
+    shown = placed[-limit:] if limit else placed
+    keys = sorted({(r.agent, r.lane) for r in placed})
+    index = {k: i for i, k in enumerate(keys)}
+    return {
+        "now": now,
+        "lanes": [{"agent": agent, "slot": lane} for agent, lane in keys],
+        "runs": [{"lane": index[(r.agent, r.lane)], "trial_id": r.trial_id, "trial_name": r.trial_name,
+                  "attempt": r.attempt, "agent": r.agent, "start": r.start, "end": r.end, "outcome": r.outcome}
+                 for r in shown],
+        "total": len(placed),
+    }

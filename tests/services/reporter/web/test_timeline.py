@@ -1,0 +1,43 @@
+"""Runs from journal rows and their slot lanes, with plain values."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from spotsweep.services.reporter.web.seeds import mean_curve
+from spotsweep.services.reporter.web.timeline import lanes, runs
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def ev(kind: str, trial: str, at: float, agent: str = "a", run: str = "r", attempt: int = 1, **more: Any) -> dict[str, Any]:
+    return {"kind": kind, "trial_id": trial, "trial_name": "n" + trial, "attempt": attempt, "run_id": run, "agent": agent,
+            "time": T0 + timedelta(seconds=at), "outcome": more.get("outcome"), "duration": more.get("duration")}
+
+
+def test_a_start_and_its_end_make_one_run_and_the_first_end_counts() -> None:
+    rows = [ev("trial.finished", "1", 10, outcome="preempted"), ev("trial.started", "1", 0),
+            ev("trial.finished", "1", 12, outcome="completed"), ev("trial.lost", "2", 5, run="x", duration=5.0),
+            ev("trial.started", "3", 1)]
+    [one, two, three] = runs(rows)
+    assert (one.trial_id, one.outcome, one.end) == ("1", "preempted", T0 + timedelta(seconds=10))
+    assert (two.trial_id, two.outcome, two.start) == ("2", "lost", T0)  # no start journalled: duration before the end
+    assert (three.outcome, three.end) == ("running", None)
+
+
+def test_an_agents_runs_take_the_first_free_lane() -> None:
+    rows = [ev("trial.started", "1", 0), ev("trial.finished", "1", 10, outcome="completed"),
+            ev("trial.started", "2", 5), ev("trial.finished", "2", 20, outcome="completed"),
+            ev("trial.started", "3", 10), ev("trial.finished", "3", 15, outcome="failed"),
+            ev("trial.started", "4", 12, agent="b"),
+            ev("trial.started", "5", 16)]
+    placed = {r.trial_id: (r.agent, r.lane) for r in lanes(runs(rows), T0 + timedelta(seconds=30))}
+    assert placed == {"1": ("a", 0), "2": ("a", 1), "3": ("a", 0), "4": ("b", 0), "5": ("a", 0)}
+
+
+def test_the_mean_curve_over_seeds_skips_non_finite_values_and_counts_seeds() -> None:
+    curve = mean_curve([[(0, 1.0), (1, 2.0)], [(0, 3.0), (1, math.nan)], [(0, 2.0)]], 10)
+    assert curve[0] == [0, 2.0, 1.0, 3.0, 3] and curve[1] == [1, 2.0, 2.0, 2.0, 1]
+    assert len(mean_curve([[(s, float(s % 7)) for s in range(1000)]], 50)) == 50
