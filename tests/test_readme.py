@@ -1,0 +1,64 @@
+"""The README's results examples run as printed, against a real sweep in PostgreSQL.
+
+The sweep is cheap (no torch) but has what the examples meet for real: the
+`deepseek-small` name and its `learning_rate` param, and a trial that failed
+once and reported the same steps again on its second attempt (the case that
+broke the README's earlier `pivot`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+TRIAL = (
+    "import os, sys; from spotsweep import trial\n"
+    "lr = float(trial.params['learning_rate'])\n"
+    "for step in (1, 2, 3):\n"
+    "    trial.report(step, val_loss=lr * 100 + 1 / step)\n"
+    "    if step == 2 and lr == 0.01 and trial.attempt == 1:\n"
+    "        sys.exit('fails once after step 2')\n"
+)
+
+
+def _section_blocks(title: str) -> list[tuple[str, str]]:
+    """(language, code) of each fenced block under the README heading ``title``."""
+    text = README.read_text()
+    section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^```(\w*)\n(.*?)^```", section, flags=re.S | re.M)
+
+
+def _sweep(database_url: str, tmp: Path) -> dict[str, str]:
+    """Run the sweep in local mode over ``database_url``; the environment the examples then run in."""
+    (tmp / "trial.py").write_text(TRIAL)
+    spec = tmp / "deepseek-small.yaml"
+    spec.write_text("name: deepseek-small\ncommand: [python, trial.py]\nmetric: {name: val_loss, mode: min}\n"
+                    "space: {learning_rate: [0.001, 0.003, 0.01], optimizer: [adamw, sgd]}\n"
+                    "retries: {max_failures: 1}\nresources: {gpus: 0, class: cpu}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTSWEEP_")}
+    env.update(SPOTSWEEP_DATABASE_URL=database_url, SPOTSWEEP_HOME=str(tmp / "home"))
+    proc = subprocess.run([sys.executable, "-m", "spotsweep", "run", str(spec)], env=env, cwd=tmp, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return env
+
+
+def test_the_readme_results_examples_run_as_printed(database_url: str, tmp_path: Path) -> None:
+    sweep_env = _sweep(database_url, tmp_path)
+    (shell,) = [code for lang, code in _section_blocks("Results are SQL") if code.startswith("psql ")]
+    proc = subprocess.run(["bash", "-c", shell], env=sweep_env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "deepseek-small" in line]
+    assert len(lines) == 6 and "| 0.001 " in lines[0]  # best first: the smallest learning rate
+    blocks = [code for lang, code in _section_blocks("Results are SQL") if lang == "python"]
+    assert len(blocks) == 2
+    for code in blocks:
+        proc = subprocess.run([sys.executable, "-c", code], env=sweep_env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    pandas_out = subprocess.run([sys.executable, "-c", blocks[0]], env=sweep_env, capture_output=True, text=True,
+                                timeout=120).stdout
+    assert "deepseek-small" in pandas_out and "step" in pandas_out
