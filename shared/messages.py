@@ -12,7 +12,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from spotsweep.shared.errors import DecodeError
 from spotsweep.shared.limits import Limits
@@ -69,6 +69,15 @@ class TrialMessage(Envelope):
     elapsed: float = 0.0  # running time of the earlier attempts, seconds
     progress: bool = False  # also send the objective's points to the planner (early stopping decides on them)
     limits: Limits = Field(default_factory=Limits)  # what the agent accepts from the trial's files (spec ``limits``)
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _known_limits(cls, value: Any) -> Any:
+        """Ignore limits this build does not know: ``Limits`` forbids unknown keys in a
+        spec (a typo), but on the wire a newer planner's new limit must not break an older agent."""
+        if isinstance(value, dict):
+            return {k: v for k, v in value.items() if k in Limits.model_fields}
+        return value
     metric_mode: Literal["min", "max"] = "min"  # the objective's direction (``checkpoint_keep: best``)
     checkpoint_keep: Literal["last", "best", "all"] = "last"  # spec ``checkpoints.keep``: what the agent leaves in the store
 
@@ -215,10 +224,28 @@ class TrialLost(Envelope):
     duration: float | None = None  # seconds the lost run's process ran (counted in the trial's running time)
 
 
+class SubmitSweep(Envelope):
+    """Start a sweep: posted to ``spotsweep.sweeps`` by ``spotsweep submit``.
+    ``sweep_id`` names the sweep (``name-<hex8>``); a redelivery is a no-op."""
+
+    kind: Literal["sweep.submit"] = "sweep.submit"
+    spec: dict[str, Any]  # the sweep spec as JSON (checked by the planner, which records a bad one as rejected)
+
+
 class CancelSweep(Envelope):
-    """Posted to the sweeps queue by ``spotsweep cancel``; broadcast to agents."""
+    """Cancel a sweep: posted to ``spotsweep.sweeps`` by ``spotsweep cancel``; broadcast to agents."""
 
     kind: Literal["sweep.cancel"] = "sweep.cancel"
+
+
+class ExtendSweep(Envelope):
+    """More trials and/or new budget caps for spec version ``version`` of a sweep
+    (``spotsweep extend``): a redelivered one, whose version is no longer current, changes nothing."""
+
+    kind: Literal["sweep.extend"] = "sweep.extend"
+    version: int
+    trials: int = 0
+    budget: dict[str, Any] = Field(default_factory=dict)
 
 
 StopReason = Literal["duplicate", "ended", "pruned", "stale"]
@@ -246,6 +273,10 @@ Message = Annotated[
     Field(discriminator="kind"),
 ]
 _MESSAGE = TypeAdapter(Message)
+# The commands on ``spotsweep.sweeps`` (the planner's sweeps queue).
+SweepCommand = Annotated[Union[SubmitSweep, CancelSweep, ExtendSweep], Field(discriminator="kind")]
+_COMMAND = TypeAdapter(SweepCommand)
+COMMAND_KINDS = ("sweep.submit", "sweep.cancel", "sweep.extend")
 
 
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
@@ -284,6 +315,19 @@ def decode(body: bytes) -> Envelope:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise DecodeError(f"undecodable message: {where}: {first['msg']}") from e
+    if msg.schema_version > SCHEMA_VERSION:
+        raise DecodeError(f"schema_version {msg.schema_version} is newer than this build ({SCHEMA_VERSION})")
+    return msg
+
+
+def decode_command(data: Any) -> SubmitSweep | CancelSweep | ExtendSweep:
+    """A sweeps-queue command from its parsed JSON body, or :class:`DecodeError` naming what is wrong."""
+    try:
+        msg = _COMMAND.validate_python(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise DecodeError(f"undecodable sweep command: {where}: {first['msg']}") from e
     if msg.schema_version > SCHEMA_VERSION:
         raise DecodeError(f"schema_version {msg.schema_version} is newer than this build ({SCHEMA_VERSION})")
     return msg

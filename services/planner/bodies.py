@@ -16,6 +16,15 @@ them (trial ids, S3 prefixes, rows every ``status`` prints):
 * a rejected spec's name is kept only when it is a valid name, else the id
   stands in for it.
 
+:func:`sweep_command` turns a message into one of the typed commands of
+``shared/messages.py`` (:class:`SubmitSweep`'s content as a :class:`Submission`,
+:class:`CancelSweep`, :class:`ExtendSweep`). It reads both wire forms: the
+typed one the CLI posts (a JSON body with ``kind`` ``sweep.submit``,
+``sweep.cancel`` or ``sweep.extend`` and the envelope), and the untyped one of
+older CLIs and plain AMQP clients (a spec as the body; header ``kind: cancel``
+or ``kind: extend`` with a ``{trials, budget, version}`` body). Every refusal
+is a :class:`DecodeError`, dead-lettered with its reason.
+
 Pure functions; no I/O.
 """
 
@@ -25,10 +34,14 @@ import hashlib
 import json
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ValidationError
 
 from spotsweep.shared.errors import DecodeError
 from spotsweep.shared.limits import JSON_DEPTH, cap_text, is_sweep_id
+from spotsweep.shared.messages import COMMAND_KINDS, CancelSweep, ExtendSweep, SubmitSweep, decode_command
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # the spec's rule for ``name`` (shared/spec_models.py)
 REJECTED = "rejected"  # the name of a sweep whose own name could not be shown
@@ -93,3 +106,74 @@ def _deeper_than(data: Any, limit: int) -> bool:
             return True
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return False
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A sweep to start: its id and its spec as JSON, not checked yet (a bad one is recorded as rejected)."""
+
+    sweep_id: str
+    spec: Any
+    name: object  # the spec's ``name`` as given, for a rejection's row
+
+
+class UndecodableSubmission(DecodeError):
+    """A submission that cannot be read. ``sweep_id``: the id it named, when it
+    named one, under which it is recorded as rejected (someone may wait on it)."""
+
+    def __init__(self, message: str, sweep_id: str | None) -> None:
+        super().__init__(message)
+        self.sweep_id = sweep_id
+
+
+def sweep_command(headers: dict[str, Any], message_id: str | None, body: bytes) -> Submission | CancelSweep | ExtendSweep:
+    """The command a message on ``spotsweep.sweeps`` stands for, typed or untyped (see the module docstring)."""
+    kind = headers.get("kind")
+    if kind == "cancel":
+        return CancelSweep(sweep_id=_command_id(headers, "cancel"))
+    if kind == "extend":
+        return _untyped_extend(_command_id(headers, "extend"), body)
+    if kind is not None:
+        raise DecodeError(f"unknown command kind {cap_text(repr(kind), 80)} (cancel, extend, or none for a spec)")
+    named = submission_id(headers, message_id, None) if headers.get("sweep_id") or message_id else None
+    try:
+        data = decoded_body(body, "sweep submission")
+        if isinstance(data, dict) and data.get("kind") in COMMAND_KINDS:
+            return _typed(data, named)
+    except UndecodableSubmission:
+        raise
+    except DecodeError as e:
+        raise UndecodableSubmission(str(e), named) from e
+    name = data.get("name") if isinstance(data, dict) else None
+    return Submission(submission_id(headers, message_id, name), data, name)
+
+
+def _typed(data: dict[str, Any], named: str | None) -> Submission | CancelSweep | ExtendSweep:
+    """A typed command; its envelope's ``sweep_id`` must be a sweep id."""
+    try:
+        command = decode_command(data)
+    except DecodeError as e:
+        raise (UndecodableSubmission(str(e), named) if data.get("kind") == "sweep.submit" else e) from e
+    if not is_sweep_id(command.sweep_id):
+        raise DecodeError(f"{command.kind}: sweep_id {cap_text(repr(command.sweep_id), 120)} is not a sweep id "
+                          "(name-<8 hex digits>, as submit makes)")
+    if isinstance(command, SubmitSweep):
+        return Submission(command.sweep_id, command.spec, command.spec.get("name"))
+    return command
+
+
+def _command_id(headers: dict[str, Any], kind: str) -> str:
+    sweep_id = header_sweep_id(headers, f"{kind} command")
+    if sweep_id is None:
+        raise DecodeError(f"{kind} command without a sweep_id header")
+    return sweep_id
+
+
+def _untyped_extend(sweep_id: str, body: bytes) -> ExtendSweep:
+    data = decoded_body(body, f"extend command for {sweep_id}")
+    try:
+        return ExtendSweep(sweep_id=sweep_id, version=data["version"], trials=data.get("trials") or 0,
+                           budget=data.get("budget") or {})
+    except (KeyError, TypeError, AttributeError, ValidationError) as e:
+        raise DecodeError(f"extend command for {sweep_id!r}: body must be {{trials, budget, version}}: "
+                          f"{cap_text(str(e), 300)}") from e

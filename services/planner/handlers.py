@@ -8,14 +8,15 @@ Exactly-once effects on at-least-once delivery:
   confirms after the commit.
 * Every trial event is decided under a row lock on its sweep, fenced by
   attempt and run, and acked only after the commit (:mod:`.events`).
-* Commands on the sweeps queue (header ``kind``): ``cancel`` and ``extend``
-  are idempotent too: a cancelled sweep stays cancelled, and an extension
+* Commands on the sweeps queue are typed messages (``SubmitSweep``,
+  ``CancelSweep``, ``ExtendSweep``; untyped bodies of older CLIs are still
+  read, :func:`.bodies.sweep_command`). ``cancel`` and ``extend`` are
+  idempotent too: a cancelled sweep stays cancelled, and an extension
   carries the spec version it extends, so a redelivered one changes nothing.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -23,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotsweep.services.planner import store
-from spotsweep.services.planner.bodies import REJECTED, decoded_body, header_sweep_id, new_sweep_id, safe_name, submission_id
+from spotsweep.services.planner.bodies import (
+    REJECTED, Submission, UndecodableSubmission, new_sweep_id, safe_name, sweep_command,
+)
 from spotsweep.services.planner.effects import broadcast_cancel, send
 from spotsweep.services.planner.extend import extended
 from spotsweep.services.planner.histories import HistoryCache
@@ -37,10 +40,10 @@ from spotsweep.services.planner.untrusted import bare
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
 from spotsweep.shared.db import Database
-from spotsweep.shared.errors import DecodeError, PermanentError, RetryableError, SpecError
+from spotsweep.shared.errors import PermanentError, RetryableError, SpecError
 from spotsweep.shared.limits import MAX_TOTAL_TRIALS, cap_text
 from spotsweep.shared.messages import (
-    TrialFinished, TrialLost, TrialProgress, TrialStarted, decode, encode, unpack,
+    CancelSweep, ExtendSweep, SubmitSweep, TrialFinished, TrialLost, TrialProgress, TrialStarted, decode, encode, unpack,
 )
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, parse_spec
@@ -118,62 +121,52 @@ class PlannerDeps:
 
 
 def submission(spec: SweepSpec, sweep_id: str) -> Outgoing:
-    """The message ``handle_sweep_message`` accepts: the spec as a JSON body."""
-    body = json.dumps(spec.to_json_dict()).encode()
+    """The message ``handle_sweep_message`` accepts: a typed :class:`SubmitSweep`."""
+    body = encode(SubmitSweep(message_id=sweep_id, sweep_id=sweep_id, spec=spec.to_json_dict()))
     return Outgoing("", topology.SWEEPS_QUEUE, body, headers={"sweep_id": sweep_id}, message_id=sweep_id,
                     priority=spec.priority)
 
 
 def cancellation(sweep_id: str) -> Outgoing:
     """Cancel a sweep; top priority, so it overtakes queued submissions."""
-    return Outgoing("", topology.SWEEPS_QUEUE, b"{}", headers={"kind": "cancel", "sweep_id": sweep_id},
+    return Outgoing("", topology.SWEEPS_QUEUE, encode(CancelSweep(sweep_id=sweep_id)), headers={"sweep_id": sweep_id},
                     priority=topology.MAX_PRIORITY)
 
 
 def extension(sweep_id: str, version: int, trials: int = 0, budget: dict[str, Any] | None = None) -> Outgoing:
     """Extend spec version ``version`` of a sweep by ``trials`` and/or new ``budget`` caps."""
-    body = json.dumps({"trials": trials, "budget": budget or {}, "version": version}).encode()
-    return Outgoing("", topology.SWEEPS_QUEUE, body, headers={"kind": "extend", "sweep_id": sweep_id},
-                    message_id=f"{sweep_id}+v{version}", priority=topology.MAX_PRIORITY)
+    message_id = f"{sweep_id}+v{version}"
+    body = encode(ExtendSweep(message_id=message_id, sweep_id=sweep_id, version=version, trials=trials,
+                              budget=budget or {}))
+    return Outgoing("", topology.SWEEPS_QUEUE, body, headers={"sweep_id": sweep_id}, message_id=message_id,
+                    priority=topology.MAX_PRIORITY)
 
 
 def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
-    """A spec to start, or a command (header ``kind``: ``cancel``, ``extend``) about a sweep.
+    """A typed command (submit, cancel, extend) about a sweep, or the untyped
+    body of an older client (a spec; header ``kind``: ``cancel``, ``extend``).
 
     The message is untrusted (:mod:`.bodies`): a bad id or an undecodable body
     raises :class:`DecodeError` (dead-lettered with the reason); any other
     failure to accept a spec records the sweep as ``rejected`` with the
     reason, so whoever waits on it sees it end."""
-    headers = delivery.headers
-    kind = headers.get("kind")
-    if kind == "cancel":
-        _cancel(_command_id(headers, "cancel"), deps)
-    elif kind == "extend":
-        _extend(_command_id(headers, "extend"), delivery.body, deps)
-    elif kind is not None:
-        raise DecodeError(f"unknown command kind {cap_text(repr(kind), 80)} (cancel, extend, or none for a spec)")
+    try:
+        command = sweep_command(delivery.headers, delivery.message_id, delivery.body)
+    except UndecodableSubmission as e:
+        if e.sweep_id is not None:  # someone may wait on it: say why it never ran
+            _reject(deps, e.sweep_id, REJECTED, str(e))
+        raise
+    if isinstance(command, CancelSweep):
+        _cancel(command.sweep_id, deps)
+    elif isinstance(command, ExtendSweep):
+        _extend(command, deps)
     else:
-        _submit(delivery, deps)
+        _submit(command, deps)
     delivery.ack()
 
 
-def _command_id(headers: dict[str, Any], kind: str) -> str:
-    sweep_id = header_sweep_id(headers, f"{kind} command")
-    if sweep_id is None:
-        raise DecodeError(f"{kind} command without a sweep_id header")
-    return sweep_id
-
-
-def _submit(delivery: Delivery, deps: PlannerDeps) -> None:
-    try:
-        data = decoded_body(delivery.body, "sweep submission")
-    except DecodeError as e:
-        sweep_id = submission_id(delivery.headers, delivery.message_id, None) if _named(delivery) else None
-        if sweep_id is not None:  # someone may wait on it: say why it never ran
-            _reject(deps, sweep_id, REJECTED, str(e))
-        raise
-    name = data.get("name") if isinstance(data, dict) else None
-    sweep_id = submission_id(delivery.headers, delivery.message_id, name)
+def _submit(submitted: Submission, deps: PlannerDeps) -> None:
+    sweep_id, data, name = submitted.sweep_id, submitted.spec, submitted.name
     with log.bound(sweep_id=sweep_id):
         try:
             spec, search = _accepted(data)
@@ -188,10 +181,6 @@ def _submit(delivery: Delivery, deps: PlannerDeps) -> None:
             _reject(deps, sweep_id, spec.name, f"the planner could not store the sweep: {e}")
             return
     publish_pending(deps, sweep_id)
-
-
-def _named(delivery: Delivery) -> bool:
-    return bool(delivery.headers.get("sweep_id") or delivery.message_id)
 
 
 def _accepted(data: Any) -> tuple[SweepSpec, Search]:
@@ -270,12 +259,8 @@ def handle_events(deliveries: Sequence[Delivery], deps: PlannerDeps) -> None:
             send(deps, on_events(deps, sweep_id, stripped, bodies, over))
 
 
-def _extend(sweep_id: str, body: bytes, deps: PlannerDeps) -> None:
-    data = decoded_body(body, f"extend command for {sweep_id}")
-    try:
-        trials, budget, version = int(data.get("trials") or 0), dict(data.get("budget") or {}), int(data["version"])
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise DecodeError(f"extend command for {sweep_id!r}: body must be {{trials, budget, version}}: {e}") from e
+def _extend(command: ExtendSweep, deps: PlannerDeps) -> None:
+    sweep_id, trials, budget, version = command.sweep_id, command.trials, dict(command.budget), command.version
     with log.bound(sweep_id=sweep_id), unit_of_work(deps.db, deps.histories) as uow:
         conn = uow.conn
         sweep = store.lock_sweep(conn, sweep_id)
