@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 
 import pika
 import pytest
+from waiting import wait_until
 
 from spotsweep.shared.broker.memory import MemoryBroker, MemoryServer, topic_matches
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing, ack_all
@@ -295,11 +296,11 @@ def test_higher_priority_first_fifo_within(broker: Broker) -> None:
 
 def test_stop_drain_waits_for_running_handler(connect: Connect) -> None:
     conn = connect()
-    started, finished = threading.Event(), threading.Event()
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
 
     def slow(d: Delivery) -> None:
         started.set()
-        time.sleep(1.0)
+        assert release.wait(10)  # until the test has asked for the drain
         send(conn, EVENTS_EXCHANGE, event_routing_key("trial.metrics", "s1"), d.body)  # still allowed while draining
         d.ack()
         finished.set()
@@ -307,8 +308,13 @@ def test_stop_drain_waits_for_running_handler(connect: Connect) -> None:
     conn.consume(trials_queue("gpu"), slow)
     send(conn, TRIALS_EXCHANGE, "gpu", b"work")
     assert started.wait(10)
-    conn.stop(drain=True)
-    assert finished.is_set()
+    stopped = threading.Event()
+    stopper = threading.Thread(target=lambda: (conn.stop(drain=True), stopped.set()), daemon=True)
+    stopper.start()
+    assert not stopped.is_set()  # the handler still runs: stop cannot have returned
+    release.set()
+    assert stopped.wait(15)
+    assert finished.is_set()  # stop returned only after the handler had finished
     assert_queue_empty(connect, trials_queue("gpu"))  # the ack landed before the close
     collector = Inbox(ack=True)
     connect().consume(COLLECTOR_QUEUE, collector)
@@ -346,7 +352,7 @@ def test_a_cancelled_consumer_may_finish_what_it_fetched(connect: Connect) -> No
         send(broker, "", SWEEPS_QUEUE, body)
     consumer = broker.consume(SWEEPS_QUEUE, handler, prefetch=3, concurrency=1, finish_buffered=True)
     assert first_started.wait(10)
-    time.sleep(0.2)  # the other two arrive in the consumer's buffer
+    assert wait_until(lambda: len(consumer.unacked) == 3)  # type: ignore[attr-defined]  # the other two are in its buffer
     consumer.cancel()
     release.set()
     got = [seen.get(timeout=10) for _ in range(3)]
@@ -392,7 +398,9 @@ def test_rabbit_handler_blocking_past_heartbeat_keeps_connection(connect: Connec
     acked = threading.Event()
 
     def training(d: Delivery) -> None:
-        time.sleep(6)  # 3 heartbeat intervals: a blocked I/O loop would lose the connection
+        # A handler that blocks (a trial runs for hours) for 3 heartbeat
+        # intervals: what is tested, not a wait for something to happen.
+        time.sleep(6)
         d.ack()
         acked.set()
 
