@@ -1,9 +1,10 @@
-"""The RabbitMQ adapter's consumer side: a consumer's channel, its worker threads, its deliveries.
+"""The RabbitMQ adapter's consumer side: a consumer's channel and its deliveries.
 
 Part of :mod:`spotsweep.shared.broker.rabbit` (its module docstring has the
-threading model). Deliveries arrive on the I/O thread and are buffered for
-``concurrency`` worker threads; a settle (``ack``/``nack``) is marshalled back
-onto the I/O thread through :meth:`RabbitBroker.call`. Also here:
+threading model). Deliveries arrive on the I/O thread and are pushed to the
+dispatcher's worker threads (:class:`~.dispatch.Workers`); a settle
+(``ack``/``nack``, with ``BlockingChannel``'s public methods) is handed back
+to the I/O thread through :meth:`RabbitBroker.submit`. Also here:
 :func:`translated`, pika's exceptions turned into spotsweep's, used by both sides.
 """
 
