@@ -1,15 +1,19 @@
 # spotsweep: `make demo` runs the example sweep locally; `make test` runs the tests.
-# Both set up .venv first (CPU torch pinned; no multi-GB CUDA download).
+# Both set up .venv first with the CPU build of torch (no multi-GB CUDA download).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# PyTorch's CPU wheels: their version (2.13.0+cpu) satisfies the pin torch==2.13.0
+# and ranks above PyPI's CUDA build. Where that index cannot be reached (a machine
+# with only a package mirror), pip warns and takes torch from the mirror instead.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup demo test lint unit integration chaos bench clean
+.PHONY: setup demo test lint unit integration chaos bench dist clean
 
 $(BIN)/spotsweep: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --extra-index-url $(TORCH_INDEX) -e '.[dev]'
 	touch $@
 
 setup: $(BIN)/spotsweep
@@ -69,5 +73,9 @@ bench: setup
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(foreach b,$(BENCHMARKS),$(BIN)/python bench/$(b).py $(BENCH_ARGS_$(b)) --json bench/results/$(b).json &&) true
 
+# The wheel a node installs (`pip install 'dist/spotsweep-*.whl[worker]'`); the images build it too.
+dist: setup
+	rm -rf dist && $(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache
