@@ -333,6 +333,13 @@ def decode_command(data: Any) -> SubmitSweep | CancelSweep | ExtendSweep:
     return msg
 
 
+_EVERY = TypeAdapter(Annotated[
+    Union[TrialMessage, TrialStarted, TrialMetrics, TrialProgress, CheckpointSaved, TrialFinished, TrialLost, CancelSweep,
+          StopTrial, SubmitSweep, ExtendSweep],
+    Field(discriminator="kind"),
+])
+
+
 def json_schemas() -> dict[str, Any]:
-    """JSON Schema of every message, for ``spotsweep schema``."""
-    return _MESSAGE.json_schema()
+    """JSON Schema of every message (the sweeps queue's commands too), for ``spotsweep schema``."""
+    return _EVERY.json_schema()

@@ -142,3 +142,10 @@ def test_a_trial_message_from_a_newer_planner_still_decodes() -> None:
     wire["limits"]["new_limit"] = 5
     back = decode(json.dumps(wire).encode())
     assert isinstance(back, TrialMessage) and back.limits == msg.limits
+
+
+def test_spotsweep_schema_shows_the_sweep_commands() -> None:
+    from spotsweep.shared.messages import json_schemas
+
+    text = json.dumps(json_schemas())
+    assert all(kind in text for kind in ("sweep.submit", "sweep.cancel", "sweep.extend", "trial.finished"))
