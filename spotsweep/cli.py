@@ -244,6 +244,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
         return local.run(spec, settings, args.workers, args.csv, dashboard=args.dashboard)
     if cmd == "submit":
+        if args.wait and settings.database_url is None:  # checked before posting: nothing is left running unwatched
+            raise PermanentError("submit --wait follows the sweep in the planner's results database: set "
+                                 "SPOTSWEEP_DATABASE_URL to it (unset, --wait would watch local mode's embedded "
+                                 "database, which a submitted sweep never reaches)")
         sweep_id = commands.submit(spec, settings)
         print(sweep_id)
         if not args.wait:

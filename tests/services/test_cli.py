@@ -179,3 +179,13 @@ def test_report_metrics_flag_names_what_is_missing(database_url: str) -> None:
     assert proc.returncode == 2 and "--metrics: no trial of this sweep reported 'accuracy' (2 metric(s): loss, acc)" in proc.stderr
     proc = cli("report", "m-0000000a", "--metrics", ",", env=env)
     assert proc.returncode == 2 and "expected NAME,NAME" in proc.stderr
+
+
+def test_submit_wait_without_a_results_database_stops_at_once_naming_it(tmp_path: Path) -> None:
+    """--wait would watch local mode's embedded database, which a submitted sweep never reaches: it hung forever."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\ncommand: [python, -c, pass]\nmetric: {name: v}\nspace: {a: [1]}\n")
+    env = {"SPOTSWEEP_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/%2F", "SPOTSWEEP_HOME": str(tmp_path / "home")}
+    proc = cli("submit", str(spec), "--wait", env=env)
+    assert proc.returncode == 2 and "SPOTSWEEP_DATABASE_URL" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "home" / "pg").exists()  # nothing was started, nothing posted (the broker is unreachable: 69)
