@@ -212,6 +212,7 @@ def submit(amqp_url: str, spec: dict[str, Any], name: str | None = None) -> tupl
     """Post a spec as ``spotsweep submit`` does; returns the sweep id and the wall-clock time of the post."""
     from spotsweep.services.planner.handlers import new_sweep_id, submission
     from spotsweep.shared import topology
+    from spotsweep.shared.broker.port import Outgoing
     from spotsweep.shared.broker.rabbit import RabbitBroker
     from spotsweep.shared.spec import parse_spec
 
@@ -221,6 +222,11 @@ def submit(amqp_url: str, spec: dict[str, Any], name: str | None = None) -> tupl
     try:
         broker.declare([topology.dead_letter_queue(), topology.sweeps_queue()])
         message = submission(parsed, sweep_id)
+        if os.environ.get("SPOTSWEEP_BENCH_SERVICES_REV"):
+            # Services of another revision may predate the typed SubmitSweep:
+            # post the untyped spec body that every planner reads.
+            message = Outgoing("", topology.SWEEPS_QUEUE, json.dumps(parsed.to_json_dict()).encode(),
+                               headers={"sweep_id": sweep_id}, message_id=sweep_id, priority=parsed.priority)
         posted = time.time()
         broker.publish(message)
     finally:

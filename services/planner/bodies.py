@@ -127,18 +127,32 @@ class UndecodableSubmission(DecodeError):
 
 
 def sweep_command(headers: dict[str, Any], message_id: str | None, body: bytes) -> Submission | CancelSweep | ExtendSweep:
-    """The command a message on ``spotsweep.sweeps`` stands for, typed or untyped (see the module docstring)."""
+    """The command a message on ``spotsweep.sweeps`` stands for, typed or untyped (see the module docstring).
+
+    A typed body wins; the header ``kind`` (which the CLI still sets on a
+    cancel and an extend, so that an older planner reads them too) must then
+    agree with it."""
     kind = headers.get("kind")
-    if kind == "cancel":
-        return CancelSweep(sweep_id=_command_id(headers, "cancel"))
-    if kind == "extend":
-        return _untyped_extend(_command_id(headers, "extend"), body)
-    if kind is not None:
+    if kind not in (None, "cancel", "extend"):
         raise DecodeError(f"unknown command kind {cap_text(repr(kind), 80)} (cancel, extend, or none for a spec)")
+    if kind is not None:
+        sweep_id = _command_id(headers, kind)
+        try:
+            data = decoded_body(body, f"{kind} command for {sweep_id}")
+        except DecodeError:
+            if kind == "extend":
+                raise
+            data = None  # an untyped cancel's body was never read
+        if _is_typed(data):
+            command = _typed(data, None)
+            if command.kind != f"sweep.{kind}" or command.sweep_id != sweep_id:
+                raise DecodeError(f"{kind} command for {sweep_id}: its body is a {command.kind} of {command.sweep_id}")
+            return command
+        return CancelSweep(sweep_id=sweep_id) if kind == "cancel" else _untyped_extend(sweep_id, data)
     named = submission_id(headers, message_id, None) if headers.get("sweep_id") or message_id else None
     try:
         data = decoded_body(body, "sweep submission")
-        if isinstance(data, dict) and data.get("kind") in COMMAND_KINDS:
+        if _is_typed(data):
             return _typed(data, named)
     except UndecodableSubmission:
         raise
@@ -146,6 +160,10 @@ def sweep_command(headers: dict[str, Any], message_id: str | None, body: bytes) 
         raise UndecodableSubmission(str(e), named) from e
     name = data.get("name") if isinstance(data, dict) else None
     return Submission(submission_id(headers, message_id, name), data, name)
+
+
+def _is_typed(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("kind") in COMMAND_KINDS
 
 
 def _typed(data: dict[str, Any], named: str | None) -> Submission | CancelSweep | ExtendSweep:
@@ -169,8 +187,7 @@ def _command_id(headers: dict[str, Any], kind: str) -> str:
     return sweep_id
 
 
-def _untyped_extend(sweep_id: str, body: bytes) -> ExtendSweep:
-    data = decoded_body(body, f"extend command for {sweep_id}")
+def _untyped_extend(sweep_id: str, data: Any) -> ExtendSweep:
     try:
         return ExtendSweep(sweep_id=sweep_id, version=data["version"], trials=data.get("trials") or 0,
                            budget=data.get("budget") or {})

@@ -45,6 +45,7 @@ from spotsweep.shared.limits import MAX_TOTAL_TRIALS, cap_text
 from spotsweep.shared.messages import (
     CancelSweep, ExtendSweep, SubmitSweep, TrialFinished, TrialLost, TrialProgress, TrialStarted, decode, encode, unpack,
 )
+from spotsweep.shared.settings import PlannerSettings, default
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, parse_spec
 
@@ -53,10 +54,9 @@ __all__ = ["PlannerDeps", "cancellation", "extension", "handle_event", "handle_e
 
 _log = log.get("spotsweep.planner")
 CACHE = 256  # parsed specs and searches kept, by sweep and spec version
-# Trials of one sweep waiting in the queue at once: few enough that sweeps of
-# equal priority take turns on the agents, enough that agents never wait on
-# the planner between two trials.
-QUEUE_WINDOW = 32
+# Trials of one sweep waiting in the queue at once; its one default and why it
+# is what it is: PlannerSettings.queue_window (shared/settings.py).
+QUEUE_WINDOW: int = default(PlannerSettings, "queue_window")
 
 
 @dataclass
@@ -129,8 +129,9 @@ def submission(spec: SweepSpec, sweep_id: str) -> Outgoing:
 
 def cancellation(sweep_id: str) -> Outgoing:
     """Cancel a sweep; top priority, so it overtakes queued submissions."""
-    return Outgoing("", topology.SWEEPS_QUEUE, encode(CancelSweep(sweep_id=sweep_id)), headers={"sweep_id": sweep_id},
-                    priority=topology.MAX_PRIORITY)
+    # The header ``kind`` too: a planner from before the typed commands still reads it.
+    return Outgoing("", topology.SWEEPS_QUEUE, encode(CancelSweep(sweep_id=sweep_id)),
+                    headers={"kind": "cancel", "sweep_id": sweep_id}, priority=topology.MAX_PRIORITY)
 
 
 def extension(sweep_id: str, version: int, trials: int = 0, budget: dict[str, Any] | None = None) -> Outgoing:
@@ -138,8 +139,9 @@ def extension(sweep_id: str, version: int, trials: int = 0, budget: dict[str, An
     message_id = f"{sweep_id}+v{version}"
     body = encode(ExtendSweep(message_id=message_id, sweep_id=sweep_id, version=version, trials=trials,
                               budget=budget or {}))
-    return Outgoing("", topology.SWEEPS_QUEUE, body, headers={"sweep_id": sweep_id}, message_id=message_id,
-                    priority=topology.MAX_PRIORITY)
+    # The header ``kind`` too: a planner from before the typed commands reads the same body keys.
+    return Outgoing("", topology.SWEEPS_QUEUE, body, headers={"kind": "extend", "sweep_id": sweep_id},
+                    message_id=message_id, priority=topology.MAX_PRIORITY)
 
 
 def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:

@@ -149,3 +149,21 @@ def test_spotsweep_schema_shows_the_sweep_commands() -> None:
 
     text = json.dumps(json_schemas())
     assert all(kind in text for kind in ("sweep.submit", "sweep.cancel", "sweep.extend", "trial.finished"))
+
+
+def test_cancel_and_extend_stay_readable_by_a_planner_from_before_the_typed_commands() -> None:
+    """It read the header ``kind`` and an extend's ``trials``/``budget``/``version`` keys."""
+    cancel = cancellation(SID)
+    assert cancel.headers == {"kind": "cancel", "sweep_id": SID}
+    ext = extension(SID, version=3, trials=4, budget={"max_trials": 9})
+    body = json.loads(ext.body)
+    assert ext.headers == {"kind": "extend", "sweep_id": SID}
+    assert (body["trials"], body["budget"], body["version"]) == (4, {"max_trials": 9}, 3)
+
+
+def test_a_typed_body_must_agree_with_the_kind_header() -> None:
+    other = json.loads(cancellation("other-0000cafe").body)
+    with pytest.raises(DecodeError, match="its body is a sweep.cancel of other-0000cafe"):
+        sweep_command({"kind": "cancel", "sweep_id": SID}, None, json.dumps(other).encode())
+    with pytest.raises(DecodeError, match="its body is a sweep.cancel"):
+        sweep_command({"kind": "extend", "sweep_id": SID}, None, cancellation(SID).body)
