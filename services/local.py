@@ -34,7 +34,7 @@ from spotsweep.shared.db.embedded import embedded_url
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.limits import cap_text
 from spotsweep.shared.runtime import ExitCode
-from spotsweep.shared.settings import Settings
+from spotsweep.shared.settings import LocalSettings, Settings
 from spotsweep.shared.spec import SweepSpec
 
 _log = log.get("spotsweep.local")
@@ -47,7 +47,7 @@ def database(settings: Settings) -> Database:
     return Database(embedded_url(settings.home / "pg"))
 
 
-def run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, console: Console | None = None,
+def run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None, console: Console | None = None,
         dashboard: int | None = None) -> int:
     """Run a sweep on this machine; with ``dashboard`` (a port) serve the dashboard meanwhile."""
     console = console or Console(stderr=True)
@@ -70,11 +70,11 @@ def _dashboard(db: Database, port: int | None, console: Console) -> Callable[[],
     return stop
 
 
-def _run(spec: SweepSpec, settings: Settings, workers: int, csv: Path | None, console: Console, db: Database) -> int:
+def _run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None, console: Console, db: Database) -> int:
     broker = MemoryBroker()
     store = LocalArtifactStore(settings.home / "artifacts")
     resource_class = spec.resources.resource_class
-    planner_deps = planner.start(broker, db, (resource_class,))
+    planner_deps = planner.start(broker, db, (resource_class,), window=settings.queue_window)
     batcher = collector.start(broker, db)
     deps = agent.start(broker, store, Slots(workers, agent.detect_gpus()), resource_class, settings.home / "work",
                        agent_id="local")

@@ -1,34 +1,109 @@
-"""Settings from the environment (``SPOTSWEEP_*``), via pydantic-settings.
+"""Settings: one pydantic-settings model per process, from flags and ``SPOTSWEEP_*``.
 
-Secrets are ``SecretStr`` so they never print; URLs are logged only through
-:func:`redact_url`.
+:class:`Settings` holds what every process reads (the broker, the database,
+the artifact store); each process's model adds its own knobs, and those are
+also its command-line flags (:mod:`spotsweep.shared.settings_cli` makes them
+from the fields, so a knob's default, its flag, its variable and its line in
+docs/architecture.md's table all come from the one field here). A flag wins
+over its variable. Secrets are ``SecretStr`` so they never print, and are
+never flags (a command line is visible to every user of the node); URLs are
+logged only through :func:`redact_url`.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+def _flag(name: str) -> dict[str, Any]:
+    """A field's flag when it is not ``--field-name``."""
+    return {"flag": name}
+
+
 class Settings(BaseSettings):
+    """What every process reads: the CLI's commands use exactly this."""
+
     model_config = SettingsConfigDict(env_prefix="SPOTSWEEP_", extra="ignore", env_ignore_empty=True)
 
-    amqp_url: SecretStr = SecretStr("amqp://guest:guest@127.0.0.1:5672/%2F")
-    database_url: SecretStr | None = None
-    s3_endpoint: str | None = None  # host:port or URL; unset means a local directory
-    s3_access_key: SecretStr | None = None
-    s3_secret_key: SecretStr | None = None
-    s3_bucket: str = "spotsweep"
-    s3_secure: bool | None = None  # default: from the endpoint's scheme
-    s3_region: str | None = None
-    home: Path = Path.home() / ".spotsweep"  # local mode: embedded DB and artifacts
-    heartbeat: int = 15  # AMQP heartbeat, seconds: a dead agent is noticed within ~2x this
-    log_upload_seconds: float = 15.0  # agent: a running trial's logs are uploaded this often (spotsweep logs lags at most this)
-    queue_window: int = 32  # planner: trials of one sweep waiting in the queue at once (fair turns between sweeps)
+    amqp_url: SecretStr = Field(default=SecretStr("amqp://guest:guest@127.0.0.1:5672/%2F"), description="RabbitMQ")
+    database_url: SecretStr | None = Field(
+        default=None, description="PostgreSQL for results (planner, collector, readers); unset: local mode's embedded one")
+    s3_endpoint: str | None = Field(default=None, description="S3/MinIO host:port or URL; unset: a local directory under home")
+    s3_access_key: SecretStr | None = Field(default=None, description="S3 access key")
+    s3_secret_key: SecretStr | None = Field(default=None, description="S3 secret key")
+    s3_bucket: str = Field(default="spotsweep", description="S3 bucket of checkpoints and logs (created when missing)")
+    s3_secure: bool | None = Field(default=None, description="TLS to S3; default: from the endpoint's scheme")
+    s3_region: str | None = Field(default=None, description="S3 region")
+    home: Path = Field(default=Path.home() / ".spotsweep", description="local mode: the embedded database and artifacts")
+    heartbeat: int = Field(default=15, ge=1, description="AMQP heartbeat, seconds: a dead agent is noticed within about twice this")
+    log_upload_seconds: float = Field(  # read where trials run: the agent, and local mode's
+        default=15.0, gt=0, description="a running trial's logs are uploaded this often (spotsweep logs lags at most this)",
+        json_schema_extra={"read_by": "agent, run"})
+
+
+class PlannerSettings(Settings):
+    """``spotsweep planner``."""
+
+    # Few enough that sweeps of equal priority take turns on the agents, enough
+    # that agents never wait on the planner between two trials.
+    queue_window: int = Field(
+        default=32, ge=1, description="trials of one sweep waiting in the queue at once (fair turns between sweeps)")
+
+
+class LocalSettings(PlannerSettings):
+    """``spotsweep run``: planner, collector and agent in one process; the planner's knobs apply."""
+
+
+class CollectorSettings(Settings):
+    """``spotsweep collector``: no knobs of its own."""
+
+
+class AgentSettings(Settings):
+    """``spotsweep agent``."""
+
+    slots: int | None = Field(default=None, ge=1, description="trials at once; default: one per GPU group, or 1 without GPUs")
+    resource_class: str = Field(default="gpu", min_length=1, description="resource class served", json_schema_extra=_flag("--class"))
+    gpus_per_slot: int = Field(default=1, ge=1, description="GPUs each trial gets")
+    grace: float = Field(default=90.0, ge=0, description="seconds a preempted trial gets to checkpoint")
+    after_grace: float = Field(
+        default=30.0, ge=0, description="seconds a drain may take past the grace (uploads, reports, acks) before the agent "
+                                "stops at once with 137")
+    workdir: Path | None = Field(default=None, description="trial workspaces; default: spotsweep-agent in the temp folder")
+    preemption_notice: Literal["signal", "aws", "azure", "gcp"] = Field(
+        default="signal", description="drain on the cloud's preemption notice (instance metadata) ahead of SIGTERM; "
+                              "signal: on SIGTERM only")
+    metadata_url: str | None = Field(default=None, description="instance metadata endpoint for the notice; default: the cloud's")
+    notice_interval: float = Field(default=5.0, gt=0, description="seconds between metadata polls")
+    max_node_failures: int = Field(
+        default=5, ge=0, description="stop taking trials after this many different trials of at least 2 sweeps failed here "
+                             "in a row (a broken node; 0: never)")
+    node_cooldown: float = Field(default=600.0, ge=0, description="seconds a node found broken takes no trials before it tries again")
+
+
+class DashboardSettings(Settings):
+    """``spotsweep dashboard``."""
+
+    dashboard_host: str = Field(default="127.0.0.1", description="address to listen on (0.0.0.0: every interface)",
+                                json_schema_extra=_flag("--host"))
+    dashboard_port: int = Field(default=8265, ge=1, le=65535, description="port", json_schema_extra=_flag("--port"))
+
+
+# The model of each command that has one of its own; every other command reads Settings.
+PROCESSES: dict[str, type[Settings]] = {
+    "agent": AgentSettings, "planner": PlannerSettings, "collector": CollectorSettings,
+    "dashboard": DashboardSettings, "run": LocalSettings,
+}
+
+
+def default(model: type[Settings], name: str) -> Any:
+    """A knob's one default (for code that needs it without reading the environment)."""
+    return model.model_fields[name].default
 
 
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]+)", re.I)

@@ -11,13 +11,12 @@ import json
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from spotsweep import __version__
 from spotsweep.shared import log
 from spotsweep.shared.errors import PermanentError, RetryableError, SpecError, SpotsweepError
 from spotsweep.shared.runtime import ExitCode
-from spotsweep.shared.settings import Settings
+from spotsweep.shared.settings import PROCESSES, AgentSettings, DashboardSettings, LocalSettings, PlannerSettings, Settings, default
+from spotsweep.shared.settings_cli import add_flags, load
 
 
 def _positive(text: str) -> int:
@@ -64,8 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("spec", type=Path)
     r.add_argument("--workers", type=_positive, default=2, help="trials at once (default 2)")
     r.add_argument("--csv", type=Path)
-    r.add_argument("--dashboard", nargs="?", const=8265, type=_port, metavar="PORT",
-                   help="serve the dashboard on 127.0.0.1:PORT (default 8265) while the sweep runs")
+    port = default(DashboardSettings, "dashboard_port")
+    r.add_argument("--dashboard", nargs="?", const=port, type=_port, metavar="PORT",
+                   help=f"serve the dashboard on 127.0.0.1:PORT (default {port}) while the sweep runs")
+    add_flags(r, LocalSettings)
 
     s = sub.add_parser("submit", help="post a sweep to the planner queue")
     s.add_argument("spec", type=Path)
@@ -132,30 +133,13 @@ def _parser() -> argparse.ArgumentParser:
     ck.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to download into")
     ck.add_argument("--step", type=_step, help="the checkpoint of this step (default: the latest complete one)")
 
-    d = sub.add_parser("dashboard", help="serve the web dashboard of every sweep (results database or local mode's)")
-    d.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
-    d.add_argument("--port", type=_port, default=8265, help="port (default 8265)")
+    add_flags(sub.add_parser("dashboard", help="serve the web dashboard of every sweep (results database or local mode's)"),
+              DashboardSettings)
 
-    sub.add_parser("planner", help="run the planner service")
-    sub.add_parser("collector", help="run the collector service")
-    a = sub.add_parser("agent", help="run an agent on this node")
-    a.add_argument("--slots", type=_positive, help="trials at once (default: one per GPU group, or 1 without GPUs)")
-    a.add_argument("--class", dest="resource_class", default="gpu", help="resource class served (default gpu)")
-    a.add_argument("--gpus-per-slot", type=_positive, default=1, help="GPUs each trial gets (default 1)")
-    a.add_argument("--grace", type=float, default=90.0, help="seconds a preempted trial gets to checkpoint")
-    a.add_argument("--workdir", type=Path)
-    a.add_argument("--preemption-notice", choices=("signal", "aws", "azure", "gcp"), default="signal",
-                   help="drain on the cloud's preemption notice (instance metadata) ahead of SIGTERM; default: on SIGTERM only")
-    a.add_argument("--metadata-url", help="instance metadata endpoint for --preemption-notice (default: the cloud's)")
-    a.add_argument("--notice-interval", type=float, default=5.0, help="seconds between metadata polls (default 5)")
-    a.add_argument("--max-node-failures", type=int, default=5,
-                   help="stop taking trials after this many different trials of at least 2 sweeps failed here in a row "
-                        "(a broken node; 0: never)")
-    a.add_argument("--node-cooldown", type=float, default=600.0,
-                   help="seconds a node found broken takes no trials before it tries again (default 600)")
-    a.add_argument("--after-grace", type=float, default=30.0,
-                   help="seconds a drain may take past --grace (uploads, reports, acks) before the agent stops at once "
-                        "with 137 (default 30)")
+    # The services' flags are their settings' own knobs (shared/settings.py), each also a SPOTSWEEP_* variable.
+    add_flags(sub.add_parser("planner", help="run the planner service"), PROCESSES["planner"])
+    add_flags(sub.add_parser("collector", help="run the collector service"), PROCESSES["collector"])
+    add_flags(sub.add_parser("agent", help="run an agent on this node"), PROCESSES["agent"])
 
     # Only listed here: main() hands `train ...` to the trainer's own parser before this one runs.
     sub.add_parser("train", help="train a built-in model under the trial contract (needs torch): "
@@ -170,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     log.configure(args.log_level or ("WARNING" if args.cmd == "run" else "INFO"))
     try:
-        return _dispatch(args, _settings())
+        return _dispatch(args, _settings(args))
     except SpecError as e:
         for field, message in e.errors:
             _error(f"{field}: {message}" if field else message)
@@ -213,14 +197,10 @@ def _train(argv: list[str]) -> int:
     return train_main(argv)
 
 
-def _settings() -> Settings:
-    """Settings from the environment; a bad value names its variable."""
-    try:
-        return Settings()
-    except ValidationError as e:
-        first = e.errors()[0]
-        name = "SPOTSWEEP_" + str(first["loc"][0]).upper() if first["loc"] else "SPOTSWEEP_*"
-        raise PermanentError(f"{name}={first.get('input')!r}: {first['msg']}") from e
+def _settings(args: argparse.Namespace) -> Settings:
+    """The command's settings (its process's model, or the shared one) from its flags over
+    the environment; a bad value names its flag or variable (PermanentError: exit 2)."""
+    return load(PROCESSES.get(args.cmd, Settings), args)
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
@@ -242,6 +222,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if cmd == "run":
         from spotsweep.services import local
 
+        assert isinstance(settings, LocalSettings)
         return local.run(spec, settings, args.workers, args.csv, dashboard=args.dashboard)
     if cmd == "submit":
         if args.wait and settings.database_url is None:  # checked before posting: nothing is left running unwatched
@@ -274,7 +255,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if cmd == "dashboard":
         from spotsweep.services.reporter.web import serve
 
-        return serve(settings, args.host, args.port)
+        assert isinstance(settings, DashboardSettings)
+        return serve(settings, settings.dashboard_host, settings.dashboard_port)
     if cmd == "export":
         return commands.export_tensorboard(args.sweep, settings, args.dir)
     if cmd in ("logs", "checkpoint"):
@@ -301,6 +283,7 @@ def _service(args: argparse.Namespace, settings: Settings) -> int:
     if args.cmd == "planner":
         from spotsweep.services.planner.main import main as planner_main
 
+        assert isinstance(settings, PlannerSettings)
         return planner_main(settings)
     if args.cmd == "collector":
         from spotsweep.services.collector.main import main as collector_main
@@ -308,9 +291,8 @@ def _service(args: argparse.Namespace, settings: Settings) -> int:
         return collector_main(settings)
     from spotsweep.services.agent.main import main as agent_main
 
-    return agent_main(settings, args.slots, args.resource_class, args.grace, args.workdir, args.gpus_per_slot,
-                      args.preemption_notice, args.metadata_url, args.max_node_failures, args.notice_interval,
-                      args.node_cooldown, args.after_grace)
+    assert isinstance(settings, AgentSettings)
+    return agent_main(settings)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,7 +21,7 @@ from spotsweep.services.agent import notice
 from spotsweep.services.agent.handlers import (
     Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
 )
-from spotsweep.services.agent.health import DEFAULT_COOLDOWN_S, Health
+from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.runner import RunnerConfig, kill_all
 from spotsweep.services.agent.state import Agent, Slots
 from spotsweep.shared import log, topology
@@ -30,7 +30,7 @@ from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker, Consumer
 from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.runtime import Cleanup, ExitCode, broker_factory, serve, with_startup_retries
-from spotsweep.shared.settings import Settings
+from spotsweep.shared.settings import AgentSettings
 
 _log = log.get("spotsweep.agent")
 
@@ -133,9 +133,6 @@ def gpu_groups(gpus: list[str], per_slot: int) -> list[str]:
     return [",".join(gpus[i:i + per_slot]) for i in range(0, len(gpus) - per_slot + 1, per_slot)]
 
 
-AFTER_GRACE_S = 30.0
-
-
 def bound_drain(seconds: float, kill: Callable[[], None], done: threading.Event,
                 exit_now: Callable[[int], None] = os._exit) -> threading.Thread:
     """Give a drain a deadline: still draining ``seconds`` after it began, stop as on a second signal.
@@ -161,16 +158,15 @@ def bound_drain(seconds: float, kill: Callable[[], None], done: threading.Event,
     return thread
 
 
-def main(settings: Settings, slots: int | None, resource_class: str, grace: float, workdir: Path | None,
-         gpus_per_slot: int = 1, preemption_notice: str = "signal", metadata_url: str | None = None,
-         max_node_failures: int = 5, notice_interval: float = 5.0, node_cooldown: float = DEFAULT_COOLDOWN_S,
-         after_grace: float = AFTER_GRACE_S) -> int:
-    gpus = gpu_groups(detect_gpus(), gpus_per_slot)
-    pool = Slots(slots or max(1, len(gpus)), gpus)
+def main(settings: AgentSettings) -> int:
+    """The agent process; its knobs (flags or SPOTSWEEP_* variables) are ``settings``'s."""
+    resource_class, grace = settings.resource_class, settings.grace
+    gpus = gpu_groups(detect_gpus(), settings.gpus_per_slot)
+    pool = Slots(settings.slots or max(1, len(gpus)), gpus)
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
-    workdir = workdir or Path(tempfile.gettempdir()) / "spotsweep-agent"
+    workdir = settings.workdir or Path(tempfile.gettempdir()) / "spotsweep-agent"
     agent = Agent(store=store, config=RunnerConfig(agent_id=f"{socket.gethostname()}-{os.getpid()}", workdir=workdir),
-                  slots=pool, health=Health(limit=max_node_failures, cooldown=node_cooldown), grace=grace)
+                  slots=pool, health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown), grace=grace)
     done = threading.Event()  # serve() returned: the drain deadline has nothing left to bound
     deadline_lock = threading.Lock()
     deadline: list[threading.Thread] = []
@@ -199,7 +195,7 @@ def main(settings: Settings, slots: int | None, resource_class: str, grace: floa
         agent.preempt.set()
         with deadline_lock:  # a notice, then the platform's SIGTERM: one deadline, from the first
             if not deadline:
-                deadline.append(bound_drain(grace + after_grace, kill, done))
+                deadline.append(bound_drain(grace + settings.after_grace, kill, done))
 
     def kill() -> None:
         agent.kill.set()
@@ -207,7 +203,7 @@ def main(settings: Settings, slots: int | None, resource_class: str, grace: floa
 
     try:
         return serve(broker_factory(settings), start_on, drain, kill,
-                     watch=notice_watcher(preemption_notice, metadata_url, notice_interval))
+                     watch=notice_watcher(settings.preemption_notice, settings.metadata_url, settings.notice_interval))
     finally:
         done.set()
         kill_all()  # whatever way we leave, no trial runs on unsupervised

@@ -10,13 +10,14 @@ from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.db import Database, required_database
 from spotsweep.shared.runtime import Cleanup, broker_factory, serve, with_startup_retries
-from spotsweep.shared.settings import Settings
+from spotsweep.shared.settings import PlannerSettings, default
 
 _log = log.get("spotsweep.planner")
 EVENT_BATCH = 64
 
 
-def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gpu",), window: int | None = 32) -> PlannerDeps:
+def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gpu",),
+          window: int | None = default(PlannerSettings, "queue_window")) -> PlannerDeps:
     """Declare, migrate, recover the outbox, and start consuming. Used by local mode too."""
     broker.declare(topology.service_queues(resource_classes))
     with_startup_retries(db.migrate, "migrate the database")
@@ -34,7 +35,7 @@ def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gp
     return deps
 
 
-def main(settings: Settings) -> int:
+def main(settings: PlannerSettings) -> int:
     db = required_database(settings.database_url, "planner")
 
     def start_on(broker: Broker) -> Cleanup:

@@ -1,10 +1,19 @@
 """Settings come from SPOTSWEEP_* variables; secrets never reach the logs."""
 
+import argparse
+import io
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
-from spotsweep.shared.settings import Settings, redact_url
+import pytest
+from pydantic import Field, SecretStr
+from rich.console import Console
+
+from spotsweep.shared.errors import PermanentError
+from spotsweep.shared.settings import AgentSettings, LocalSettings, PlannerSettings, Settings, redact_url
 
 
 def test_settings_from_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -53,3 +62,79 @@ sys.__stderr__.write(second.getvalue())
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
     assert json.loads(out.strip().splitlines()[-1])["event"] == "two"
+
+
+def _cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SPOTSWEEP_")}
+    return subprocess.run([sys.executable, "-m", "spotsweep", *argv], env={**base, **(env or {})}, capture_output=True,
+                          text=True, timeout=60)
+
+
+def _settings_of(*argv: str) -> Settings:
+    from spotsweep import cli
+
+    return cli._settings(cli._parser().parse_args(list(argv)))
+
+
+def test_each_process_reads_its_own_model_and_a_flag_wins_over_its_variable(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SPOTSWEEP_GRACE", "12")
+    monkeypatch.setenv("SPOTSWEEP_RESOURCE_CLASS", "cpu")
+    monkeypatch.setenv("SPOTSWEEP_QUEUE_WINDOW", "3")
+    agent = _settings_of("agent", "--grace", "7.5")
+    assert isinstance(agent, AgentSettings)
+    assert (agent.grace, agent.resource_class, agent.slots, agent.after_grace) == (7.5, "cpu", None, 30.0)
+    planner = _settings_of("planner")
+    assert isinstance(planner, PlannerSettings) and planner.queue_window == 3
+    local = _settings_of("run", "spec.yaml", "--queue-window", "5")
+    assert isinstance(local, LocalSettings) and local.queue_window == 5
+    assert type(_settings_of("status")) is Settings
+
+
+def test_local_mode_honours_the_queue_window(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """It once started its planner with the default whatever SPOTSWEEP_QUEUE_WINDOW said."""
+    from spotsweep.services import local
+    from spotsweep.shared.spec import parse_spec
+
+    seen: list[int | None] = []
+
+    def start(broker, db, classes, window=None):  # type: ignore[no-untyped-def]
+        seen.append(window)
+        raise KeyboardInterrupt  # stop before anything else starts
+
+    monkeypatch.setattr(local.planner, "start", start)
+    monkeypatch.setenv("SPOTSWEEP_QUEUE_WINDOW", "4")
+    spec = parse_spec({"name": "w", "command": ["true"], "space": {"x": [1]}, "metric": {"name": "m"}})
+    with pytest.raises(KeyboardInterrupt):
+        local._run(spec, LocalSettings(home=tmp_path), 1, None, Console(file=io.StringIO()), db=None)  # type: ignore[arg-type]
+    assert seen == [4]
+
+
+def test_a_bad_flag_or_variable_is_named_with_its_value_and_exits_2() -> None:
+    flag = _cli("agent", "--slots", "0")
+    assert flag.returncode == 2 and "--slots='0'" in flag.stderr and "greater than or equal to 1" in flag.stderr
+    assert "Traceback" not in flag.stderr
+    var = _cli("planner", env={"SPOTSWEEP_QUEUE_WINDOW": "lots"})
+    assert var.returncode == 2 and "SPOTSWEEP_QUEUE_WINDOW='lots'" in var.stderr and "Traceback" not in var.stderr
+    choice = _cli("agent", "--preemption-notice", "ibm")
+    assert choice.returncode == 2 and "--preemption-notice" in choice.stderr and "'ibm'" in choice.stderr
+
+
+def test_a_bad_secret_is_named_without_showing_it() -> None:
+    from spotsweep.shared.settings_cli import load
+
+    class Strict(Settings):
+        token: SecretStr = Field(min_length=40)
+
+    with pytest.raises(PermanentError) as e:
+        load(Strict, argparse.Namespace(token="hunter2"))
+    assert "--token=***" in str(e.value) and "hunter2" not in str(e.value)
+
+
+def test_the_settings_table_in_the_architecture_doc_is_the_models() -> None:
+    """Every knob is documented, with the default it really has: the doc's table is generated."""
+    from spotsweep.shared.settings_cli import table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    start = doc.index("<!-- settings-table")
+    start = doc.index("\n", start) + 1
+    assert doc[start:doc.index("<!-- /settings-table -->")] == table(), "regenerate it: see docs/architecture.md, Settings"

@@ -11,9 +11,9 @@ from typing import Any
 from spotsweep.shared import log as logs
 from spotsweep.shared.db import Database
 from spotsweep.shared.db.migrator import SchemaNotReady
-from spotsweep.shared.settings import Settings
+from spotsweep.shared.settings import DashboardSettings, Settings, default
 
-DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8265
+DEFAULT_HOST, DEFAULT_PORT = default(DashboardSettings, "dashboard_host"), default(DashboardSettings, "dashboard_port")
 
 
 def serve(settings: Settings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
