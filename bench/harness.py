@@ -223,9 +223,10 @@ def submit(amqp_url: str, spec: dict[str, Any], name: str | None = None) -> tupl
         broker.declare([topology.dead_letter_queue(), topology.sweeps_queue()])
         message = submission(parsed, sweep_id)
         if os.environ.get("SPOTSWEEP_BENCH_SERVICES_REV"):
-            # Services of another revision may predate the typed SubmitSweep:
-            # post the untyped spec body that every planner reads.
-            message = Outgoing("", topology.SWEEPS_QUEUE, json.dumps(parsed.to_json_dict()).encode(),
+            # Services of another revision may predate the typed SubmitSweep
+            # (and spec fields added since): post the bench's own spec as the
+            # untyped body that every planner reads.
+            message = Outgoing("", topology.SWEEPS_QUEUE, json.dumps(spec).encode(),
                                headers={"sweep_id": sweep_id}, message_id=sweep_id, priority=parsed.priority)
         posted = time.time()
         broker.publish(message)
