@@ -11,6 +11,7 @@ many metrics, warnings or error text the trials brought.
 from __future__ import annotations
 
 import csv
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from spotsweep.services.reporter.fit import TRIAL_MIN, fit, measured
 from spotsweep.services.reporter.safe import cell, csv_cell, printable, shown
 from spotsweep.services.reporter.summary import ConfigSummary, SweepCost, by_config, cost_of
 from spotsweep.services.reporter.values import metric_float, rank_key
@@ -110,8 +112,11 @@ def _shown(every: list[str], objective: str, chosen: Sequence[str], most: int) -
 
 
 def console() -> Console:
-    """A console for tables: the terminal's width, or wide when piped to a file
-    (rich's default of 80 columns would cut trial names and metrics)."""
+    """A console for tables: ``COLUMNS`` when set, else the terminal's width, or
+    wide when piped to a file (rich's default of 80 columns would drop columns)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) >= 40:
+        return Console(width=int(columns))
     return Console() if sys.stdout.isatty() else Console(width=240)
 
 
@@ -127,19 +132,26 @@ def print_leaderboard(report: Report, out: Console | None = None, top: int | Non
     arrow = "↓" if report.mode == "min" else "↑"
     table = Table(title=Text(printable(f"{report.sweep_name} ({report.sweep_id}) — {report.sweep_state}, "
                                        f"ranked by {cap_text(report.metric, 200)} {arrow}")))
-    table.add_column("#", justify="right")
-    table.add_column("trial", no_wrap=True)
-    for p in report.params:
-        table.add_column(cell(p), justify="right")
-    for m, header in zip(report.metrics, metric_columns(report)):
-        table.add_column(cell(header), justify="right", style="bold" if m == report.metric else None)
-    table.add_column("attempts", justify="right")
-    for i, row in enumerate(report.ranked[:top] if top else report.ranked, 1):
-        table.add_row(
-            str(i), cell(row["trial_name"]), *(cell(row["params"].get(p)) for p in report.params),
-            *(cell((row["metrics"] or {}).get(m)) for m in report.metrics), str(row["attempts"]),
-        )
+    ranked = report.ranked[:top] if top else report.ranked
+    rows = [[str(i), shown(r["trial_name"]), *(shown(r["params"].get(p)) for p in report.params),
+             *(shown((r["metrics"] or {}).get(m)) for m in report.metrics), str(r["attempts"])]
+            for i, r in enumerate(ranked, 1)]
+    names = ["#", "trial", *map(shown, report.params), *map(shown, metric_columns(report)), "attempts"]
+    objective = 2 + len(report.params) + (report.metrics.index(report.metric) if report.metric in report.metrics else -99)
+    columns = [measured(name, [row[i] for row in rows], required=i in (0, 1, objective, len(names) - 1),
+                        cap=max(TRIAL_MIN, out.width // 3) if i == 1 else None) for i, name in enumerate(names)]
+    kept, dropped = fit(columns, out.width)
+    for i in kept:
+        if i == 1:  # a long name wraps onto more lines; it is never cut
+            table.add_column("trial", overflow="fold", min_width=min(columns[1].width, TRIAL_MIN))
+        else:
+            table.add_column(cell(names[i]), justify="right", no_wrap=True,
+                             style="bold" if i == objective else None)
+    for row in rows:
+        table.add_row(*(Text(row[i]) for i in kept))
     out.print(table)
+    if dropped:
+        out.print(Text(f"not shown at {out.width} columns: {', '.join(dropped)} (a wider terminal, --metrics, or --csv)"))
     if report.hidden_metrics:
         out.print(f"{report.hidden_metrics} more metric(s) not shown: choose with --metrics NAME,NAME "
                   "(--csv writes them all)", markup=False, highlight=False)

@@ -72,7 +72,7 @@ def test_markup_and_escapes_in_trial_names_and_params_are_shown_as_written(hosti
 def test_a_failed_trial_s_stderr_is_no_formula_and_no_terminal_control(hostile: Hostile, tmp_path: Path) -> None:
     script = f"import sys\nsys.stderr.write({(HYPERLINK + ESCAPES + chr(0x9b) + '2J')!r})\nsys.exit(3)\n"
     body = spec("stderr", script, {"x": [0]}, retries={"max_failures": 0})
-    sweep_id, [row] = ended(hostile, body, "completed", "failed")
+    sweep_id, [row] = ended(hostile, body, "failed", "failed")  # its only trial failed: the sweep did too
     assert HYPERLINK in row["error"], row["error"]
     text, [cell] = report(hostile, sweep_id, tmp_path)
     assert cell["error"].startswith("'=HYPERLINK(") and "\\x1b]0;pwned\\x07\\x9b2J" in cell["error"], cell

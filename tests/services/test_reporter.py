@@ -91,6 +91,37 @@ def test_report_of_a_repeated_sweep_shows_mean_and_spread(database_url: str) -> 
     assert "cost: 1.00 GPU-h of running trials, 1.00 at the spot price, 4.00 on demand (saved 3.00)" in text
 
 
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_leaderboard_reads_at_80_and_120_columns(database_url: str, width: int) -> None:
+    """Wide sweeps keep the rank, the whole trial name, the objective and the attempts; the
+    columns that do not fit are named, never squeezed until names are cut to '…'."""
+    db = Database(database_url)
+    db.migrate()
+    space = {f"param_{k}": [0.001, 0.5] for k in range(6)}
+    spec = {"name": "wide", "command": ["t"], "metric": {"name": "val_loss", "mode": "min"}, "space": space}
+    metrics = {"val_loss": 0.25, **{f"metric_number_{k}": 123.456789 for k in range(8)}}
+    names = ["deepseek_exp_001", "a_really_long_trial_name_from_a_format_string_with_every_param_0001"]
+    with db.transaction() as conn:
+        conn.execute("INSERT INTO sweeps (sweep_id, name, spec, state, total_trials) VALUES ('wide-1', 'wide', %s, "
+                     "'completed', 2)", (json.dumps(spec),))
+        for i, name in enumerate(names):
+            conn.execute("INSERT INTO trials (trial_id, sweep_id, idx, trial_name, params, state, metrics) VALUES"
+                         " (%s, 'wide-1', %s, %s, %s, 'completed', %s)",
+                         (f"wide-1.{i}", i, name, json.dumps({p: 0.001 for p in space}),
+                          json.dumps({**metrics, "val_loss": 0.25 + i})))
+    console = Console(width=width, record=True)
+    reporter.print_leaderboard(reporter.build(db, "wide-1"), out=console)
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width and "…" not in text
+    assert "deepseek_exp_001" in text and "0.25" in text and "attempts" in text
+    folded = "".join(line.split("│")[2].strip() for line in lines if line.count("│") > 3 and "#" not in line)
+    assert names[1] in folded  # the long name wraps over lines, whole
+    assert re.search(rf"not shown at {width} columns: .*metric_number_7", text, flags=re.S)
+    if width == 120:
+        assert "param_0" in text  # wider: more columns fit
+
+
 # --- hostile data: shown as written, never run by a terminal or a spreadsheet --------------------
 
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # tab and newline may lay out a table
