@@ -12,19 +12,19 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, get_args
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 
-from spotsweep.trainer.config import EarlyStopConfig, Threshold, TrainConfig
+from spotsweep.trainer.config import BUDGET, SPEED, TRAJECTORY, EarlyStopConfig, Threshold, TrainConfig
 from spotsweep.trainer.errors import SetupError
-from spotsweep.trainer.optim import OptimizerName
-from spotsweep.trainer.precision import AMP_MODES
 
 MODELS = ("tinylm",)
 PREEMPTED = 143  # 128 + SIGTERM, what a shell reports for a process killed by it
-_EARLY_STOP_FLAGS = {"metric": "early_stop_metric", "mode": "early_stop_mode", "patience": "patience",
-                     "min_delta": "min_delta", "thresholds": "stop_if", "max_seconds": "time_budget"}
+GROUPS = {TRAJECTORY: "training (changing these on resume is refused)",
+          BUDGET: "budget and cadence (may change on resume)", SPEED: "where and how fast (may change on resume)"}
 
 
 def _threshold(text: str) -> Threshold:
@@ -34,44 +34,58 @@ def _threshold(text: str) -> Threshold:
         raise argparse.ArgumentTypeError(str(e).splitlines()[0]) from None
 
 
-def _default(name: str) -> Any:
-    """``TrainConfig``'s default for ``name``: the flags take their defaults from the config, so they cannot drift."""
-    return TrainConfig.model_fields[name].default
+def knobs() -> list[tuple[tuple[str, ...], FieldInfo]]:
+    """Every config field that is a flag, by its path in the config: ``("lr",)``,
+    ``("early_stop", "patience")``. Fields with a ``description`` are flags."""
+    out: list[tuple[tuple[str, ...], FieldInfo]] = []
+    for name, field in TrainConfig.model_fields.items():
+        if field.annotation is EarlyStopConfig:
+            out += [(("early_stop", sub), f) for sub, f in EarlyStopConfig.model_fields.items() if f.description is not None]
+        elif field.description is not None:
+            out.append(((name,), field))
+    return out
 
 
-def _stop_default(name: str) -> Any:
-    return EarlyStopConfig.model_fields[name].default
+def _extra(field: FieldInfo) -> dict[str, Any]:
+    return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+
+
+def flag(path: tuple[str, ...], field: FieldInfo) -> str:
+    return str(_extra(field).get("flag") or "--" + path[-1].replace("_", "-"))
+
+
+def _dest(path: tuple[str, ...]) -> str:
+    return "__".join(path)
+
+
+def _add(group: argparse._ArgumentGroup, path: tuple[str, ...], field: FieldInfo) -> None:
+    """One flag from one field: its type, default and choices are the field's."""
+    kind: Any = field.annotation
+    if get_origin(kind) in (Union, UnionType):  # X | None: a flag of X, default None
+        kind = next(a for a in get_args(kind) if a is not type(None))
+    if get_origin(kind) is Annotated:  # Finite
+        kind = get_args(kind)[0]
+    helptext = str(field.description).replace("%", "%%")
+    if not (field.default is None or field.default is False or field.default == ()) and "default" not in helptext:
+        helptext = f"{helptext} (default %(default)s)".lstrip()
+    name, dest = flag(path, field), _dest(path)
+    if kind is bool:
+        group.add_argument(name, dest=dest, action="store_true", default=field.default, help=helptext)
+    elif get_origin(kind) is Literal:
+        group.add_argument(name, dest=dest, choices=get_args(kind), default=field.default, help=helptext)
+    elif get_origin(kind) is tuple:  # thresholds: a repeatable flag of parsed rules
+        group.add_argument(name, dest=dest, type=_threshold, action="append", default=[], metavar="METRIC<VALUE@STEP",
+                           help=helptext)
+    else:
+        group.add_argument(name, dest=dest, type=kind, default=field.default, help=helptext,
+                           metavar=name.removeprefix("--").replace("-", "_").upper())
 
 
 def parser() -> argparse.ArgumentParser:
     """The flags; ``(default %(default)s)`` in a help text is argparse's, filled from the config's defaults."""
     p = argparse.ArgumentParser(prog="spotsweep train tinylm",
                                 description="Train the tiny DeepSeek-style byte-level language model under the trial contract.")
-    g = p.add_argument_group("training (changing these on resume is refused)")
-    g.add_argument("--lr", type=float, default=_default("lr"), help="peak learning rate (default %(default)s)")
-    g.add_argument("--lr-horizon", type=int, default=_default("lr_horizon"),
-                   help="step where the cosine reaches its floor (default: --steps); "
-                   "fix it at the largest budget to resume a run with more --steps")
-    g.add_argument("--warmup", type=int, default=_default("warmup"),
-                   help="linear warmup steps (default: 10%% of the horizon)")
-    g.add_argument("--min-lr-ratio", type=float, default=_default("min_lr_ratio"),
-                   help="final lr as a fraction of the peak (default %(default)s)")
-    g.add_argument("--batch-size", type=int, default=_default("batch_size"),
-                   help="sequences per micro-batch (default %(default)s)")
-    g.add_argument("--grad-accum", type=int, default=_default("grad_accum"),
-                   help="micro-batches per step; the effective batch is batch-size x grad-accum (default %(default)s)")
-    g.add_argument("--optimizer", choices=get_args(OptimizerName), default=_default("optimizer"),
-                   help="(default %(default)s)")
-    g.add_argument("--weight-decay", type=float, default=_default("weight_decay"),
-                   help="default 0.1 for adamw, 0 for adam and sgd")
-    g.add_argument("--momentum", type=float, default=_default("momentum"),
-                   help="SGD momentum, Nesterov (default %(default)s)")
-    g.add_argument("--grad-clip", type=float, default=_default("grad_clip"),
-                   help="max gradient norm, 0 = off (default %(default)s)")
-    g.add_argument("--seed", type=int, default=_default("seed"),
-                   help="initial weights, dropout and data order (default %(default)s)")
-    g.add_argument("--amp", choices=AMP_MODES, default=_default("amp"),
-                   help="auto: bf16 autocast on CUDA, fp32 on the CPU; fp16 uses a GradScaler (default %(default)s)")
+    groups = {key: p.add_argument_group(title) for key, title in GROUPS.items() if key == TRAJECTORY}
     m = p.add_argument_group("model (changing these on resume is refused)")
     m.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
     m.add_argument("--heads", type=int, default=4, help="attention heads; dim / heads must be even (default 4)")
@@ -85,48 +99,23 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--expert-hidden", type=int, help="expert FFN width (default: dense width / (top-k + shared))")
     m.add_argument("--aux-loss-weight", type=float, default=0.01, help="weight of the balance loss (default 0.01)")
     m.add_argument("--data", type=Path, help="a text file to train on, as bytes (default: the built-in corpus)")
-    b = p.add_argument_group("budget and cadence (may change on resume)")
-    b.add_argument("--steps", type=int, default=_default("steps"), help="optimizer steps (default %(default)s)")
-    b.add_argument("--eval-every", type=int, default=_default("eval_every"),
-                   help="evaluate every N steps and at the end (default %(default)s)")
-    b.add_argument("--eval-windows", type=int, default=64, help="validation sequences per evaluation (default 64)")
-    b.add_argument("--ckpt-every", type=int, default=_default("ckpt_every"),
-                   help="checkpoint every N steps and at the end (default %(default)s)")
-    b.add_argument("--keep-last", type=int, default=_default("keep_last"),
-                   help="checkpoints kept in the directory (default %(default)s)")
-    b.add_argument("--log-every", type=int, default=_default("log_every"),
-                   help="report loss, lr and tokens/s every N steps (default %(default)s)")
-    b.add_argument("--early-stop-metric", default=_stop_default("metric"),
-                   help="metric for --patience (default %(default)s)")
-    b.add_argument("--early-stop-mode", choices=get_args(EarlyStopConfig.model_fields["mode"].annotation),
-                   default=_stop_default("mode"), help="(default %(default)s)")
-    b.add_argument("--patience", type=int, default=_stop_default("patience"),
-                   help="stop after N evaluations without improvement; 0 = off")
-    b.add_argument("--min-delta", type=float, default=_stop_default("min_delta"),
-                   help="smallest change that counts as an improvement")
-    b.add_argument("--stop-if", type=_threshold, action="append", default=[], metavar="METRIC<VALUE@STEP",
-                   help="stop when the rule holds at an evaluation at or after STEP, e.g. 'val_acc<0.3@200' (repeatable)")
-    b.add_argument("--time-budget", type=float, default=_stop_default("max_seconds"),
-                   help="stop after this many seconds of training, over all attempts")
-    r = p.add_argument_group("where and how fast (may change on resume)")
-    r.add_argument("--device", default=_default("device"),
-                   help="auto (cuda when available), cpu, cuda, cuda:1... (default %(default)s)")
-    r.add_argument("--compile", action="store_true", default=_default("compile"), help="torch.compile the model")
-    r.add_argument("--grad-checkpointing", action="store_true", default=_default("grad_checkpointing"),
-                   help="recompute activations in backward: less memory")
-    r.add_argument("--threads", type=int, default=_default("threads"),
-                   help="CPU threads (default %(default)s: trials run side by side)")
-    r.add_argument("--num-workers", type=int, default=_default("num_workers"),
-                   help="DataLoader workers (default 0 on CPU, 2 on CUDA)")
+    groups[BUDGET] = p.add_argument_group(GROUPS[BUDGET])
+    groups[BUDGET].add_argument("--eval-windows", type=int, default=64, help="validation sequences per evaluation (default 64)")
+    groups[SPEED] = p.add_argument_group(GROUPS[SPEED])
+    for path, field in knobs():
+        _add(groups[_extra(field)["group"]], path, field)
+    r = groups[SPEED]
     r.add_argument("--data-dir", type=Path, help="shared directory of token files (default $SPOTSWEEP_HOME/data)")
     return p
 
 
 def _flag(loc: tuple[int | str, ...]) -> str:
-    head = str(loc[0]) if loc else ""
-    if head == "early_stop" and len(loc) > 1:
-        head = _EARLY_STOP_FLAGS.get(str(loc[1]), str(loc[1]))
-    return "--" + head.replace("_", "-") if head else ""
+    """The flag of a validation error's location (``("early_stop", "patience")`` -> ``--patience``); a model
+    field's is its name (the model's flags are its field names), a whole-config error has none."""
+    for path, field in knobs():
+        if tuple(str(part) for part in loc[:len(path)]) == path:
+            return flag(path, field)
+    return "--" + str(loc[0]).replace("_", "-") if loc else ""
 
 
 def _explain(e: ValidationError) -> str:
@@ -143,16 +132,12 @@ def configs(args: argparse.Namespace) -> tuple[TrainConfig, Any]:
     from spotsweep.trainer.models.tinylm import TinyLMConfig
 
     # One validation of one mapping: an early-stopping error then carries the early_stop prefix _flag() maps.
-    train = TrainConfig.model_validate({
-        "lr": args.lr, "lr_horizon": args.lr_horizon, "warmup": args.warmup, "min_lr_ratio": args.min_lr_ratio,
-        "batch_size": args.batch_size, "grad_accum": args.grad_accum, "optimizer": args.optimizer,
-        "weight_decay": args.weight_decay, "momentum": args.momentum, "grad_clip": args.grad_clip, "seed": args.seed,
-        "amp": args.amp, "steps": args.steps, "eval_every": args.eval_every, "ckpt_every": args.ckpt_every,
-        "keep_last": args.keep_last, "log_every": args.log_every, "device": args.device, "compile": args.compile,
-        "grad_checkpointing": args.grad_checkpointing, "threads": args.threads, "num_workers": args.num_workers,
-        "early_stop": {"metric": args.early_stop_metric, "mode": args.early_stop_mode, "patience": args.patience,
-                       "min_delta": args.min_delta, "thresholds": tuple(args.stop_if), "max_seconds": args.time_budget},
-    })
+    values: dict[str, Any] = {}
+    for path, _ in knobs():
+        value = getattr(args, _dest(path))
+        inner = values.setdefault(path[0], {}) if len(path) > 1 else values
+        inner[path[-1]] = tuple(value) if isinstance(value, list) else value
+    train = TrainConfig.model_validate(values)
     model = TinyLMConfig(
         layers=args.layers, heads=args.heads, dim=args.dim, seq_len=args.seq_len, dropout=args.dropout,
         experts=args.experts, top_k=args.top_k, shared_experts=args.shared_experts, dense_layers=args.dense_layers,

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from spotsweep.trainer import cli
-from spotsweep.trainer.config import TrainConfig
+from spotsweep.trainer.config import EarlyStopConfig, TrainConfig
 from spotsweep.trainer.models.tinylm_task import fingerprint
 
 
@@ -135,3 +135,22 @@ def test_without_torch_train_says_how_to_install_it(tmp_path: Path) -> None:
     # the rest of the CLI never needed it
     assert subprocess.run([sys.executable, "-m", "spotsweep", "--version"], env=env, capture_output=True,
                           timeout=60).returncode == 0
+
+
+def test_every_config_setting_is_a_flag_made_from_its_field() -> None:
+    """A new TrainConfig field is a flag once it has a description: no hand-written copy to forget."""
+    flags = {opt for a in cli.parser()._actions for opt in a.option_strings}
+    made = {cli.flag(path, field) for path, field in cli.knobs()}
+    assert made <= flags
+    paths = {path for path, _ in cli.knobs()}
+    assert {(name,) for name in TrainConfig.model_fields} - paths == {("betas",), ("early_stop",)}
+    assert {path[1] for path in paths if path[0] == "early_stop"} == set(EarlyStopConfig.model_fields)
+    args = cli.parser().parse_args(["--min-delta", "0.5", "--stop-if", "val_acc<0.3@200", "--compile", "--warmup", "5"])
+    train, _ = cli.configs(args)
+    assert (train.early_stop.min_delta, str(train.early_stop.thresholds[0]), train.compile, train.warmup) == (
+        0.5, "val_acc<0.3@200", True, 5)
+
+
+def test_a_bad_early_stopping_value_names_its_own_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["tinylm", "--data-dir", str(tmp_path), "--min-delta", "-1"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--min-delta: Input should be greater than or equal to 0 (got -1.0)")
