@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from spotsweep.services.reporter.web import queries
 from spotsweep.services.reporter.web.api import Api, json_response
-from spotsweep.services.reporter.web.importance import warm as warm_importance
+from spotsweep.services.reporter.web.importance import load as load_importance
 from spotsweep.services.reporter.web.sweep_api import SweepPanels
 from spotsweep.shared.artifacts import ArtifactStore
 from spotsweep.shared.db import Database
@@ -105,7 +105,7 @@ def make_app(db: Database, store: ArtifactStore | None = None) -> Starlette:
     api = Api(db, store)
     pages = Pages(db, api)
     panels = SweepPanels(api)
-    warm_importance()  # optuna and scikit-learn load off the request path: the first importance call stays fast
+    load_importance()  # scikit-learn loads before the first request, not during the first importance call
     static = resources.files(PACKAGE).joinpath("static")
     routes = [
         Route("/", pages.index),

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -219,16 +218,10 @@ def as_json(result: Importance) -> dict[str, Any]:
     return body
 
 
-def warm() -> threading.Thread:
-    """Import scikit-learn's forest and Optuna's importance in a daemon
-    thread (2 to 3 s on a small machine), so the dashboard's first
-    importance call does not wait for them; a call that comes earlier
-    waits on Python's import lock, no longer."""
-    def load() -> None:
-        import optuna.importance  # noqa: F401
-        from optuna import _transform  # noqa: F401
-        from sklearn import ensemble  # noqa: F401
-
-    thread = threading.Thread(target=load, name="importance-warm-up", daemon=True)
-    thread.start()
-    return thread
+def load() -> None:
+    """Import scikit-learn's forest and Optuna's importance now (2 to 3 s on
+    a small machine), so that no request waits for them: the dashboard
+    calls this when it makes its app, before it serves."""
+    import optuna.importance  # noqa: F401
+    from optuna import _transform  # noqa: F401
+    from sklearn import ensemble  # noqa: F401

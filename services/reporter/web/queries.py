@@ -66,13 +66,18 @@ def counts(conn: Conn, sweep_id: str) -> dict[str, int]:
     return {r["state"]: r["n"] for r in rows}
 
 
+# What the trial list shows (present.trial_json): not the error text or the rungs, which only a trial's page needs.
+_LISTED = ("trial_id, trial_name, state, params, metrics, attempts, preemptions, failures, flags, warnings, smoke, agent,"
+           " run_seconds, started_at, finished_at")
+
+
 def trials(conn: Conn, sweep_id: str, only: list[str] | None = None) -> list[dict[str, Any]]:
     """Every trial of a sweep (or those of ``only``) as ``trial_results`` has
     it (``flags`` and ``warnings`` when the view has them), by start."""
     where = " AND trial_id = ANY(%s)" if only is not None else ""
     args = (sweep_id, only) if only is not None else (sweep_id,)
-    return conn.execute(f"SELECT * FROM trial_results WHERE sweep_id = %s{where} ORDER BY smoke DESC, started_at NULLS LAST,"
-                        " trial_id", args).fetchall()
+    return conn.execute(f"SELECT {_LISTED} FROM trial_results WHERE sweep_id = %s{where} ORDER BY smoke DESC,"
+                        " started_at NULLS LAST, trial_id", args).fetchall()
 
 
 def ranking(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
@@ -141,11 +146,25 @@ def spending(conn: Conn, sweep_id: str) -> tuple[float, list[dict[str, Any]]]:
     return float(total["s"] if total else 0.0), rows
 
 
-def configs(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
-    """What grouping by config needs of every trial (not smoke ones): id, name, state, params, the metric."""
+def seed_groups(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
+    """A sweep's trials (not smoke ones) grouped by config, in SQL: the
+    params less ``seed`` (``config``, as jsonb's text: ``1``, ``1.0`` and
+    ``true`` stay apart, as the report keeps them), every trial id by seed,
+    how many, and the seeds and values of the completed ones with a number
+    (or a non-finite string) for ``metric``. No params are parsed but the
+    few configs shown."""
     return conn.execute(
-        "SELECT trial_id, trial_name, state, params, jsonb_build_object(%s::text, metrics->%s) AS metrics"
-        " FROM trial_results WHERE sweep_id = %s AND NOT smoke", (metric, metric, sweep_id)).fetchall()
+        "SELECT config, count(*) AS runs, array_agg(trial_id ORDER BY seed, trial_id) AS trial_ids,"
+        " array_agg(value ORDER BY seed, trial_id) FILTER (WHERE value IS NOT NULL) AS values,"
+        " array_agg(seed ORDER BY seed, trial_id) FILTER (WHERE value IS NOT NULL) AS seeds FROM ("
+        "  SELECT (params - 'seed')::text AS config, params->'seed' AS seed, trial_id,"
+        "         CASE WHEN state <> 'completed' THEN NULL"
+        "              WHEN jsonb_typeof(metrics->%s) = 'number' THEN (metrics->>%s)::float"
+        "              WHEN metrics->>%s IN ('NaN', 'Infinity', '-Infinity', 'nan', 'inf', '-inf')"
+        "                THEN (metrics->>%s)::float END AS value"
+        "  FROM trial_results WHERE sweep_id = %s AND NOT smoke) t GROUP BY config",
+        (metric, metric, metric, metric, sweep_id),
+    ).fetchall()
 
 
 def runs(conn: Conn, sweep_id: str) -> list[dict[str, Any]]:

@@ -1,11 +1,11 @@
 """Mean and spread over seeds, for a sweep with ``repeats`` > 1.
 
 With ``repeats: N`` each configuration runs N times, its param ``seed``
-the repeat; one seed's result says little. The configs are grouped and
-ranked as ``spotsweep report`` ranks them
-(:func:`~spotsweep.services.reporter.summary.by_config`: params less
-``seed``, mean of the objective over the seeds that completed, sample
-standard deviation), and for the best few :func:`mean_curve` averages the
+the repeat; one seed's result says little. The configs are grouped in
+SQL (:func:`.queries.seed_groups`: params less ``seed``) and summarised
+and ranked as ``spotsweep report`` does
+(:func:`~spotsweep.services.reporter.summary.summarise`: mean of the
+objective over the seeds that completed, sample standard deviation), and for the best few :func:`mean_curve` averages the
 seeds' learning curves step by step: the mean, a band of one standard
 deviation either side, and how many seeds reported the step (a seed that
 stopped early, or a NaN, leaves a step to the others).
@@ -16,29 +16,18 @@ Pure functions over rows of ``trial_results`` and curves from
 
 from __future__ import annotations
 
+import json
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spotsweep.services.reporter.summary import ConfigSummary, by_config, config_key
+from spotsweep.services.reporter.summary import ConfigSummary, ranked, summarise
 from spotsweep.services.reporter.web.downsample import lttb
 
 
 def label(params: Mapping[str, Any]) -> str:
     """``lr=0.001 opt=adam``: a config's params less ``seed``, for legends."""
     return " ".join(f"{k}={v}" for k, v in params.items() if k != "seed")
-
-
-def members(rows: Sequence[Mapping[str, Any]], configs: Sequence[ConfigSummary]) -> list[list[Mapping[str, Any]]]:
-    """The trials (seeds) of each of ``configs`` among ``rows``, by seed (one pass over the rows)."""
-    wanted = {config_key(c.params): i for i, c in enumerate(configs)}
-    out: list[list[Mapping[str, Any]]] = [[] for _ in configs]
-    for row in rows:
-        i = wanted.get(config_key(row["params"]))
-        if i is not None:
-            out[i].append(row)
-    return [sorted(group, key=lambda r: repr(r["params"].get("seed"))) for group in out]
 
 
 def mean_curve(curves: Sequence[Sequence[tuple[int, float | None]]], max_points: int) -> list[list[float | int]]:
@@ -54,24 +43,42 @@ def mean_curve(curves: Sequence[Sequence[tuple[int, float | None]]], max_points:
     rows: dict[int, list[float | int]] = {}
     for step in sorted(by_step):
         values = by_step[step]
-        mean = statistics.fmean(values)
-        std = statistics.stdev(values) if len(values) > 1 else 0.0
+        mean = math.fsum(values) / len(values)
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
         rows[step] = [step, mean, mean - std, mean + std, len(values)]
     kept = lttb([(float(r[0]), float(r[1])) for r in rows.values()], max_points)
     return [rows[int(step)] for step, _ in kept]
 
 
-def summary_json(rows: Sequence[Mapping[str, Any]], metric: str, mode: str,
-                 repeats: int) -> tuple[dict[str, Any], list[ConfigSummary]]:
-    """The configs, best mean first, as ``GET /api/sweeps/<id>/seeds`` lists
-    them (without curves; a ``reason`` when there is nothing to group), and
-    the configs themselves."""
-    body: dict[str, Any] = {"metric": metric, "mode": mode, "repeats": repeats, "configs": [], "curves": []}
+def configs_of(groups: Sequence[Mapping[str, Any]], mode: str) -> list[ConfigSummary]:
+    """Configs from :func:`.queries.seed_groups` rows, best mean first: those
+    with a seed that completed with the metric. The ``params`` (less
+    ``seed``) stay jsonb's text until :func:`table` shows them."""
+    out = [summarise({"": g["config"]}, g["values"], g["seeds"], g["runs"], g["trial_ids"])
+           for g in groups if g["values"]]
+    return ranked(out, mode)
+
+
+def params_of(config: ConfigSummary) -> dict[str, Any]:
+    """The params of a config from :func:`configs_of` (jsonb's text, parsed)."""
+    parsed = json.loads(config.params[""])
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def summary_json(groups: Sequence[Mapping[str, Any]], metric: str, mode: str, repeats: int,
+                 most: int) -> tuple[dict[str, Any], list[ConfigSummary]]:
+    """The best ``most`` configs, best mean first, as ``GET /api/sweeps/<id>/seeds``
+    lists them (without curves; a ``reason`` when there is nothing to group;
+    ``total`` counts them all), and all the configs (:func:`configs_of`)."""
+    body: dict[str, Any] = {"metric": metric, "mode": mode, "repeats": repeats, "configs": [], "curves": [], "total": 0}
     if repeats <= 1:
         return {**body, "reason": "the sweep runs each config once (repeats: 1): no spread over seeds to show"}, []
-    configs = by_config(rows, metric, mode)
+    configs = configs_of(groups, mode)
     if not configs:
         return {**body, "reason": f"no config has a completed seed with {metric!r} yet"}, []
-    body["configs"] = [{"label": label(c.params), "params": c.params, "mean": c.mean, "std": c.std, "n": c.n,
-                        "runs": c.runs, "seeds": list(c.seeds)} for c in configs]
-    return body, configs
+    shown = []
+    for c in configs[:most]:
+        params = params_of(c)
+        shown.append({"label": label(params), "params": params, "mean": c.mean, "std": c.std, "n": c.n, "runs": c.runs,
+                      "seeds": list(c.seeds), "trials": list(c.trial_ids)})
+    return {**body, "configs": shown, "total": len(configs)}, configs

@@ -4,9 +4,9 @@ Beside :mod:`.api` (whose ``_sweep`` answers 404 for an unknown sweep), one
 handler per panel, each a couple of set-based queries (:mod:`.queries`)
 and a pure function that shapes the answer:
 
-* ``GET /api/sweeps/<id>/seeds[?metric=M&configs=K&max_points=N]``: with
-  ``repeats`` > 1, each config's mean and spread over seeds, best mean
-  first, and the mean curve with a band for the best K (:mod:`.seeds`);
+* ``GET /api/sweeps/<id>/seeds[?metric=M&configs=K&max_points=N&table=T]``:
+  with ``repeats`` > 1, the best T configs' mean and spread over seeds,
+  best mean first, and the mean curve with a band for the best K (:mod:`.seeds`);
 * ``GET /api/sweeps/<id>/timeline[?limit=N]``: each run on its agent's
   slot lane, with its outcome (:mod:`.timeline`);
 * ``GET /api/sweeps/<id>/cost``: GPU-hours, spot and on-demand cost and the
@@ -33,6 +33,7 @@ SYS_PREFIX = "sys/"  # the agent's resource samples (services/agent/resources.py
 RESOURCE_TRIALS, RESOURCE_TRIALS_LIMIT = 12, 200
 TIMELINE_RUNS, TIMELINE_RUNS_LIMIT = 20_000, 100_000
 SEED_CONFIGS, SEED_CONFIGS_LIMIT = 8, 50
+SEED_TABLE, SEED_TABLE_LIMIT = 500, 1_000_000
 
 
 class SweepPanels:
@@ -43,22 +44,21 @@ class SweepPanels:
 
     # -- sync bodies, run in the thread pool --------------------------------------
 
-    def seeds_body(self, sweep_id: str, metric: str | None, configs: int, max_points: int) -> dict[str, Any]:
+    def seeds_body(self, sweep_id: str, metric: str | None, configs: int, max_points: int,
+                   table: int = SEED_TABLE) -> dict[str, Any]:
         row = self.api._sweep(sweep_id)
         metric = metric or row["metric"]
         mode = row["mode"] if metric == row["metric"] else "min"
         repeats = int(((row.get("spec") or {}).get("repeats")) or 1)
         with self.db.transaction() as conn:
-            rows = queries.configs(conn, sweep_id, metric) if repeats > 1 else []
-            body, found = seeds.summary_json(rows, metric, mode, repeats)
+            groups = queries.seed_groups(conn, sweep_id, metric) if repeats > 1 else []
+            body, found = seeds.summary_json(groups, metric, mode, repeats, table)
             top = found[:configs]
-            groups = list(zip((seeds.label(c.params) for c in top), seeds.members(rows, top)))
-            ids = [r["trial_id"] for _, group in groups for r in group]
+            ids = [t for c in top for t in c.trial_ids]
             curves = queries.curves(conn, ids, metric) if ids else {}
-        body["curves"] = [{"label": name, "trials": [r["trial_id"] for r in group],
-                           "points": seeds.mean_curve([[(s, v) for s, v, _ in curves[r["trial_id"]]] for r in group],
-                                                      max_points)}
-                          for name, group in groups]
+        body["curves"] = [{"label": seeds.label(seeds.params_of(c)), "trials": list(c.trial_ids),
+                           "points": seeds.mean_curve([[(s, v) for s, v, _ in curves[t]] for t in c.trial_ids], max_points)}
+                          for c in top]
         return body
 
     def timeline_body(self, sweep_id: str, limit: int) -> dict[str, Any]:
@@ -100,8 +100,9 @@ class SweepPanels:
     async def seeds(self, request: Request) -> Response:
         configs = _int(request, "configs", SEED_CONFIGS, 1, SEED_CONFIGS_LIMIT)
         max_points = _int(request, "max_points", 300, 2, 10_000)
+        table = _int(request, "table", SEED_TABLE, 1, SEED_TABLE_LIMIT)
         return json_response(await run_in_threadpool(self.seeds_body, request.path_params["sweep_id"],
-                                                     request.query_params.get("metric"), configs, max_points))
+                                                     request.query_params.get("metric"), configs, max_points, table))
 
     async def timeline(self, request: Request) -> Response:
         limit = _int(request, "limit", TIMELINE_RUNS, 1, TIMELINE_RUNS_LIMIT)

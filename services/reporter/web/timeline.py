@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,7 +38,6 @@ class Run:
     start: datetime
     end: datetime | None  # None: no end yet
     outcome: str  # completed, failed, cancelled, preempted, lost, or running (no end yet)
-    lane: int = 0  # the agent's lane (0-based), set by :func:`lanes`
 
 
 def runs(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
@@ -69,9 +68,9 @@ def runs(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
     return out
 
 
-def lanes(items: list[Run], now: datetime) -> list[Run]:
-    """``items`` (by start) with each run's lane within its agent: the first
-    lane free at its start (a run with no end holds its lane until ``now``)."""
+def lanes(items: list[Run], now: datetime) -> list[int]:
+    """Each run's lane within its agent (``items`` by start): the first lane
+    free at its start (a run with no end holds its lane until ``now``)."""
     free: dict[str, list[tuple[datetime, int]]] = {}  # agent -> heap of (busy until, lane)
     count: dict[str, int] = {}
     out = []
@@ -82,9 +81,8 @@ def lanes(items: list[Run], now: datetime) -> list[Run]:
         else:
             lane = count.get(run.agent, 0)
             count[run.agent] = lane + 1
-        until = run.end if run.end is not None else max(now, run.start)
-        heapq.heappush(heap, (until, lane))
-        out.append(replace(run, lane=lane))
+        heapq.heappush(heap, (run.end if run.end is not None else max(now, run.start), lane))
+        out.append(lane)
     return out
 
 
@@ -92,14 +90,14 @@ def as_json(items: list[Run], now: datetime, limit: int) -> dict[str, Any]:
     """``GET /api/sweeps/<id>/timeline``'s body: the lanes (agent and slot
     lane, by agent) and the latest ``limit`` runs, each naming its lane."""
     placed = lanes(items, now)
-    shown = placed[-limit:] if limit else placed
-    keys = sorted({(r.agent, r.lane) for r in placed})
+    keys = sorted({(r.agent, lane) for r, lane in zip(items, placed)})
     index = {k: i for i, k in enumerate(keys)}
+    shown = list(zip(items, placed))[-limit:]
     return {
         "now": now,
         "lanes": [{"agent": agent, "slot": lane} for agent, lane in keys],
-        "runs": [{"lane": index[(r.agent, r.lane)], "trial_id": r.trial_id, "trial_name": r.trial_name,
+        "runs": [{"lane": index[(r.agent, lane)], "trial_id": r.trial_id, "trial_name": r.trial_name,
                   "attempt": r.attempt, "agent": r.agent, "start": r.start, "end": r.end, "outcome": r.outcome}
-                 for r in shown],
-        "total": len(placed),
+                 for r, lane in shown],
+        "total": len(items),
     }

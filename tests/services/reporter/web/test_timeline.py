@@ -33,7 +33,8 @@ def test_an_agents_runs_take_the_first_free_lane() -> None:
             ev("trial.started", "3", 10), ev("trial.finished", "3", 15, outcome="failed"),
             ev("trial.started", "4", 12, agent="b"),
             ev("trial.started", "5", 16)]
-    placed = {r.trial_id: (r.agent, r.lane) for r in lanes(runs(rows), T0 + timedelta(seconds=30))}
+    items = runs(rows)
+    placed = {r.trial_id: (r.agent, lane) for r, lane in zip(items, lanes(items, T0 + timedelta(seconds=30)))}
     assert placed == {"1": ("a", 0), "2": ("a", 1), "3": ("a", 0), "4": ("b", 0), "5": ("a", 0)}
 
 
