@@ -74,7 +74,7 @@ def _run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | Non
     broker = MemoryBroker()
     store = LocalArtifactStore(settings.home / "artifacts")
     resource_class = spec.resources.resource_class
-    planner_deps = planner.start(broker, db, (resource_class,), window=settings.queue_window)
+    planner_deps = planner.start(broker, db, (resource_class,), window=settings.queue_window, store=store)
     batcher = collector.start(broker, db)
     deps = agent.start(broker, store, Slots(workers, agent.detect_gpus()), resource_class, settings.home / "work",
                        agent_id="local")

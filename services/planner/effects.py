@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from spotsweep.services.planner.decide import Decision
 from spotsweep.services.planner.outbox import publish_pending
 from spotsweep.shared import log, topology
+from spotsweep.shared.artifacts.retention import delete_all
+from spotsweep.shared.errors import SpotsweepError
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.messages import CancelSweep, StopTrial, encode
 
@@ -32,6 +34,7 @@ class Effects:
     stops: list[StopTrial] = field(default_factory=list)  # runs that must not go on
     cancel: bool = False  # (re-)broadcast the sweep's cancel to every agent
     publish: bool = True  # drain the sweep's outbox
+    discard: list[str] = field(default_factory=list)  # trials pruned after their run ended: their checkpoints go
 
 
 def stop_of(sweep_id: str, trial_id: str, decision: Decision) -> StopTrial | None:
@@ -51,6 +54,27 @@ def send(deps: PlannerDeps, effects: Effects) -> None:
         deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(stop)))
     if effects.publish:
         publish_pending(deps, effects.sweep_id)
+    if effects.discard:
+        discard_checkpoints(deps, effects.sweep_id, effects.discard)
+
+
+def discard_checkpoints(deps: PlannerDeps, sweep_id: str, trial_ids: list[str]) -> None:
+    """Delete the checkpoints of trials successive halving pruned at a rung they
+    reached by ending their run: no agent holds them any more, and nothing
+    resumes a pruned trial. Best effort, after the commit: a planner that dies
+    first leaves those checkpoints in the store (the decision is not made
+    again), and an unreachable store only costs space, so neither is retried."""
+    if deps.store is None:
+        _log.info("checkpoints of pruned trials kept: the planner has no artifact store (SPOTSWEEP_S3_*)",
+                  trials=len(trial_ids))
+        return
+    for trial_id in trial_ids:
+        try:
+            deleted = delete_all(deps.store, sweep_id, trial_id)
+        except SpotsweepError as e:
+            _log.warning("could not delete a pruned trial's checkpoints", trial_id=trial_id, error=str(e))
+        else:
+            _log.info("deleted a pruned trial's checkpoints", trial_id=trial_id, keys=deleted)
 
 
 def broadcast_cancel(deps: PlannerDeps, sweep_id: str) -> None:

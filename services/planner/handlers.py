@@ -38,6 +38,7 @@ from spotsweep.services.planner.ports import SweepRepository
 from spotsweep.services.planner.unit import UnitOfWork, unit_of_work
 from spotsweep.services.planner.untrusted import bare
 from spotsweep.shared import log, topology
+from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import PermanentError, RetryableError, SpecError
@@ -71,6 +72,7 @@ class PlannerDeps:
     _classes: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     batchers: list[Any] = field(default_factory=list)  # consumers' batching wrappers, closed with the connection
+    store: ArtifactStore | None = None  # where pruned trials' checkpoints are deleted (:func:`.effects.discard_checkpoints`)
 
     def close(self) -> None:
         """Flush and stop the batching wrappers (their unsettled deliveries go back with the connection)."""

@@ -6,6 +6,8 @@ from functools import partial
 
 from spotsweep.services.planner.handlers import PlannerDeps, handle_events, handle_sweep_message, publish_pending
 from spotsweep.shared import log, topology
+from spotsweep.shared.artifacts.port import ArtifactStore
+from spotsweep.shared.artifacts.s3 import S3ArtifactStore
 from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.db import Database, required_database
@@ -17,11 +19,12 @@ EVENT_BATCH = 64
 
 
 def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gpu",),
-          window: int | None = default(PlannerSettings, "queue_window")) -> PlannerDeps:
-    """Declare, migrate, recover the outbox, and start consuming. Used by local mode too."""
+          window: int | None = default(PlannerSettings, "queue_window"), store: ArtifactStore | None = None) -> PlannerDeps:
+    """Declare, migrate, recover the outbox, and start consuming. Used by local mode too.
+    ``store``: where the checkpoints of trials pruned at a rung are deleted (none: they stay)."""
     broker.declare(topology.service_queues(resource_classes))
     with_startup_retries(db.migrate, "migrate the database")
-    deps = PlannerDeps(db=db, broker=broker, window=window)
+    deps = PlannerDeps(db=db, broker=broker, window=window, store=store)
     recovered = with_startup_retries(lambda: publish_pending(deps), "publish pending trials")
     if recovered:
         _log.info("published trials left pending by a previous planner", trials=recovered)
@@ -37,9 +40,13 @@ def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gp
 
 def main(settings: PlannerSettings) -> int:
     db = required_database(settings.database_url, "planner")
+    # S3 is optional here: with it, checkpoints of trials pruned at a rung are deleted (retention).
+    store = S3ArtifactStore.from_settings(settings) if settings.s3_endpoint else None
+    if store is None:
+        _log.warning("no SPOTSWEEP_S3_ENDPOINT: checkpoints of trials pruned at a rung will stay in the bucket")
 
     def start_on(broker: Broker) -> Cleanup:
-        deps = start(broker, db, window=settings.queue_window)
+        deps = start(broker, db, window=settings.queue_window, store=store)
         _log.info("planner running")
         return deps.close
 

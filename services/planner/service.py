@@ -18,8 +18,9 @@ from spotsweep.services.planner.launch import top_up
 from spotsweep.services.planner.unit import UnitOfWork
 from spotsweep.services.planner.untrusted import cleaned
 from spotsweep.shared import log
-from spotsweep.shared.messages import TrialProgress, encode
+from spotsweep.shared.messages import TrialFinished, TrialProgress, encode
 from spotsweep.shared.spec import SweepSpec
+from spotsweep.shared.states import TrialState
 
 if TYPE_CHECKING:
     from spotsweep.services.planner.handlers import PlannerDeps
@@ -67,6 +68,14 @@ def _decide(uow: UnitOfWork, sweep: Any, event: Any, spec: SweepSpec, search: Se
         stop = stop_of(sweep["sweep_id"], event.trial_id, done.decision)
         if stop is not None:
             effects.stops.append(stop)
+        elif _pruned_after_its_run(event, done.decision) and spec.checkpoints.keep != "all":
+            effects.discard.append(event.trial_id)  # a run stopped by the planner is cleaned by its agent
+
+
+def _pruned_after_its_run(event: Any, decision: Any) -> bool:
+    """Successive halving pruned the trial on the end of its run (not by stopping it)."""
+    update = decision.update
+    return isinstance(event, TrialFinished) and update is not None and update.state == TrialState.PRUNED
 
 
 def _cleaned(events: list[Any], spec: SweepSpec, bodies: dict[str, bytes]) -> list[Any]:

@@ -2,8 +2,8 @@
 
 The spec's ``checkpoints: {keep: last | best | all}`` (default ``last``)
 says what a finished trial leaves behind; the agent applies it, because it
-holds the store and knows when an attempt ends (the planner never touches
-the store):
+holds the store and knows when an attempt ends (the planner only calls
+:func:`delete_all` for a trial successive halving pruned after its run ended):
 
 * while a trial runs, after each commit, the latest complete checkpoint and
   one older one (a fallback should the latest turn out damaged) are kept, and

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from spotsweep.shared.artifacts.checkpoint_layout import checkpoint_prefix
+from spotsweep.shared.artifacts.local import LocalArtifactStore
 
 SCRIPT = """
 import sys
@@ -47,3 +51,44 @@ def test_logs_and_checkpoint_of_a_local_sweep(tmp_path: Path) -> None:
     assert (tmp_path / "ck" / "w2.txt").read_text() == "2"  # keep: last leaves the latest
     gone = cli("checkpoint", "la_0", "--sweep", "local-arts", "--out", "ck1", "--step", "1", home=home, cwd=tmp_path)
     assert gone.returncode == 2 and "steps there are: 2" in gone.stderr and "Traceback" not in gone.stderr
+
+
+ASHA = """
+import sys
+from spotsweep import trial
+x, steps = float(sys.argv[1]), int(sys.argv[2])
+start = trial.resume_step or 0
+for step in range(start + 1, steps + 1):
+    trial.report(step, loss=x + 1 / step)
+    (trial.checkpoint_dir / "w.txt").write_text(str(step))
+    trial.checkpoint_saved(step)
+"""
+
+
+def test_trials_pruned_at_a_rung_leave_no_checkpoint(tmp_path: Path) -> None:
+    """Successive halving prunes a trial on the end of its run, after its agent let go of it:
+    the planner deletes its checkpoints (keep: last); promoted and completed trials keep their latest."""
+    home = tmp_path / "home"
+    spec = {"name": "asha-ckpt", "command": ["python", "-c", ASHA.replace("{", "{{").replace("}", "}}"), "{x}", "{steps}"],
+            "metric": {"name": "loss"}, "space": {"x": [1, 2, 3, 4, 5, 6]}, "max_concurrent": 1,
+            "strategy": {"type": "asha", "budget": {"param": "steps", "min": 1, "max": 9}, "eta": 3},
+            "resources": {"gpus": 0}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    run = cli("run", "spec.yaml", "--workers", "1", "--csv", "out.csv", home=home, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "out.csv").open()))
+    pruned = [r["trial_name"] for r in rows if r["state"] == "pruned"]
+    completed = [r["trial_name"] for r in rows if r["state"] == "completed"]
+    assert len(pruned) >= 3 and completed
+    listed = cli("ls", "--json", home=home, cwd=tmp_path)
+    ids = {r["trial_name"]: (r["sweep_id"], r["trial_id"]) for r in json.loads(listed.stdout)}
+    store = LocalArtifactStore(home / "artifacts")
+    for name in pruned:
+        assert store.list(checkpoint_prefix(*ids[name])) == [], name  # every key gone, not only the manifest
+        got = cli("checkpoint", name, "--sweep", "asha-ckpt", "--out", f"ck-{name}", home=home, cwd=tmp_path)
+        assert got.returncode == 2 and "has no complete checkpoint" in got.stderr, (name, got.stderr)
+    for name in completed:
+        got = cli("checkpoint", name, "--sweep", "asha-ckpt", "--out", f"ck-{name}", home=home, cwd=tmp_path)
+        assert got.returncode == 0 and (tmp_path / f"ck-{name}" / "w.txt").read_text() == "9", got.stderr
