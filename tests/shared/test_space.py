@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from typing import Any
 
 import pytest
@@ -89,22 +88,20 @@ def test_repeats_share_params_and_differ_by_seed() -> None:
 HUGE = {f"p{k}": list(range(10 * k, 10 * k + 10)) for k in range(10)}  # 10^10 points
 
 
+@pytest.mark.timeout(60)  # generous on a shared machine; an eager decoder never gets there
 def test_huge_grid_is_decoded_lazily() -> None:
     spec = make(HUGE, {"type": "grid", "max_trials": 2 * 10**9})
     index = 10**9 + 7
-    start = time.perf_counter()
-    params = params_at(spec, index)
-    assert time.perf_counter() - start < 0.05
+    params = params_at(spec, index)  # expanding the 10^10 points first would never end
     assert grid_size(spec.space) == 10**10
     digits = f"{index:010d}"  # ten radix-10 digits, first key slowest
     assert params == {f"p{k}": 10 * k + int(digits[k]) for k in range(10)}
 
 
+@pytest.mark.timeout(60)
 def test_huge_random_sweep_is_sampled_lazily() -> None:
     spec = make(HUGE, {"type": "random", "trials": 10**12, "seed": 1})
-    start = time.perf_counter()
-    params = params_at(spec, 10**9 + 7)
-    assert time.perf_counter() - start < 0.05
+    params = params_at(spec, 10**9 + 7)  # drawing 10^9 points first would never end
     assert all(params[f"p{k}"] in HUGE[f"p{k}"] for k in range(10))
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -43,24 +42,32 @@ def test_the_watcher_drains_once_the_notice_appears(metadata: FakeMetadata, kind
     notices: list[str] = []
     stop = threading.Event()
     watch(MetadataPoller(kind, metadata.url), notices.append, stop, interval=0.05)
-    time.sleep(0.3)
-    assert notices == []  # polled, nothing scheduled yet
+    assert wait_until(lambda: len(metadata.requests) >= 3)  # polled several times...
+    assert notices == []  # ...and nothing scheduled yet
     metadata.noticed = True
-    deadline = time.monotonic() + 5
-    while not notices and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: bool(notices))
     stop.set()
     assert len(notices) == 1
     if kind == "aws":  # IMDSv2: a session token first, then the token on every read
         assert metadata.requests[0][:2] == ("PUT", "/latest/api/token")
 
 
+class CountingPoller(MetadataPoller):
+    checks = 0
+
+    def check(self) -> str | None:
+        try:
+            return super().check()
+        finally:
+            self.checks += 1
+
+
 def test_an_unreachable_endpoint_means_no_notice(caplog: Any) -> None:
-    poller = MetadataPoller("aws", "http://127.0.0.1:9", timeout=0.5)  # discard port: refused
+    poller = CountingPoller("aws", "http://127.0.0.1:9", timeout=0.5)  # discard port: refused
     notices: list[str] = []
     stop = threading.Event()
     t = watch(poller, notices.append, stop, interval=0.05)
-    time.sleep(0.3)
+    assert wait_until(lambda: poller.checks >= 3)  # failed polls, and the watch goes on
     stop.set()
     t.join(5)
     assert notices == [] and not t.is_alive()

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from waiting import wait_until  # tests/support
 from spotsweep.services.agent.runner import Confirms, RunControls, RunnerConfig, run_trial
 from spotsweep.shared.artifacts.checkpoints import latest_checkpoint, log_key
 from spotsweep.shared.artifacts.local import LocalArtifactStore
@@ -211,9 +212,7 @@ def test_the_agent_failing_on_a_trial_reports_a_failed_attempt(tmp_path: Path, d
     d = delivery(encode(message("print(1)")))
     handle_trial(d, deps)
     assert d.settled == "ack"
-    deadline = time.monotonic() + 2
-    while not any(isinstance(e, TrialFinished) for e in seen) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: any(isinstance(e, TrialFinished) for e in seen))
     final = [e for e in seen if isinstance(e, TrialFinished)]
     assert len(final) == 1 and final[0].outcome == "failed" and "agent a1 error" in final[0].error
 
