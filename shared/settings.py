@@ -12,13 +12,13 @@ logged only through :func:`redact_url`.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from spotsweep.shared.redact import redact as redact_url  # noqa: F401 - URLs are logged only through it
 
 
 def _flag(name: str) -> dict[str, Any]:
@@ -84,6 +84,9 @@ class AgentSettings(Settings):
         default=5, ge=0, description="stop taking trials after this many different trials of at least 2 sweeps failed here "
                              "in a row (a broken node; 0: never)")
     node_cooldown: float = Field(default=600.0, ge=0, description="seconds a node found broken takes no trials before it tries again")
+    require_s3: bool = Field(
+        default=False, description="refuse to start without SPOTSWEEP_S3_ENDPOINT (checkpoints on this node's disk cannot "
+                                   "resume on another node)")
 
 
 class DashboardSettings(Settings):
@@ -104,22 +107,3 @@ PROCESSES: dict[str, type[Settings]] = {
 def default(model: type[Settings], name: str) -> Any:
     """A knob's one default (for code that needs it without reading the environment)."""
     return model.model_fields[name].default
-
-
-_KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]+)", re.I)
-
-
-def redact_url(url: str) -> str:
-    """Mask passwords in a URL or a libpq conninfo string; safe to log.
-
-    ``amqp://u:pw@h/v`` -> ``amqp://u:***@h/v``; ``...?password=pw`` and
-    ``host=h password=pw`` get ``password=***``.
-    """
-    url = _KV_PASSWORD.sub(r"\1***", url)
-    if "://" not in url:
-        return url
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))

@@ -56,6 +56,10 @@ def add_flags(parser: argparse.ArgumentParser, model: type[Settings]) -> None:
     for name, field in own_fields(model).items():
         choices = _choices(field)
         helptext = f"{field.description} (default {_shown(field.default)}; env {env_of(name)})"
+        if field.annotation is bool:  # a switch: --name / --no-name
+            parser.add_argument(flag_of(name, field), dest=name, default=argparse.SUPPRESS,
+                                action=argparse.BooleanOptionalAction, help=helptext)
+            continue
         parser.add_argument(flag_of(name, field), dest=name, default=argparse.SUPPRESS, choices=choices,
                             metavar=None if choices else name.upper(), help=helptext)
 

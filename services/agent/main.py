@@ -28,6 +28,7 @@ from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts import open_store
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker, Consumer
+from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.runtime import Cleanup, ExitCode, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import AgentSettings
@@ -158,11 +159,26 @@ def bound_drain(seconds: float, kill: Callable[[], None], done: threading.Event,
     return thread
 
 
+def check_store_settings(settings: AgentSettings) -> None:
+    """Without S3 an agent keeps checkpoints on its own disk, so a preempted trial cannot
+    resume on another node: say so loudly, or refuse with ``--require-s3``."""
+    if settings.s3_endpoint:
+        return
+    where = settings.home / "artifacts"
+    if settings.require_s3:
+        raise PermanentError(f"--require-s3: SPOTSWEEP_S3_ENDPOINT is not set (checkpoints would stay in {where} on "
+                             "this node, and a preempted trial could not resume elsewhere)")
+    _log.warning(f"SPOTSWEEP_S3_ENDPOINT is not set: checkpoints and logs stay in {where} on this node, so a trial "
+                 "preempted here restarts from step 0 on any other node; set SPOTSWEEP_S3_* (and --require-s3 to refuse "
+                 "to start without it)")
+
+
 def main(settings: AgentSettings) -> int:
     """The agent process; its knobs (flags or SPOTSWEEP_* variables) are ``settings``'s."""
     resource_class, grace = settings.resource_class, settings.grace
     gpus = gpu_groups(detect_gpus(), settings.gpus_per_slot)
     pool = Slots(settings.slots or max(1, len(gpus)), gpus)
+    check_store_settings(settings)
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
     workdir = settings.workdir or Path(tempfile.gettempdir()) / "spotsweep-agent"
     agent = Agent(store=store, config=RunnerConfig(agent_id=f"{socket.gethostname()}-{os.getpid()}", workdir=workdir),

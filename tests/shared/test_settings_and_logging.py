@@ -31,6 +31,8 @@ def test_redact_url() -> None:
     assert redact_url("postgresql://h/db") == "postgresql://h/db"
     assert redact_url("postgresql://u@h/db?password=hunter2&sslmode=require") == "postgresql://u@h/db?password=***&sslmode=require"
     assert redact_url("host=h password=hunter2 dbname=x") == "host=h password=*** dbname=x"
+    assert redact_url("amqp://u:p@ss@h/v") == "amqp://u:***@h/v"  # a password holding an @
+    assert redact_url("postgresql://u@h:5432/db") == "postgresql://u@h:5432/db"
 
 
 def test_log_lines_are_json_with_ids_bound_and_secrets_scrubbed() -> None:
@@ -97,7 +99,7 @@ def test_local_mode_honours_the_queue_window(monkeypatch, tmp_path) -> None:  # 
 
     seen: list[int | None] = []
 
-    def start(broker, db, classes, window=None):  # type: ignore[no-untyped-def]
+    def start(broker, db, classes, window=None, store=None):  # type: ignore[no-untyped-def]
         seen.append(window)
         raise KeyboardInterrupt  # stop before anything else starts
 
