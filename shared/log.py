@@ -16,17 +16,17 @@ from typing import Any, TextIO, cast
 
 import structlog
 
+from spotsweep.shared.redact import redact
+
 _SECRET_KEYS = re.compile(r"(secret|password|token|access_key)", re.I)
-_URL_PASSWORD = re.compile(r"(\w+://[^:/@\s]*:)[^@\s]+@")
-_KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]+)", re.I)
 
 
 def _scrub(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key, value in list(event.items()):
         if _SECRET_KEYS.search(key):
             event[key] = "***"
-        elif isinstance(value, str) and ("@" in value or "=" in value):  # what either pattern needs: most values skip both
-            event[key] = _KV_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", value))
+        elif isinstance(value, str):
+            event[key] = redact(value)
     return event
 
 

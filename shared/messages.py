@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import math
 import uuid
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from spotsweep.shared.errors import DecodeError
 from spotsweep.shared.limits import Limits
+from spotsweep.shared.nonfinite import json_safe as json_safe  # re-exported: the stores import it from here
 
 # 2: limits on trial messages, run ids, failure kinds, trial.stop and trial.lost, progress.
 # 3: metric points as columns (version-2 bodies with a list of points still decode).
@@ -279,20 +279,6 @@ _COMMAND = TypeAdapter(SweepCommand)
 COMMAND_KINDS = ("sweep.submit", "sweep.cancel", "sweep.extend")
 
 
-_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
-
-
-def json_safe(value: Any) -> Any:
-    """Replace NaN and infinities with the trial contract's strings ("NaN",
-    "Infinity", "-Infinity"), for stores that accept only strict JSON
-    (PostgreSQL's jsonb rejects the bare tokens)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else _NON_FINITE[value]
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def encode(message: Envelope) -> bytes:

@@ -11,30 +11,15 @@ Pure functions; no I/O.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from typing import Any
+from spotsweep.shared.nonfinite import ANY_SPELLING, finite, number
+from spotsweep.shared.nonfinite import json_safe as json_ready  # noqa: F401 - the reporter's name for it
 
-# The contract's spellings (docs/trial-contract.md), and Python's own for values that never left a process.
-_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf,
-               "nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_NON_FINITE = ANY_SPELLING  # the contract's spellings (docs/trial-contract.md), and Python's own
 
 
 def metric_float(value: object) -> float | None:
     """A stored metric value as a float (non-finite ones too), or None when it is no number."""
-    if isinstance(value, bool):  # True is an int to Python, not a measurement
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        return _NON_FINITE.get(value)
-    return None
-
-
-def is_finite(value: object) -> bool:
-    """Whether a stored value is a finite number."""
-    number = metric_float(value)
-    return number is not None and math.isfinite(number)
+    return number(value, ANY_SPELLING)
 
 
 def fmt(value: object) -> str:
@@ -59,19 +44,7 @@ def exact(value: object) -> str:
 def rank_key(value: object, mode: str) -> tuple[int, float]:
     """Sort key, best first: finite values by ``mode`` (min or max), then every
     non-finite or missing value (a diverged trial is never the best one)."""
-    number = metric_float(value)
-    if number is None or not math.isfinite(number):
+    got = finite(value, ANY_SPELLING)
+    if got is None:
         return (1, 0.0)
-    return (0, number if mode == "min" else -number)
-
-
-def json_ready(value: Any) -> Any:
-    """``value`` with every non-finite float written as the contract's string, so
-    ``json.dumps(..., allow_nan=False)`` gives strict JSON any parser reads."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, Mapping):
-        return {k: json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_ready(v) for v in value]
-    return value
+    return (0, got if mode == "min" else -got)

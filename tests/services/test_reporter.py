@@ -66,6 +66,7 @@ def test_cost_from_the_trials_running_time() -> None:
     cost = cost_of(rows, gpus=2, pricing={"gpu_hour": 0.9, "on_demand_gpu_hour": 4.1})
     assert (cost.gpu_hours, round(cost.cost or 0, 6), round(cost.on_demand or 0, 6)) == (4.0, 3.6, 16.4)
     assert cost_of(rows, 1, None).cost is None
+    assert cost_of(rows, 1, {"gpu_hour": 1.0}).on_demand is None
 
 
 def test_report_of_a_repeated_sweep_shows_mean_and_spread(database_url: str) -> None:

@@ -10,9 +10,8 @@ strategies, for what the planner persists and sends, and for how to add a
 strategy or a stopper.
 """
 
-from spotsweep.services.planner.search.budget import Cost, Usage, Verdict, committed, estimate_trial_seconds
+from spotsweep.services.planner.search.budget import Usage, Verdict, committed, estimate_trial_seconds
 from spotsweep.services.planner.search.budget import estimate_unit_seconds, may_continue, may_launch
-from spotsweep.services.planner.search.budget import sweep_cost
 from spotsweep.services.planner.search.history import TrialRecord, objective_names, objective_values
 from spotsweep.services.planner.search.median import Median
 from spotsweep.services.planner.search.model import GP_NEEDS_TORCH, ModelSearch, Suggestion
@@ -25,7 +24,6 @@ __all__ = [
     "GP_NEEDS_TORCH",
     "Action",
     "Asha",
-    "Cost",
     "Median",
     "ModelSearch",
     "Proposal",
@@ -49,5 +47,4 @@ __all__ = [
     "register_sampler",
     "register_stopper",
     "smoke_stage",
-    "sweep_cost",
 ]

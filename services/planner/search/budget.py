@@ -17,9 +17,8 @@ the budget it reaches, so the estimate is per budget unit
 (:func:`estimate_unit_seconds`: seconds run over budget units reached, by the
 trials that ended) times the budget a run trains; otherwise it is one whole
 trial (:func:`estimate_trial_seconds`).
-
-:func:`sweep_cost` turns GPU-seconds into GPU-hours, cost and on-demand cost
-for the report. Times are passed in; nothing here reads a clock.
+Times are passed in; nothing here reads a clock. (What a sweep cost is the
+reporter's: services/reporter/summary.py ``cost_of``.)
 """
 
 from __future__ import annotations
@@ -111,23 +110,3 @@ def _within(budget: Budget, pricing: Pricing | None, usage: Usage, more: str, ru
 
 def _h(seconds: float) -> str:
     return f"{seconds / 3600:.2f}"
-
-
-@dataclass(frozen=True)
-class Cost:
-    gpu_hours: float
-    cost: float | None  # at pricing.gpu_hour; None without pricing
-    on_demand: float | None  # at pricing.on_demand_gpu_hour; None when not given
-
-    @property
-    def saved(self) -> float | None:
-        """What running on these nodes saved against on demand."""
-        return None if self.cost is None or self.on_demand is None else self.on_demand - self.cost
-
-
-def sweep_cost(gpu_seconds: float, pricing: Pricing | None) -> Cost:
-    hours = gpu_seconds / 3600
-    if pricing is None:
-        return Cost(hours, None, None)
-    on_demand = None if pricing.on_demand_gpu_hour is None else hours * pricing.on_demand_gpu_hour
-    return Cost(hours, hours * pricing.gpu_hour, on_demand)

@@ -12,11 +12,11 @@ with the trial: CMA-ES and NSGA-II keep their generation there).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spotsweep.shared.nonfinite import number
 from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.states import TrialState
 
@@ -39,9 +39,6 @@ def objective_names(spec: SweepSpec) -> list[str]:
     return [m.name for m in spec.objectives] if spec.objectives else [spec.metric.name]
 
 
-_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}  # as the metrics column stores them
-
-
 def objective_values(spec: SweepSpec, metrics: Mapping[str, Any] | None) -> tuple[float, ...] | None:
     """A trial's final metrics (the ``metrics`` column) as objective values;
     None when one is missing or not a number (the trial counts as failed).
@@ -50,19 +47,13 @@ def objective_values(spec: SweepSpec, metrics: Mapping[str, Any] | None) -> tupl
     see what it was."""
     out = []
     for name in objective_names(spec):
-        value = (metrics or {}).get(name)
-        if isinstance(value, str) and value in _NON_FINITE:
-            value = _NON_FINITE[value]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        value = number((metrics or {}).get(name))
+        if value is None:
             return None
-        out.append(float(value))
+        out.append(value)
     return tuple(out)
 
 
 def sign(mode: str) -> float:
     """+1 for min, -1 for max: ``sign * value`` is lower-is-better."""
     return 1.0 if mode == "min" else -1.0
-
-
-def finite(value: float) -> bool:
-    return math.isfinite(value)

@@ -15,8 +15,9 @@ of the budget) and LTTB thins the finite points in the rest.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+
+from spotsweep.shared import nonfinite
 
 Point = tuple[float, float]  # (step, value)
 
@@ -57,7 +58,7 @@ def lttb(points: Sequence[Point], n: int) -> list[Point]:
 
 
 def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
+    return nonfinite.finite(value) is not None
 
 
 def downsample(points: Sequence[tuple[float, float | None]], n: int) -> list[tuple[float, float | None]]:
@@ -70,7 +71,7 @@ def downsample(points: Sequence[tuple[float, float | None]], n: int) -> list[tup
         return []
     onsets = [p for i, p in enumerate(points) if not _finite(p[1]) and (i == 0 or _finite(points[i - 1][1]))]
     onsets = onsets[: max(1, n // 10)] if onsets else []
-    finite: list[Point] = [(x, y) for x, y in points if y is not None and math.isfinite(y)]
+    finite: list[Point] = [(x, y) for x, y in points if y is not None and _finite(y)]
     merged: list[tuple[float, float | None]] = [*lttb(finite, n - len(onsets)), *onsets]
     merged.sort(key=lambda p: p[0])
     return merged

@@ -1,10 +1,8 @@
-"""Budget caps stop launches before they would be passed; the report's cost."""
+"""Budget caps stop launches before they would be passed."""
 
 from __future__ import annotations
 
-import pytest
-
-from spotsweep.services.planner.search import Usage, committed, estimate_trial_seconds, may_launch, sweep_cost
+from spotsweep.services.planner.search import Usage, committed, estimate_trial_seconds, may_launch
 from spotsweep.shared.spec import Budget, Pricing
 
 PRICING = Pricing(gpu_hour=0.9, on_demand_gpu_hour=4.1)
@@ -61,14 +59,6 @@ def test_estimates_and_remaining() -> None:
     assert committed([(None, 5.0)], 1) == 0.0  # no estimate: nothing committed
     # Two running (30 s and 150 s into 100 s runs), two waiting, 2 GPUs each.
     assert committed([(100.0, 30.0), (100.0, 150.0), (100.0, 0.0), (100.0, 0.0)], 2) == 2 * (70 + 0 + 200)
-
-
-def test_sweep_cost_against_on_demand() -> None:
-    cost = sweep_cost(10 * 3600, PRICING)
-    assert cost.gpu_hours == 10
-    assert cost.cost == pytest.approx(9.0) and cost.on_demand == pytest.approx(41.0) and cost.saved == pytest.approx(32.0)
-    assert sweep_cost(3600, None).cost is None
-    assert sweep_cost(3600, Pricing(gpu_hour=1.0)).saved is None
 
 
 def test_successive_halving_is_estimated_per_budget_unit() -> None:
