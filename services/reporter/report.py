@@ -1,4 +1,4 @@
-"""Leaderboards and CSV, read only from the public views ``trial_results``.
+"""Leaderboards and CSV, read only from the public views ``sweep_results`` and ``trial_results``.
 
 The reporter never touches the tables behind the views: what it shows is
 what any user's SQL sees. What trials wrote (names, params, metric names,
@@ -73,7 +73,8 @@ def build(db: Database, sweep_id: str, metrics: Sequence[str] = (), most: int = 
     """The sweep's leaderboard: its objective and ``metrics`` (default: the first
     ``most`` others by name) as columns, every trial ranked or said why not."""
     with db.transaction() as conn:
-        sweep = conn.execute("SELECT sweep_id, name, state, spec, error FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+        sweep = conn.execute("SELECT sweep_id, name, state, spec, error FROM sweep_results WHERE sweep_id = %s",
+                             (sweep_id,)).fetchone()
         if sweep is None:
             raise PermanentError(f"no sweep with id {printable(cap_text(sweep_id, 200))!r} (see `spotsweep ls`)")
         every = conn.execute("SELECT * FROM trial_results WHERE sweep_id = %s ORDER BY trial_name", (sweep_id,)).fetchall()
@@ -263,22 +264,16 @@ def sweep_counts(db: Database, sweep_id: str | None = None, name_glob: str | Non
     """One row per sweep: state and trial counts by state (``spotsweep status``/``ls``)."""
     where, args = [], []
     if sweep_id:
-        where.append("s.sweep_id = %s")
+        where.append("sweep_id = %s")
         args.append(sweep_id)
     if name_glob:
-        where.append("s.name SIMILAR TO %s")
+        where.append("name SIMILAR TO %s")
         args.append(glob_to_similar(name_glob))
-    sql = (
-        "SELECT s.sweep_id, s.name, s.state, s.error, s.note, s.total_trials, s.created_at, s.finished_at,"
-        " count(t.*) FILTER (WHERE t.state = 'completed') AS completed,"
-        " count(t.*) FILTER (WHERE t.state = 'failed') AS failed,"
-        " count(t.*) FILTER (WHERE t.state = 'cancelled') AS cancelled,"
-        " count(t.*) FILTER (WHERE t.state = 'pruned') AS pruned,"
-        " count(t.*) FILTER (WHERE t.state = 'running') AS running,"
-        " count(t.*) FILTER (WHERE t.state IN ('pending', 'queued')) AS queued"
-        " FROM sweeps s LEFT JOIN trials t ON t.sweep_id = s.sweep_id AND t.idx >= 0"  # not the smoke stage
+    sql = (  # the public view (not the smoke stage's trials); queued: pending or queued
+        "SELECT sweep_id, name, state, error, note, planned AS total_trials, created_at, finished_at,"
+        " completed, failed, cancelled, pruned, running, pending + queued AS queued FROM sweep_results"
         + (" WHERE " + " AND ".join(where) if where else "")
-        + " GROUP BY s.sweep_id ORDER BY s.created_at DESC"
+        + " ORDER BY created_at DESC"
     )
     with db.transaction() as conn:
         return [dict(r) for r in conn.execute(sql, args).fetchall()]

@@ -75,13 +75,10 @@ class Api:
         """One sweep: its header, counts, best, metric names and space (for the page's charts)."""
         row = self._sweep(sweep_id)
         with self.db.transaction() as conn:
-            counts = queries.counts(conn, sweep_id)
-            best = queries.best_so_far(conn, sweep_id, row["metric"], row["mode"]) if row["metric"] else []
             sample = [r["trial_id"] for r in conn.execute(
                 "SELECT trial_id FROM trial_results WHERE sweep_id = %s AND state = 'running' LIMIT 20", (sweep_id,))]
             metrics = queries.metric_names(conn, sweep_id, sample)
-        body = present.sweep_json(row, counts, best[-1]["value"] if best else None,
-                                  queries.age(row["created_at"], datetime.now(timezone.utc)))
+        body = present.sweep_json(row, row["counts"], row["best"], queries.age(row["created_at"], datetime.now(timezone.utc)))
         return {**body, "metrics": metrics, "space": space_json(row.get("spec"))}
 
     def trials_body(self, sweep_id: str) -> list[dict[str, Any]]:

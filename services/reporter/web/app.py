@@ -41,7 +41,20 @@ POLL_SECONDS = 3  # a running sweep's page is at most this far behind (plus one 
 def _templates() -> Environment:
     env = Environment(loader=PackageLoader(PACKAGE, "templates"), autoescape=select_autoescape(default=True))
     env.globals["poll_ms"] = POLL_SECONDS * 1000
+    env.filters["cost_text"] = cost_text
     return env
+
+
+def cost_text(sweep: dict[str, Any]) -> str:
+    """``1.50 GPU-h · 1.35 (on demand 4.35)``: a sweep's cost for the index (as index.js writes it)."""
+    if sweep.get("gpu_hours") is None:
+        return ""
+    text = f"{sweep['gpu_hours']:.2f} GPU-h"
+    if sweep.get("cost") is not None:
+        text += f" · {sweep['cost']:.2f}"
+    if sweep.get("on_demand_cost") is not None:
+        text += f" (on demand {sweep['on_demand_cost']:.2f})"
+    return text
 
 
 class Pages:

@@ -92,6 +92,9 @@ def sweep_json(row: dict[str, Any], counts: dict[str, int], best: float | None, 
         "age": age,
         "error": row.get("error"),
         "note": row.get("note"),
+        "gpu_hours": row.get("gpu_hours"),
+        "cost": row.get("cost"),
+        "on_demand_cost": row.get("on_demand_cost"),
     }
 
 

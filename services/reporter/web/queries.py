@@ -2,10 +2,11 @@
 
 Every function takes a connection and answers one question in one or two
 round trips, whatever the number of trials: per-state counts and best
-values are SQL aggregates, best-so-far is a window function, curves are one
-``trial_id = ANY(...)`` query that walks the points' primary key (never the
-whole sweep's points). ``sweeps`` is read only for what no view carries yet
-(a sweep's state, spec and times), as ``spotsweep report`` does.
+values are SQL aggregates (the view ``sweep_results``), best-so-far is a
+window function, curves are one ``trial_id = ANY(...)`` query that walks
+the points' primary key (never the whole sweep's points). Only the public
+views are read (``sweep_results``, ``trial_results``, ``metric_points``),
+and, for the timeline, the event journal ``trial_events``.
 """
 
 from __future__ import annotations
@@ -15,55 +16,38 @@ from typing import Any
 
 from spotsweep.shared.db import Conn
 
-# A sweep's objective, from its stored spec (one metric, or a list of objectives).
-_OBJECTIVE = "COALESCE(s.spec->'metric'->>'name', s.spec->'metric'->0->>'name', '')"
-_MODE = "COALESCE(s.spec->'metric'->>'mode', s.spec->'metric'->0->>'mode', 'min')"
-_SWEEP = ("SELECT s.sweep_id, s.name, s.state, s.error, s.note, s.created_at, s.finished_at, s.spec,"
-          f" {_OBJECTIVE} AS metric, {_MODE} AS mode FROM sweeps s")
+STATES = ("pending", "queued", "running", "completed", "pruned", "failed", "cancelled")
+_SWEEP = ("SELECT sweep_id, name, state, error, note, created_at, finished_at, spec, metric, mode, repeats, gpus, best,"
+          f" gpu_hours, cost, on_demand_cost, {', '.join(STATES)} FROM sweep_results")
+
+
+def _counted(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``sweep_results`` row with ``counts``: trials per state, the states with none left out."""
+    return {**row, "counts": {state: row[state] for state in STATES if row.get(state)}}
 
 
 def sweeps(conn: Conn) -> list[dict[str, Any]]:
-    """Every sweep, newest first, with trials per state and the best final
-    objective of its completed trials (finite values only)."""
-    rows = conn.execute(_SWEEP.replace(", s.spec,", ",") + " ORDER BY s.created_at DESC").fetchall()
-    stats = conn.execute(
-        f"SELECT r.sweep_id, r.state, count(*) AS n,"
-        f" min((r.metrics->>{_OBJECTIVE})::float) FILTER (WHERE r.state = 'completed'"
-        f"   AND jsonb_typeof(r.metrics->{_OBJECTIVE}) = 'number') AS lo,"
-        f" max((r.metrics->>{_OBJECTIVE})::float) FILTER (WHERE r.state = 'completed'"
-        f"   AND jsonb_typeof(r.metrics->{_OBJECTIVE}) = 'number') AS hi"
-        " FROM trial_results r JOIN sweeps s USING (sweep_id) WHERE NOT r.smoke GROUP BY 1, 2"
-    ).fetchall()
-    by_id = {r["sweep_id"]: {**r, "counts": {}, "best": None} for r in rows}
-    for st in stats:
-        sweep = by_id.get(st["sweep_id"])
-        if sweep is None:
-            continue
-        sweep["counts"][st["state"]] = st["n"]
-        value = st["lo"] if sweep["mode"] == "min" else st["hi"]
-        if value is not None and (sweep["best"] is None or (value < sweep["best"]) == (sweep["mode"] == "min")):
-            sweep["best"] = value
-    return list(by_id.values())
+    """Every sweep, newest first, with trials per state (``counts``, not
+    smoke ones) and the best final objective of its completed trials
+    (finite values only), as ``sweep_results`` has them."""
+    rows = conn.execute(_SWEEP.replace(" spec,", "") + " ORDER BY created_at DESC, sweep_id").fetchall()
+    return [_counted(r) for r in rows]
 
 
 def sweep(conn: Conn, sweep_id: str) -> dict[str, Any] | None:
-    """One sweep's header (with its spec), or None when there is no such sweep."""
-    return conn.execute(_SWEEP + " WHERE s.sweep_id = %s", (sweep_id,)).fetchone()
+    """One sweep's header (with its spec and ``counts``), or None when there is no such sweep."""
+    row = conn.execute(_SWEEP + " WHERE sweep_id = %s", (sweep_id,)).fetchone()
+    return None if row is None else _counted(row)
 
 
 def find_sweep(conn: Conn, id_or_name: str) -> dict[str, Any] | None:
     """A sweep's header by its id or, failing that, the newest sweep with that name."""
     row = sweep(conn, id_or_name)
     if row is None:
-        row = conn.execute(_SWEEP + " WHERE s.name = %s ORDER BY s.created_at DESC, s.sweep_id DESC LIMIT 1",
+        row = conn.execute(_SWEEP + " WHERE name = %s ORDER BY created_at DESC, sweep_id DESC LIMIT 1",
                            (id_or_name,)).fetchone()
+        row = None if row is None else _counted(row)
     return row
-
-
-def counts(conn: Conn, sweep_id: str) -> dict[str, int]:
-    rows = conn.execute("SELECT state, count(*) AS n FROM trial_results WHERE sweep_id = %s AND NOT smoke GROUP BY 1",
-                        (sweep_id,)).fetchall()
-    return {r["state"]: r["n"] for r in rows}
 
 
 # What the trial list shows (present.trial_json): not the error text or the rungs, which only a trial's page needs.

@@ -3,6 +3,14 @@
 (function () {
   const body = document.getElementById("sweeps").tBodies[0];
   let running = true;
+  // as app.py's cost_text: GPU-hours, and the price (and on demand's) when the spec has pricing
+  function costText(s) {
+    if (s.gpu_hours === null || s.gpu_hours === undefined) return "";
+    let text = s.gpu_hours.toFixed(2) + " GPU-h";
+    if (s.cost !== null) text += " · " + s.cost.toFixed(2);
+    if (s.on_demand_cost !== null) text += " (on demand " + s.on_demand_cost.toFixed(2) + ")";
+    return text;
+  }
   async function refresh() {
     const sweeps = await SS.json("/api/sweeps");
     running = sweeps.some(s => s.state === "running");
@@ -14,7 +22,8 @@
       const counts = SS.el("td");
       for (const [k, n] of Object.entries(s.counts)) { counts.append(SS.el("span", k + " " + n, "count state-" + k), " "); }
       tr.append(name, SS.el("td", s.sweep_id, "mono"), state, counts,
-                SS.el("td", s.best === null ? "" : s.metric + " " + SS.fmt(s.best), "num"), SS.el("td", s.age));
+                SS.el("td", s.best === null ? "" : s.metric + " " + SS.fmt(s.best), "num"), SS.el("td", costText(s), "num"),
+                SS.el("td", s.age));
       return tr;
     }));
   }
