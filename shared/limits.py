@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 # key column of ``points``. 500 characters of 4-byte UTF-8 stays under it.
 HARD_METRIC_NAME_CHARS = 500
 TRIAL_NAME_CHARS = 200  # a rendered trial name (it travels in argv and the environment)
-SWEEP_ID_CHARS = 120  # a sweep's name (100) plus "-" and 8 hex digits, with room
 MAX_TOTAL_TRIALS = 2**53  # sweeps.total_trials is a bigint; every count stays exact in a double too
 ERROR_CHARS = 4000  # a stored error text (a sweep's rejection, a trial's failure)
 ERROR_PROBLEMS = 20  # problems listed in a stored error before "and N more problems"

@@ -8,8 +8,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
@@ -293,30 +294,31 @@ def unpack(message: Envelope) -> list[Envelope]:
     return [message]
 
 
-def decode(body: bytes) -> Envelope:
-    """Bytes to a message, or :class:`DecodeError` naming what is wrong."""
+_E = TypeVar("_E", bound=Envelope)
+
+
+def _checked(validate: Callable[[], _E], what: str) -> _E:
+    """``validate()``'s message, or :class:`DecodeError` naming what is wrong with it (a bad
+    field, or a schema version newer than this build)."""
     try:
-        msg = _MESSAGE.validate_json(body)
+        msg = validate()
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise DecodeError(f"undecodable message: {where}: {first['msg']}") from e
+        raise DecodeError(f"undecodable {what}: {where}: {first['msg']}") from e
     if msg.schema_version > SCHEMA_VERSION:
         raise DecodeError(f"schema_version {msg.schema_version} is newer than this build ({SCHEMA_VERSION})")
     return msg
+
+
+def decode(body: bytes) -> Envelope:
+    """Bytes to a message, or :class:`DecodeError` naming what is wrong."""
+    return _checked(lambda: _MESSAGE.validate_json(body), "message")
 
 
 def decode_command(data: Any) -> SubmitSweep | CancelSweep | ExtendSweep:
     """A sweeps-queue command from its parsed JSON body, or :class:`DecodeError` naming what is wrong."""
-    try:
-        msg = _COMMAND.validate_python(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise DecodeError(f"undecodable sweep command: {where}: {first['msg']}") from e
-    if msg.schema_version > SCHEMA_VERSION:
-        raise DecodeError(f"schema_version {msg.schema_version} is newer than this build ({SCHEMA_VERSION})")
-    return msg
+    return _checked(lambda: _COMMAND.validate_python(data), "sweep command")
 
 
 _EVERY = TypeAdapter(Annotated[

@@ -19,14 +19,18 @@ from spotsweep.shared.settings import PROCESSES, AgentSettings, DashboardSetting
 from spotsweep.shared.settings_cli import add_flags, load
 
 
-def _positive(text: str) -> int:
+def _whole(text: str, floor: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < floor:
+        raise argparse.ArgumentTypeError(f"must be at least {floor}, got {value}")
     return value
+
+
+def _positive(text: str) -> int:
+    return _whole(text, 1)
 
 
 def _port(text: str) -> int:
@@ -37,13 +41,7 @@ def _port(text: str) -> int:
 
 
 def _step(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+    return _whole(text, 0)
 
 
 def _names(text: str) -> list[str]:

@@ -38,7 +38,6 @@ from spotsweep.shared import log
 
 _log = log.get("spotsweep.agent")
 
-NOTICE_KINDS = ("signal", "aws", "azure", "gcp")
 DEFAULT_URLS = {"aws": "http://169.254.169.254", "azure": "http://169.254.169.254", "gcp": "http://metadata.google.internal"}
 AWS_ACTIONS = ("terminate", "stop", "hibernate")
 AZURE_EVENTS = ("Preempt", "Terminate")

@@ -34,9 +34,7 @@ from spotsweep.services.planner.search.rungs import Action, StepDecision
 from spotsweep.services.planner.search.smoke import SmokeDecision, smoke_stage
 from spotsweep.shared.space import config_params, configs, params_at, total_trials
 from spotsweep.shared.spec import RandomStrategy, SweepSpec
-from spotsweep.shared.spec_search import MODEL_TYPES, budget_of, smoke_param
-
-MODEL_SAMPLERS = MODEL_TYPES  # the samplers registered with the planner at start (registry.py)
+from spotsweep.shared.spec_search import budget_of, smoke_param
 
 
 @dataclass(frozen=True)
