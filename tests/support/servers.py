@@ -82,15 +82,34 @@ class PrivateRabbit:
         return subprocess.run(["rabbitmqctl", "-q", "-n", self.node, *args], capture_output=True, text=True,
                               timeout=timeout, env=self.env)
 
-    def start(self) -> None:
-        subprocess.run(["rabbitmq-server", "-detached"], env=self.env, check=True, cwd=self.root, timeout=60)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.ctl("await_startup", "--timeout", "5").returncode == 0:
-                wait_port(self.port)
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"private RabbitMQ {self.node} did not start; see {self.root / 'log'}")
+    def start(self, timeout: float = 180) -> None:
+        """Start the node and wait until it serves AMQP. A loaded machine can take
+        minutes: the wait is long, it says what it waits for, and a node that
+        died on the way is started once more; on failure the error carries
+        the node's log, so a failed run says why."""
+        for attempt in (1, 2):
+            proc = subprocess.run(["rabbitmq-server", "-detached"], env=self.env, cwd=self.root, timeout=60,
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"rabbitmq-server -detached failed ({proc.returncode}): {proc.stderr[-2000:]}")
+            began, deadline = time.monotonic(), time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.ctl("await_startup", "--timeout", "10").returncode == 0:
+                    wait_port(self.port)
+                    return
+                pid = self.pid()
+                if pid is not None and not alive(pid):
+                    break  # it died: start it again, once
+                print(f"private RabbitMQ {self.node}: not up after {time.monotonic() - began:.0f} s", file=sys.stderr)
+                time.sleep(1)
+            if attempt == 1:
+                self.kill9()
+        raise RuntimeError(f"private RabbitMQ {self.node} did not start within {timeout:.0f} s (twice); "
+                           f"its log:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 4000) -> str:
+        logs = sorted((self.root / "log").glob("*.log"), key=lambda p: p.stat().st_size, reverse=True)
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in logs[:2]) or "(no log file)"
 
     def pid(self) -> int | None:
         try:
