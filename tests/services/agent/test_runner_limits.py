@@ -20,9 +20,7 @@ time.sleep(60)
 
 
 def test_a_trial_silent_for_longer_than_the_stall_timeout_is_killed_as_failed(kit: Any) -> None:
-    started = time.monotonic()
-    final, _ = kit.run(kit.message(HANGS_AFTER_TWO, stall_timeout=1.0))
-    assert time.monotonic() - started < 10
+    final, _ = kit.run(kit.message(HANGS_AFTER_TWO, stall_timeout=1.0))  # left alone it would complete in 60 s
     assert final.outcome == "failed" and final.failure == "stalled"
     assert "timeout.stall" in final.error and final.metrics == {"loss": 0.5}
 
@@ -41,9 +39,8 @@ trial.report(1, loss=0.1)
 
 
 def test_the_total_timeout_counts_the_running_time_of_earlier_attempts(kit: Any) -> None:
-    started = time.monotonic()
+    # 1 s was left of the 100: a timeout counting only this attempt would let the 60 s trial complete
     final, _ = kit.run(kit.message("import time; time.sleep(60)", total_timeout=100.0, elapsed=99.0))
-    assert time.monotonic() - started < 10  # 1 s was left of the 100
     assert final.outcome == "failed" and final.failure == "timeout" and "timeout.total" in final.error
     assert final.duration is not None and final.duration >= 0.9
 
