@@ -20,10 +20,17 @@ import os, sys, time
 from pathlib import Path
 from spotsweep.trainer.data import ensure_file
 
+arrivals = Path(sys.argv[3])
+with open(arrivals, "a") as f:
+    f.write(f"{os.getpid()}\\n")
+
 def slow_build() -> bytes:
     with open(sys.argv[2], "a") as f:
         f.write(f"{os.getpid()}\\n")
-    time.sleep(0.3)  # wide window: every racer arrives while the first one is still writing
+    # Every racer has arrived while the first one is still writing: the race is real, however slow they start.
+    deadline = time.monotonic() + 60
+    while len(arrivals.read_text().split()) < int(sys.argv[4]) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return bytes(range(256)) * 64
 
 print(ensure_file(Path(sys.argv[1]), "tokens.u8", slow_build))
@@ -34,8 +41,8 @@ def test_many_trials_starting_at_once_build_the_file_once(tmp_path: Path) -> Non
     # Separate interpreters, as trials are (a forked pool would inherit the
     # test process's threads and can deadlock on a lock one of them held).
     log = tmp_path / "builds.log"
-    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path / "data"), str(log)], stdout=subprocess.PIPE,
-                               text=True) for _ in range(4)]
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path / "data"), str(log), str(tmp_path / "arrived"),
+                                "4"], stdout=subprocess.PIPE, text=True) for _ in range(4)]
     paths = [r.communicate(timeout=120)[0].strip() for r in racers]
     assert [r.returncode for r in racers] == [0] * 4
     assert len(set(paths)) == 1
