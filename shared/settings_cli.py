@@ -55,7 +55,8 @@ def add_flags(parser: argparse.ArgumentParser, model: type[Settings]) -> None:
     """Declare ``model``'s own knobs on ``parser`` (values are checked by :func:`load`)."""
     for name, field in own_fields(model).items():
         choices = _choices(field)
-        helptext = f"{field.description} (default {_shown(field.default)}; env {env_of(name)})"
+        shown = "" if field.default is None else f"default {_shown(field.default)}; "  # None: the description says
+        helptext = f"{field.description} ({shown}env {env_of(name)})"
         if field.annotation is bool:  # a switch: --name / --no-name
             parser.add_argument(flag_of(name, field), dest=name, default=argparse.SUPPRESS,
                                 action=argparse.BooleanOptionalAction, help=helptext)
