@@ -141,7 +141,7 @@ class Workers:
         self._retry = retry
         self._on_idle = on_idle
         self._cond = threading.Condition()
-        self._buffer: deque[Delivery] = deque()
+        self.buffer: deque[Delivery] = deque()
         self.running = 0
         self.cancelled = False
         self.threads = [threading.Thread(target=self._work, name=f"worker-{name}-{i}", daemon=True)
@@ -154,7 +154,7 @@ class Workers:
     def push(self, delivery: Delivery) -> None:
         """A new delivery for the workers (from the adapter's delivering thread)."""
         with self._cond:
-            self._buffer.append(delivery)
+            self.buffer.append(delivery)
             self._cond.notify()
 
     def cancel(self) -> list[Delivery]:
@@ -162,9 +162,9 @@ class Workers:
         (none with ``finish_buffered``: the workers run them, then end)."""
         with self._cond:
             self.cancelled = True
-            left = [] if self.finish_buffered else list(self._buffer)
+            left = [] if self.finish_buffered else list(self.buffer)
             if not self.finish_buffered:
-                self._buffer.clear()
+                self.buffer.clear()
             self._cond.notify_all()
         return left
 
@@ -172,17 +172,17 @@ class Workers:
         """The connection is gone (the broker requeues what was unacked): let the workers end."""
         with self._cond:
             self.cancelled = True
-            self._buffer.clear()
+            self.buffer.clear()
             self._cond.notify_all()
 
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._buffer and not self.cancelled:
+                while not self.buffer and not self.cancelled:
                     self._cond.wait()
-                if not self._buffer:
+                if not self.buffer:
                     return
-                delivery = self._buffer.popleft()
+                delivery = self.buffer.popleft()
                 self.running += 1
             try:
                 run_handler(self._handler, delivery, self._retry)

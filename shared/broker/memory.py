@@ -67,6 +67,7 @@ class _MemoryConsumer(Consumer):
         kw = {} if retry is None else {"retry": retry}
         self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=self._idle, **kw)
         self.threads = self.workers.threads
+        self.buffer = self.workers.buffer  # deliveries not started yet (the dispatcher's)
 
     def has_room_locked(self) -> bool:
         return not self.cancelled and (self._prefetch <= 0 or len(self.unacked) < self._prefetch)

@@ -115,6 +115,7 @@ class RabbitConsumer(Consumer):
         kw = {} if retry is None else {"retry": retry}
         self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=self._idle, **kw)
         self.threads = self.workers.threads
+        self.buffer = self.workers.buffer  # deliveries not started yet (the dispatcher's)
         self.workers.start()
 
     @property
