@@ -8,7 +8,6 @@ from typing import Any
 
 from spotsweep.services.collector.handlers import CollectorDeps, handle_batch, write_events
 from spotsweep.shared.broker.batching import BatchingHandler
-from spotsweep.shared.db.migrator import migrations
 from spotsweep.shared.db import Database
 from spotsweep.shared.messages import CheckpointSaved, MetricPoint, TrialMetrics, encode
 
@@ -56,27 +55,6 @@ def test_checkpoint_events_are_journaled_once_by_message_id(database_url: str) -
     with db.transaction() as conn:
         rows = conn.execute("SELECT kind, body FROM trial_events").fetchall()
     assert len(rows) == 1 and rows[0]["kind"] == "trial.checkpoint" and rows[0]["body"]["step"] == 20
-
-
-def test_migration_is_safe_to_run_concurrently(database_url: str) -> None:
-    import threading
-
-    errors: list[BaseException] = []
-
-    def migrate() -> None:
-        try:
-            Database(database_url).migrate()
-        except BaseException as e:  # noqa: BLE001 - collected for the assertion
-            errors.append(e)
-
-    threads = [threading.Thread(target=migrate) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    with Database(database_url).transaction() as conn:
-        assert conn.execute("SELECT count(*) AS n FROM _yoyo_migration").fetchone()["n"] == len(migrations())
 
 
 def test_a_key_repeated_within_one_batch_keeps_its_first_value(database_url: str) -> None:

@@ -75,6 +75,8 @@ def test_migration_is_safe_to_run_concurrently(database_url: str) -> None:
     assert errors == []
     assert sorted(done, key=len) == [[]] * 5 + [_ids()]  # exactly one of them applied each migration
     Database(database_url).check()
+    with psycopg.connect(database_url) as conn:  # and recorded each once
+        assert conn.execute("SELECT count(*) FROM _yoyo_migration").fetchone() == (len(_ids()),)
 
 
 def test_a_migrator_killed_mid_way_leaves_nothing_that_blocks_the_next(database_url: str) -> None:
