@@ -145,8 +145,9 @@ def sweep_command(headers: dict[str, Any], message_id: str | None, body: bytes) 
             data = None  # an untyped cancel's body was never read
         if _is_typed(data):
             command = _typed(data, None)
-            if command.kind != f"sweep.{kind}" or command.sweep_id != sweep_id:
-                raise DecodeError(f"{kind} command for {sweep_id}: its body is a {command.kind} of {command.sweep_id}")
+            if data["kind"] != f"sweep.{kind}" or command.sweep_id != sweep_id:
+                raise DecodeError(f"{kind} command for {sweep_id}: its body is a {data['kind']} of {command.sweep_id}")
+            assert not isinstance(command, Submission)  # its kind is sweep.cancel or sweep.extend
             return command
         return CancelSweep(sweep_id=sweep_id) if kind == "cancel" else _untyped_extend(sweep_id, data)
     named = submission_id(headers, message_id, None) if headers.get("sweep_id") or message_id else None

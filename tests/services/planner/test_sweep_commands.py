@@ -167,3 +167,5 @@ def test_a_typed_body_must_agree_with_the_kind_header() -> None:
         sweep_command({"kind": "cancel", "sweep_id": SID}, None, json.dumps(other).encode())
     with pytest.raises(DecodeError, match="its body is a sweep.cancel"):
         sweep_command({"kind": "extend", "sweep_id": SID}, None, cancellation(SID).body)
+    with pytest.raises(DecodeError, match="its body is a sweep.submit"):
+        sweep_command({"kind": "cancel", "sweep_id": SID}, None, submission(parse_spec(SPEC), SID).body)
