@@ -348,12 +348,15 @@ class RabbitBroker(Broker):
             self._closed.set()
             self._io_thread = None
             pending, self._pending = self._pending, set()
-        with self._publisher_lock:
-            publisher, self._publisher = self._publisher, None
-        if publisher is not None:  # after the consumers' connection: a drained handler's publishes are confirmed
-            publisher.close()
         for fut in pending:
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(RetryableError(f"connection to {self.url} closed"))
         for c in self._consumers:
             c.release()
+        # Last (a confirm's callback may still hand an ack to this connection,
+        # which fails at once now): after the consumers' connection, so a
+        # drained handler's publishes were confirmed.
+        with self._publisher_lock:
+            publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            publisher.close()
