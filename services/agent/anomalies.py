@@ -32,8 +32,6 @@ DIVERGE_FRACTION = 0.5  # `diverging`: worse than the best by more than this sha
 DIVERGE_FLOOR = 1e-6  # ...with |best| taken as at least this, so a best of 0 is not "any change"
 SYS_PREFIX = "sys/"  # the agent's own resource metrics: never the trial's values
 
-AGENT_FLAGS = ("nan", "stalled", "diverging", "idle_gpu")
-
 
 def diverged(best: float, value: float, mode: Literal["min", "max"] = "min") -> bool:
     """Whether ``value`` is well worse than ``best``: by more than :data:`DIVERGE_FRACTION`

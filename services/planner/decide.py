@@ -26,7 +26,6 @@ from spotsweep.services.planner.search.rungs import Action, StepDecision
 from spotsweep.shared.messages import StopReason, TrialFinished, TrialLost, TrialStarted
 from spotsweep.shared.states import TrialState, check_transition
 
-WAITING = frozenset({TrialState.PENDING, TrialState.QUEUED})  # launched, not started
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Literal, get_args
+from typing import Literal
 
 from spotsweep.shared.artifacts.checkpoint_layout import (
     LATEST,
@@ -50,7 +50,6 @@ from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
 from spotsweep.shared.errors import PermanentError
 
 Keep = Literal["last", "best", "all"]
-KEEP_POLICIES: tuple[str, ...] = get_args(Keep)
 RUNNING_KEEP = 2  # complete checkpoints kept at or below the newest while a trial runs
 
 
