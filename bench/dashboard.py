@@ -8,14 +8,16 @@ The target (issue 17): every call under 1 s, the sweep page's included (its
 HTML, and each call its script makes: sweep, trials, curves, best,
 importance, seeds, timeline, cost, resources). Each call is made
 ``--repeat`` times; the first (cold: importance fits its forest then) and
-the median of the rest are printed, and the calls over 1 s are named at the
-end (exit 1). The database is dropped afterwards unless ``--keep``.
+the median of the rest are printed, with the median CPU seconds the
+process spent (server thread and client: what a call costs whatever else
+runs on the machine), and the calls over 1 s are named at the end (exit 1). The database is dropped afterwards unless ``--keep``.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import statistics
 import sys
@@ -143,17 +145,20 @@ def main() -> int:
                  f"/api/sweeps/{sweep}/importance?method=ped-anova", f"/api/sweeps/{sweep}/seeds",
                  f"/api/sweeps/{sweep}/timeline", f"/api/sweeps/{sweep}/cost", f"/api/sweeps/{sweep}/resources",
                  f"/api/sweeps/{sweep}/trials/{sweep}.0", "/", f"/sweeps/{sweep}", f"/sweeps/{sweep}/trials/{sweep}.0"]
-        print(f"{'call':<70} {'first s':>8} {'median s':>9} {'KiB':>7}")
+        print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+        print(f"{'call':<70} {'first s':>8} {'median s':>9} {'CPU s':>6} {'KiB':>7}")
         with httpx.Client(timeout=120) as client:
             for path in paths:
-                times, size = [], 0
+                times, cpu, size = [], [], 0
                 for _ in range(args.repeat):
-                    t = time.monotonic()
+                    t, c = time.monotonic(), time.process_time()
                     r = client.get(base + path)
                     times.append(time.monotonic() - t)
+                    cpu.append(time.process_time() - c)  # this process's: the server's thread and the client
                     r.raise_for_status()
                     size = len(r.content)
-                print(f"{path:<70} {times[0]:>8.3f} {statistics.median(times[1:] or times):>9.3f} {size / 1024:>7.0f}")
+                print(f"{path:<70} {times[0]:>8.3f} {statistics.median(times[1:] or times):>9.3f}"
+                      f" {statistics.median(cpu[1:] or cpu):>6.3f} {size / 1024:>7.0f}")
                 if max(times[0], statistics.median(times[1:] or times)) >= 1.0:
                     slow.append(path)
         server.should_exit = True

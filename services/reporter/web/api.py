@@ -7,6 +7,7 @@ with ``{"error": ...}``; bodies are strict JSON (:func:`.present.dumps`).
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any
@@ -81,11 +82,15 @@ class Api:
         body = present.sweep_json(row, row["counts"], row["best"], queries.age(row["created_at"], datetime.now(timezone.utc)))
         return {**body, "metrics": metrics, "space": space_json(row.get("spec"))}
 
-    def trials_body(self, sweep_id: str) -> list[dict[str, Any]]:
+    def trials_json(self, sweep_id: str) -> bytes:
+        """The trial list, best first, as JSON built by PostgreSQL (:func:`.queries.listed_json`)."""
         row = self._sweep(sweep_id)
         with self.db.transaction() as conn:
-            rows = queries.trials(conn, sweep_id)
-        return present.ranked_json(rows, row["metric"], row["mode"])
+            rows = queries.listed_json(conn, sweep_id, row["metric"])
+        return present.ranked_bodies(rows, row["mode"])
+
+    def trials_body(self, sweep_id: str) -> list[dict[str, Any]]:
+        return json.loads(self.trials_json(sweep_id))  # type: ignore[no-any-return]
 
     def curves_body(self, sweep_id: str, metric: str, max_points: int, limit: int, wanted: list[str]) -> dict[str, Any]:
         row = self._sweep(sweep_id)
@@ -161,7 +166,8 @@ class Api:
         return json_response(await run_in_threadpool(self.sweep_body, request.path_params["sweep_id"]))
 
     async def trials(self, request: Request) -> Response:
-        return json_response(await run_in_threadpool(self.trials_body, request.path_params["sweep_id"]))
+        body = await run_in_threadpool(self.trials_json, request.path_params["sweep_id"])
+        return Response(body, media_type="application/json")
 
     async def curves(self, request: Request) -> Response:
         metric = request.query_params.get("metric")

@@ -77,6 +77,25 @@ def ranked_json(rows: list[dict[str, Any]], metric: str, mode: str) -> list[dict
     return out
 
 
+def ranked_bodies(rows: list[dict[str, Any]], mode: str) -> bytes:
+    """The trial list as one JSON array from :func:`.queries.listed_json`
+    rows (each a JSON object as text), best first as :func:`ranked_json`
+    orders them, each with its ``rank`` appended (null without a finite objective)."""
+    def key(row: dict[str, Any]) -> tuple[int, float, str]:
+        value = row["objective"]
+        if row["state"] == "completed":
+            if value is not None:
+                return (0, value if mode == "min" else -value, row["trial_id"])
+            return (1, 0.0, row["trial_id"])
+        return (_LATER.get(row["state"], 7), 0.0, row["trial_id"])
+
+    parts = []
+    for i, row in enumerate(sorted(rows, key=key), 1):
+        rank = i if row["state"] == "completed" and row["objective"] is not None else "null"
+        parts.append(f'{row["body"][:-1]}, "rank" : {rank}}}')
+    return ("[" + ",".join(parts) + "]").encode()
+
+
 def sweep_json(row: dict[str, Any], counts: dict[str, int], best: float | None, age: str) -> dict[str, Any]:
     return {
         "sweep_id": row["sweep_id"],

@@ -31,3 +31,19 @@ def test_dumps_is_strict_json_with_the_contract_strings() -> None:
     body = {"v": [float("nan"), float("inf"), -float("inf"), 1.5], "t": datetime(2026, 1, 2, tzinfo=timezone.utc), "p": (1, 2)}
     assert json.loads(dumps(body)) == {"v": ["NaN", "Infinity", "-Infinity", 1.5], "t": "2026-01-02T00:00:00+00:00", "p": [1, 2]}
     json.loads(dumps(body), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))  # no bare NaN tokens
+
+
+def test_the_trial_list_built_by_the_database_ranks_as_ranked_json_does() -> None:
+    import json
+
+    from spotsweep.services.reporter.web.present import ranked_bodies
+
+    def row(trial_id: str, state: str, objective: float | None) -> dict[str, object]:
+        return {"body": json.dumps({"trial_id": trial_id, "name": "<x>"}), "state": state, "trial_id": trial_id,
+                "objective": objective}
+
+    rows = [row("a", "failed", None), row("b", "completed", 2.0), row("c", "completed", None), row("d", "running", None),
+            row("e", "completed", 1.0)]
+    listed = json.loads(ranked_bodies(rows, "min"))
+    assert [(t["trial_id"], t["rank"]) for t in listed] == [("e", 1), ("b", 2), ("c", None), ("d", None), ("a", None)]
+    assert [t["trial_id"] for t in json.loads(ranked_bodies(rows, "max"))][:2] == ["b", "e"]
