@@ -20,6 +20,7 @@ from pydantic.fields import FieldInfo
 
 from spotsweep.trainer.config import BUDGET, SPEED, TRAJECTORY, EarlyStopConfig, Threshold, TrainConfig
 from spotsweep.trainer.errors import SetupError
+from spotsweep.trainer.models.tinylm_config import TinyLMConfig
 
 MODELS = ("tinylm",)
 PREEMPTED = 143  # 128 + SIGTERM, what a shell reports for a process killed by it
@@ -44,6 +45,11 @@ def knobs() -> list[tuple[tuple[str, ...], FieldInfo]]:
         elif field.description is not None:
             out.append(((name,), field))
     return out
+
+
+def model_knobs() -> dict[str, FieldInfo]:
+    """The model's fields that are flags: those with a ``description``."""
+    return {name: f for name, f in TinyLMConfig.model_fields.items() if f.description is not None}
 
 
 def _extra(field: FieldInfo) -> dict[str, Any]:
@@ -87,17 +93,8 @@ def parser() -> argparse.ArgumentParser:
                                 description="Train the tiny DeepSeek-style byte-level language model under the trial contract.")
     groups = {key: p.add_argument_group(title) for key, title in GROUPS.items() if key == TRAJECTORY}
     m = p.add_argument_group("model (changing these on resume is refused)")
-    m.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
-    m.add_argument("--heads", type=int, default=4, help="attention heads; dim / heads must be even (default 4)")
-    m.add_argument("--dim", type=int, default=96, help="model width (default 96)")
-    m.add_argument("--seq-len", type=int, default=64, help="context length in bytes (default 64)")
-    m.add_argument("--dropout", type=float, default=0.0, help="(default 0)")
-    m.add_argument("--experts", type=int, default=4, help="routed experts per MoE layer; 0 = dense model (default 4)")
-    m.add_argument("--top-k", type=int, default=2, help="routed experts per token (default 2)")
-    m.add_argument("--shared-experts", type=int, default=1, help="experts every token uses (default 1)")
-    m.add_argument("--dense-layers", type=int, default=1, help="leading blocks with a dense FFN (default 1)")
-    m.add_argument("--expert-hidden", type=int, help="expert FFN width (default: dense width / (top-k + shared))")
-    m.add_argument("--aux-loss-weight", type=float, default=0.01, help="weight of the balance loss (default 0.01)")
+    for name, field in model_knobs().items():
+        _add(m, (name,), field)
     m.add_argument("--data", type=Path, help="a text file to train on, as bytes (default: the built-in corpus)")
     groups[BUDGET] = p.add_argument_group(GROUPS[BUDGET])
     groups[BUDGET].add_argument("--eval-windows", type=int, default=64, help="validation sequences per evaluation (default 64)")
@@ -129,8 +126,6 @@ def _explain(e: ValidationError) -> str:
 
 def configs(args: argparse.Namespace) -> tuple[TrainConfig, Any]:
     """Flags to the typed configs; raises ValidationError."""
-    from spotsweep.trainer.models.tinylm import TinyLMConfig
-
     # One validation of one mapping: an early-stopping error then carries the early_stop prefix _flag() maps.
     values: dict[str, Any] = {}
     for path, _ in knobs():
@@ -138,11 +133,7 @@ def configs(args: argparse.Namespace) -> tuple[TrainConfig, Any]:
         inner = values.setdefault(path[0], {}) if len(path) > 1 else values
         inner[path[-1]] = tuple(value) if isinstance(value, list) else value
     train = TrainConfig.model_validate(values)
-    model = TinyLMConfig(
-        layers=args.layers, heads=args.heads, dim=args.dim, seq_len=args.seq_len, dropout=args.dropout,
-        experts=args.experts, top_k=args.top_k, shared_experts=args.shared_experts, dense_layers=args.dense_layers,
-        expert_hidden=args.expert_hidden, aux_loss_weight=args.aux_loss_weight,
-    )
+    model = TinyLMConfig(**{name: getattr(args, name) for name in model_knobs()})
     return train, model
 
 

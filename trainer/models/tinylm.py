@@ -14,53 +14,13 @@ import math
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from spotsweep.trainer.models.moe import MoE, SwiGLU
+from spotsweep.trainer.models.tinylm_config import TinyLMConfig
 
-
-class TinyLMConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    vocab: int = Field(default=256, ge=2)
-    seq_len: int = Field(default=64, ge=2)
-    dim: int = Field(default=96, ge=8)
-    layers: int = Field(default=2, ge=1)
-    heads: int = Field(default=4, ge=1)
-    dropout: float = Field(default=0.0, ge=0, lt=1)
-    experts: int = Field(default=4, ge=0)  # routed experts per MoE layer; 0 = dense model
-    top_k: int = Field(default=2, ge=1)
-    shared_experts: int = Field(default=1, ge=0)
-    dense_layers: int = Field(default=1, ge=0)  # the first blocks keep a dense FFN (DeepSeekMoE)
-    ffn_hidden: int | None = Field(default=None, ge=1)  # dense SwiGLU width; None: 8/3 dim, rounded up to 32
-    expert_hidden: int | None = Field(default=None, ge=1)  # None: ffn_hidden / (top_k + shared), rounded up to 8
-    aux_loss_weight: float = Field(default=0.01, ge=0)
-    rope_theta: float = Field(default=10000.0, gt=0)
-
-    @model_validator(mode="after")
-    def _shapes(self) -> TinyLMConfig:
-        if self.dim % self.heads:
-            raise ValueError(f"dim must be a multiple of heads (got dim={self.dim}, heads={self.heads})")
-        if (self.dim // self.heads) % 2:
-            raise ValueError(f"dim / heads must be even for rotary embeddings (got {self.dim} / {self.heads} = "
-                             f"{self.dim // self.heads})")
-        if self.experts and self.top_k > self.experts:
-            raise ValueError(f"top_k must not exceed experts (got top_k={self.top_k}, experts={self.experts})")
-        return self
-
-    @property
-    def dense_hidden(self) -> int:
-        return self.ffn_hidden or 32 * math.ceil(8 * self.dim / 3 / 32)
-
-    @property
-    def moe_hidden(self) -> int:
-        # Fine-grained experts: the activated width per token stays that of the dense FFN.
-        return self.expert_hidden or 8 * math.ceil(self.dense_hidden / (self.top_k + self.shared_experts) / 8)
-
-    def is_moe(self, layer: int) -> bool:
-        return self.experts > 0 and layer >= self.dense_layers
+__all__ = ["TinyLM", "TinyLMConfig", "apply_rotary", "rotary_tables"]
 
 
 def rotary_tables(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
