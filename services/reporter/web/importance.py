@@ -37,7 +37,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
 from spotsweep.services.planner.search.distributions import distributions, to_optuna
-from spotsweep.services.reporter.web.present import finite
+from spotsweep.shared.nonfinite import finite
 from spotsweep.shared.spec import Param
 
 MIN_TRIALS = 4

@@ -14,20 +14,13 @@ and the JSON contract are tested without a database:
 from __future__ import annotations
 
 import json
-import math
 from datetime import datetime
 from typing import Any
 
 from spotsweep.shared.messages import json_safe
+from spotsweep.shared.nonfinite import finite
 
 _LATER = {"running": 2, "queued": 3, "pending": 3, "pruned": 4, "failed": 5, "cancelled": 6}
-
-
-def finite(value: object) -> float | None:
-    """``value`` as a float when it is a finite number (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def rank_key(row: dict[str, Any], metric: str, mode: str) -> tuple[int, float, str]:
