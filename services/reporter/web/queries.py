@@ -5,8 +5,8 @@ round trips, whatever the number of trials: per-state counts and best
 values are SQL aggregates (the view ``sweep_results``), best-so-far is a
 window function, curves are one ``trial_id = ANY(...)`` query that walks
 the points' primary key (never the whole sweep's points). Only the public
-views are read (``sweep_results``, ``trial_results``, ``metric_points``),
-and, for the timeline, the event journal ``trial_events``.
+views are read (``sweep_results``, ``trial_results``, ``metric_points``,
+``run_events``).
 """
 
 from __future__ import annotations
@@ -167,15 +167,13 @@ def seed_groups(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
 
 
 def runs(conn: Conn, sweep_id: str) -> list[dict[str, Any]]:
-    """Each run's start and end events of a sweep's trials, from the event
-    journal (the planner journals every start, end and loss it decides),
-    with the trial's name; the fields the timeline needs, not the bodies."""
+    """Each run's start and end events of a sweep's trials (the view
+    ``run_events``: the planner journals every start, end and loss it
+    decides), with the trial's name."""
     return conn.execute(
-        "SELECT e.kind, e.trial_id, t.trial_name, e.attempt, e.body->>'run_id' AS run_id, e.body->>'agent' AS agent,"
-        " (e.body->>'time')::timestamptz AS time, e.body->>'outcome' AS outcome, (e.body->>'duration')::float AS duration"
-        " FROM trial_events e JOIN trial_results t USING (trial_id)"
-        " WHERE t.sweep_id = %s AND e.kind IN ('trial.started', 'trial.finished', 'trial.lost')",
-        (sweep_id,),
+        "SELECT e.kind, e.trial_id, t.trial_name, e.attempt, e.run_id, e.agent, e.time, e.outcome, e.duration"
+        " FROM run_events e JOIN trial_results t USING (trial_id) WHERE e.sweep_id = %s AND t.sweep_id = %s",
+        (sweep_id, sweep_id),
     ).fetchall()
 
 

@@ -2,7 +2,7 @@
 
 The planner journals every run's start (``trial.started``: agent, run id,
 time) and its end (``trial.finished`` with the outcome, or ``trial.lost``)
-in ``trial_events``. :func:`runs` pairs them into one :class:`Run` per
+in ``trial_events`` (the view ``run_events``). :func:`runs` pairs them into one :class:`Run` per
 (trial, attempt, run id): a run whose end has not come is still running (or
 its agent vanished without a word: the broker redelivers the attempt, and
 the next run starts elsewhere). An end whose start the journal lacks (a
