@@ -77,7 +77,7 @@ def _run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | Non
     planner_deps = planner.start(broker, db, (resource_class,), window=settings.queue_window, store=store)
     batcher = collector.start(broker, db)
     deps = agent.start(broker, store, Slots(workers, agent.detect_gpus()), resource_class, settings.home / "work",
-                       agent_id="local")
+                       agent_id="local", log_upload_seconds=settings.log_upload_seconds)
     io = threading.Thread(target=broker.run, name="broker", daemon=True)
     io.start()
 

@@ -24,24 +24,18 @@ from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.messages import TrialMessage
 from spotsweep.shared.middleware import Backoff
-from spotsweep.shared.settings import Settings
 
 _log = log.get("spotsweep.agent")
 ONCE = Backoff(attempts=1)
-
-
-def period() -> float:
-    """Seconds between uploads, from the settings (``SPOTSWEEP_LOG_UPLOAD_SECONDS``)."""
-    return max(0.05, Settings().log_upload_seconds)
 
 
 class LogShipper:
     """``with LogShipper(store, msg, streams):`` uploads the logs periodically for the block's duration."""
 
     def __init__(self, store: ArtifactStore, msg: TrialMessage, streams: dict[str, tuple[Path, BinaryIO]],
-                 seconds: float | None = None) -> None:
+                 seconds: float) -> None:
         self._store, self._msg, self._streams = store, msg, streams
-        self._seconds = period() if seconds is None else seconds
+        self._seconds = max(0.05, seconds)  # SPOTSWEEP_LOG_UPLOAD_SECONDS, through RunnerConfig
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"logs-{msg.trial_id}", daemon=True)
         self._sizes: dict[str, int] = {}

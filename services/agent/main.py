@@ -31,7 +31,7 @@ from spotsweep.shared.broker.port import Broker, Consumer
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.runtime import Cleanup, ExitCode, broker_factory, serve, with_startup_retries
-from spotsweep.shared.settings import AgentSettings
+from spotsweep.shared.settings import AgentSettings, Settings, default
 
 _log = log.get("spotsweep.agent")
 
@@ -49,11 +49,12 @@ def detect_gpus() -> list[str]:
 
 def start(
     broker: Broker, store: ArtifactStore, slots: Slots, resource_class: str = "gpu", workdir: Path | None = None,
-    agent_id: str | None = None,
+    agent_id: str | None = None, log_upload_seconds: float = default(Settings, "log_upload_seconds"),
 ) -> Connection:
     """:func:`connect` a new agent (one connection, as local mode and tests use it)."""
     agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
-    config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent")
+    config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent",
+                          log_upload_seconds=log_upload_seconds)
     return connect(broker, Agent(store=store, config=config, slots=slots), resource_class)
 
 
@@ -181,7 +182,9 @@ def main(settings: AgentSettings) -> int:
     check_store_settings(settings)
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
     workdir = settings.workdir or Path(tempfile.gettempdir()) / "spotsweep-agent"
-    agent = Agent(store=store, config=RunnerConfig(agent_id=f"{socket.gethostname()}-{os.getpid()}", workdir=workdir),
+    config = RunnerConfig(agent_id=f"{socket.gethostname()}-{os.getpid()}", workdir=workdir,
+                          log_upload_seconds=settings.log_upload_seconds)
+    agent = Agent(store=store, config=config,
                   slots=pool, health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown), grace=grace)
     done = threading.Event()  # serve() returned: the drain deadline has nothing left to bound
     deadline_lock = threading.Lock()

@@ -201,7 +201,7 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         start = TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses)
         streams: dict[str, tuple[Path, BinaryIO]] = {"stdout": (out_path, out), "stderr": (err_path, err)}
-        with LogShipper(store, msg, streams):  # the store has the logs while the trial runs
+        with LogShipper(store, msg, streams, config.log_upload_seconds):  # the store has the logs while the trial runs
             outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored)
         duration = time.monotonic() - started
         if outcome.reason == "lost":

@@ -32,6 +32,7 @@ from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.stop_policy import Action, Limits, StopState, decide
 from spotsweep.services.agent.tail import Item, Tail
 from spotsweep.shared import log
+from spotsweep.shared.settings import Settings, default
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.messages import Envelope, TrialMessage
 
@@ -47,6 +48,7 @@ class RunnerConfig:
     poll_seconds: float = 0.05
     drain_seconds: float = 10.0  # reading what an exited trial left in its metrics file, at most
     sample_seconds: float = 5.0  # between resource samples of a running trial (sys/ metrics; 1 to 5)
+    log_upload_seconds: float = default(Settings, "log_upload_seconds")  # between uploads of a running trial's logs
 
 
 @dataclass

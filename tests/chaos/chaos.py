@@ -41,6 +41,9 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "support")]
 from chaos_checks import Finding, check  # noqa: E402
 from cluster import Cluster, wait_for  # noqa: E402
 from servers import MotoS3, PrivatePostgres, PrivateRabbit  # noqa: E402
+from waiting import wait_until  # noqa: E402
+
+from spotsweep.shared.topology import COLLECTOR_QUEUE  # noqa: E402
 
 KINDS = ("preempt", "kill-agent", "kill-planner", "kill-collector", "kill-broker", "kill-postgres")
 
@@ -170,13 +173,18 @@ class Chaos:
             self.injected.append(self.inject(kind, t0))
             print(f"chaos: {self.injected[-1]}", file=sys.stderr, flush=True)
         final = wait_for(self.pg.url, state, (sweep_id,), lambda s: s != "running", timeout=self.plan.timeout)
-        if final != "running":
-            time.sleep(2.0)  # the collector's last batch
+        if final != "running":  # the collector's last points: stored once its queue is empty and nothing unacked
+            wait_until(lambda: self.collector_idle(), timeout=60)
         self.codes = self.cluster.stop(timeout=60)
         bad = {n: c for n, c in self.codes.items() if c not in (0, -9)}
         if bad:
             print(f"chaos: services exited badly: {bad}", file=sys.stderr)
         return sweep_id
+
+    def collector_idle(self) -> bool:
+        out = self.rabbit.ctl("list_queues", "name", "messages", "--no-table-headers")
+        rows = dict(line.split()[:2] for line in out.stdout.splitlines() if len(line.split()) >= 2)
+        return out.returncode == 0 and rows.get(COLLECTOR_QUEUE) == "0"
 
     def drained(self) -> dict[str, int | None]:
         """Exit code of each agent preempted by the run (a SIGTERM it had to drain)."""
