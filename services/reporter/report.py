@@ -162,8 +162,8 @@ def print_leaderboard(report: Report, out: Console | None = None, top: int | Non
         out.print(cost_line(report.cost), highlight=False)
     if report.unranked:
         out.print(f"[bold]{len(report.unranked)} trial(s) without results:[/bold]")
-        for row in report.unranked:
-            out.print(Text(f"  {shown(row['trial_name'])}: {_why(row, report.metric)}"))
+        for trial in report.unranked:
+            out.print(Text(f"  {shown(trial['trial_name'])}: {_why(trial, report.metric)}"))
     print_warnings([*report.ranked, *report.unranked], out)
 
 
