@@ -127,12 +127,16 @@ class Api:
         row = self._sweep(sweep_id)
         metric = metric or row["metric"]
         mode = row["mode"] if metric == row["metric"] else "min"
-        with self.db.transaction() as conn:
-            rows = conn.execute("SELECT trial_id, state, params, metrics, smoke, finished_at FROM trial_results"
-                                " WHERE sweep_id = %s AND state = 'completed'", (sweep_id,)).fetchall()
-        key = (sweep_id, metric, method, len(rows), max((r["finished_at"] for r in rows if r["finished_at"]), default=None))
+        with self.db.transaction() as conn:  # the cache's key first: one aggregate, no rows
+            seen = conn.execute("SELECT count(*) AS n, max(finished_at) AS last FROM trial_results"
+                                " WHERE sweep_id = %s AND state = 'completed'", (sweep_id,)).fetchone()
+        key = (sweep_id, metric, method, seen["n"] if seen else 0, seen["last"] if seen else None)
         if key in self._importance:
             return self._importance[key]
+        with self.db.transaction() as conn:  # what importance reads: the params and this metric only
+            rows = conn.execute("SELECT trial_id, state, params, jsonb_build_object(%s::text, metrics->%s) AS metrics, smoke"
+                                " FROM trial_results WHERE sweep_id = %s AND state = 'completed'",
+                                (metric, metric, sweep_id)).fetchall()
         try:
             space = parse_spec(row["spec"]).space
         except (SpecError, TypeError) as e:
