@@ -75,9 +75,9 @@ def top_up(uow: UnitOfWork, sweep_id: str, spec: SweepSpec, search: Search, wind
     launched, total = _launch(uow, sweep, spec, search, n, regular)
     done = state.next_index + launched >= total and state.in_flight + launched == 0
     if done:
-        state, error = sweep_end(uow.trials.outcomes(sweep_id))
-        uow.sweeps.finish(sweep_id, state, error)
-        _log.info(f"sweep {state}", error=error)
+        ended, error = sweep_end(uow.trials.outcomes(sweep_id))
+        uow.sweeps.finish(sweep_id, ended, error)
+        _log.info(f"sweep {ended}", error=error)
     return TopUp(launched=launched, done=done)
 
 
