@@ -30,6 +30,7 @@ from spotsweep.services.agent import uploads
 from spotsweep.services.agent.runner import DeliveryLost, run_trial
 from spotsweep.services.agent.state import Agent, Slots
 from spotsweep.shared import log, topology
+from spotsweep.shared.broker.dispatch import dead_letter
 from spotsweep.shared.broker.port import Broker, Consumer, Delivery, Outgoing
 from spotsweep.shared.errors import DecodeError, RetryableError
 from spotsweep.shared.messages import (
@@ -183,7 +184,7 @@ def _dead_letter(delivery: Delivery, msg: TrialMessage, conn: Connection, losses
              f"{topology.DEAD_LETTER_QUEUE}")
     _log.error("trial dead-lettered", losses=losses, max_lost=msg.max_lost)
     conn.publish_event(_failed(msg, conn, error, failure="lost"))
-    delivery.nack(requeue=False)
+    dead_letter(delivery, error)  # the reason travels in the message's headers too
 
 
 def _trip(conn: Connection) -> None:

@@ -206,10 +206,11 @@ def test_a_trial_that_keeps_killing_its_agents_is_dead_lettered_and_failed(clust
     assert other == ("completed",)
     conn = pika.BlockingConnection(pika.URLParameters(rabbit_url))
     try:
-        method, _, body = conn.channel().basic_get("spotsweep.dead", auto_ack=True)
+        method, props, body = conn.channel().basic_get("spotsweep.dead", auto_ack=True)
     finally:
         conn.close()
     assert method is not None and b'"kind":"trial"' in body  # kept for inspection, not retried
+    assert "lost with its agent 3 times" in props.headers["x-spotsweep-error"]  # and says why
 
 
 @pytest.fixture()
