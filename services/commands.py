@@ -6,6 +6,7 @@ Kept apart from argument parsing so tests call them directly.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from spotsweep.services import idle_classes
 from spotsweep.services.planner.extend import extended
 from spotsweep.services.planner.handlers import cancellation, extension, new_sweep_id, submission
 from spotsweep.services.reporter import report as reporter
@@ -106,13 +108,16 @@ def migrate(settings: Settings) -> str:
     return f"applied migration(s): {', '.join(applied)}" if applied else "the schema is up to date"
 
 
-def _post(message: Outgoing, settings: Settings) -> None:
+def _post(message: Outgoing, settings: Settings, served: str | None = None) -> None:
     """Declare the sweeps queue (so a message posted before the planner starts
-    waits durably) and post ``message`` with a confirm."""
+    waits durably) and post ``message`` with a confirm; then, for ``served``,
+    warn on stderr when no agent serves that resource class."""
     broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat, CLI_BACKOFF)
     try:
         broker.declare([topology.dead_letter_queue(), topology.sweeps_queue()])
         broker.publish(message)
+        for resource_class in idle_classes.unread(broker, [served] if served else []):
+            print(idle_classes.advice(resource_class), file=sys.stderr)
     finally:
         broker.stop(drain=False)
 
@@ -120,7 +125,7 @@ def _post(message: Outgoing, settings: Settings) -> None:
 def submit(spec: SweepSpec, settings: Settings) -> str:
     """Post the spec to the planner; returns the new sweep's id."""
     sweep_id = new_sweep_id(spec.name)
-    _post(submission(spec, sweep_id), settings)
+    _post(submission(spec, sweep_id), settings, served=spec.resources.resource_class)
     return sweep_id
 
 
@@ -243,6 +248,9 @@ def status(sweep_id: str | None, settings: Settings, as_json: bool) -> int:
         table.add_row(cell(r["sweep_id"]), cell(r["name"]), r["state"], str(r["total_trials"]), str(r["completed"]),
                       str(r["pruned"]), str(r["running"]), str(r["queued"]), str(r["failed"]), str(r["cancelled"]))
     reporter.console().print(table)
+    if db is not None:
+        for warning in idle_classes.warnings_for(settings, idle_classes.waiting_classes(db)):
+            print(warning, file=sys.stderr)
     for r in rows:
         if r["state"] in ("rejected", "failed") and r["error"]:
             print(f"{shown(r['sweep_id'])} {r['state']}: {_said(r['error'])}")

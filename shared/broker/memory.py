@@ -160,6 +160,11 @@ class MemoryBroker(Broker):
             if binding not in self.server.bindings.setdefault(exchange, []):
                 self.server.bindings[exchange].append(binding)
 
+    def consumers(self, queue: str) -> int | None:
+        with self.server.lock:
+            q = self.server.queues.get(queue)
+            return None if q is None else len(q.consumers)
+
     def declare_private_queue(self, bindings: Iterable[tuple[str, str]]) -> str:
         name = f"amq.gen-{uuid.uuid4().hex}"
         with self.server.lock:

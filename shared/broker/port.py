@@ -148,6 +148,11 @@ class Broker(ABC):
         would come back marked redelivered."""
 
     @abstractmethod
+    def consumers(self, queue: str) -> int | None:
+        """How many consumers ``queue`` has now; None when no one declared it yet.
+        (``submit`` and ``status`` warn when no agent reads a class's trials.)"""
+
+    @abstractmethod
     def declare_private_queue(self, bindings: Iterable[tuple[str, str]]) -> str:
         """An exclusive, auto-deleted queue bound as given (broadcasts); returns its name."""
 

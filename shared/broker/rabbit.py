@@ -204,6 +204,21 @@ class RabbitBroker(Broker):
         with translated(f"declare on {self.url}"):
             self.call(do)
 
+    def consumers(self, queue: str) -> int | None:
+        def do() -> int | None:
+            ch = self._conn.channel()  # its own: a passive declare of a missing queue closes the channel
+            try:
+                ok = ch.queue_declare(queue, passive=True)
+            except pe.ChannelClosedByBroker as e:
+                if e.reply_code == 404:
+                    return None
+                raise
+            ch.close()
+            return int(ok.method.consumer_count)
+
+        with translated(f"inspect queue {queue!r} on {self.url}"):
+            return self.call(do)
+
     def declare_private_queue(self, bindings: Iterable[tuple[str, str]]) -> str:
         pairs = list(bindings)
 

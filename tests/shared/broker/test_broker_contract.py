@@ -475,3 +475,17 @@ def test_publish_async_confirms_later_in_order_and_reports_errors_through_the_fu
     with pytest.raises(PermanentError):
         bad.result(timeout=10)
     send(broker, "", SWEEPS_QUEUE, b"still works")
+
+
+def test_consumers_counts_who_reads_a_queue(connect: Connect) -> None:
+    """What `submit` and `status` ask before warning that no agent reads a class's trials."""
+    broker = connect()
+    assert broker.consumers("spotsweep.trials.nobody") is None  # never declared
+    assert broker.consumers(SWEEPS_QUEUE) == 0
+    other = connect()
+    consumer = other.consume(SWEEPS_QUEUE, Inbox(ack=True))
+    assert wait_until(lambda: broker.consumers(SWEEPS_QUEUE) == 1)
+    consumer.cancel()
+    assert wait_until(lambda: broker.consumers(SWEEPS_QUEUE) == 0)
+    assert broker.consumers("spotsweep.trials.nobody") is None  # a missing queue leaves the connection usable
+    send(broker, "", SWEEPS_QUEUE, b"still works")
