@@ -3,17 +3,20 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# PyTorch's CPU wheels: their version (2.13.0+cpu) satisfies the pin torch==2.13.0
-# and ranks above PyPI's CUDA build. Where that index cannot be reached (a machine
+# PyTorch's CPU wheels: their version (2.13.0+cpu) satisfies the pin in pyproject.toml
+# and ranks above PyPI's CUDA build. Torch alone is installed from there first (asking
+# that index for every package would be slow); where it cannot be reached (a machine
 # with only a package mirror), pip warns and takes torch from the mirror instead.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIN := $(shell grep -o 'torch==[0-9.]*' pyproject.toml | head -1)
 
 .PHONY: setup demo test lint unit integration chaos bench dist clean
 
 $(BIN)/spotsweep: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --extra-index-url $(TORCH_INDEX) -e '.[dev]'
+	$(BIN)/pip install --quiet --retries 1 --no-deps --extra-index-url $(TORCH_INDEX) '$(TORCH_PIN)'
+	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 setup: $(BIN)/spotsweep
