@@ -3,7 +3,9 @@
 pgserver ships PostgreSQL binaries in its wheel and runs a private server on
 a Unix socket in a data directory we own, so ``spotsweep run`` needs no
 database set up and the SQL views are the same as in production. The server
-is stopped when the last user of the directory exits.
+is stopped when the last user of the directory exits, however it exits: a
+watchdog process per user (:mod:`.pg_watchdog`) stops it when its user was
+killed outright, which pgserver alone does not.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from spotsweep.shared.db import pg_watchdog
 from spotsweep.shared.errors import RetryableError
 
 _servers: dict[Path, Any] = {}
+_watchdogs: dict[Path, int] = {}  # data dir -> the write end of its watchdog's pipe, open while we live
 
 
 def embedded_url(data_dir: Path) -> str:
@@ -29,6 +33,12 @@ def embedded_url(data_dir: Path) -> str:
         except ImportError as e:  # pragma: no cover - a dependency of the package
             raise RetryableError("embedded PostgreSQL needs the pgserver package (pip install pgserver)") from e
         data_dir.mkdir(parents=True, exist_ok=True)
+        # Watched before it starts: a kill in between still stops it.
+        _watchdogs.setdefault(data_dir, pg_watchdog.start(data_dir))
+        with pgserver.PostgresServer._lock:
+            # Users killed earlier never left pgserver's list, and pgserver stops
+            # the server only when its last listed user exits: forget them.
+            pg_watchdog.prune(data_dir)
         try:
             _servers[data_dir] = pgserver.get_server(data_dir, cleanup_mode="stop")
         except Exception as e:  # pgserver raises plain exceptions with initdb's output
