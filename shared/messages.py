@@ -81,6 +81,9 @@ class TrialMessage(Envelope):
         return value
     metric_mode: Literal["min", "max"] = "min"  # the objective's direction (``checkpoint_keep: best``)
     checkpoint_keep: Literal["last", "best", "all"] = "last"  # spec ``checkpoints.keep``: what the agent leaves in the store
+    # The sweep's packed workdir (``code/<sha256>.tar.gz``): the trial runs in a fresh copy of it. An agent
+    # older than this field ignores it and runs the command in an empty folder (docs/trial-contract.md).
+    workdir_sha256: str | None = None
 
 
 class TrialStarted(Envelope):

@@ -69,7 +69,22 @@ def load_spec_file(path: str | Path) -> SweepSpec:
         raise SpecError([("", f"{path}: no such file")]) from e
     except OSError as e:
         raise SpecError([("", f"{path}: cannot read: {e.strerror or e}")]) from e
-    return load_spec(text, source=str(path))
+    return _local_workdir(load_spec(text, source=str(path)), Path(path).parent)
+
+
+def _local_workdir(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
+    """``workdir`` made absolute (it is relative to the spec file); it must be a folder here.
+
+    Only a spec read from a file is checked: a spec in a message names a folder
+    on the machine that submitted it, which the planner never reads."""
+    if spec.workdir is None:
+        return spec
+    path = (spec_dir / Path(spec.workdir).expanduser()).resolve()
+    if not path.exists():
+        raise SpecError([("workdir", f"no such folder (got {spec.workdir!r}, looked for {path})")])
+    if not path.is_dir():
+        raise SpecError([("workdir", f"must be a folder, the trial's code (got {spec.workdir!r}: {path} is a file)")])
+    return spec.model_copy(update={"workdir": str(path)})
 
 
 class _Loader(yaml.SafeLoader):

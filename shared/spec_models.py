@@ -50,6 +50,7 @@ BUILTINS = ("index", "name", "trial_name")  # fields every template may use; no 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _scalar(value: object) -> object:
@@ -223,6 +224,12 @@ class SweepSpec(_Model):
     smoke: Smoke | None = None
     limits: Limits = Field(default_factory=Limits)  # what the agent accepts from a trial's files
     checkpoints: Checkpoints = Field(default_factory=Checkpoints)  # retention in the store
+    # The trial's code: a directory (relative to the spec file) that `spotsweep submit` packs and
+    # uploads, and agents unpack as each trial's working directory; local mode runs in it in place.
+    workdir: str | None = Field(default=None, min_length=1)
+    # The sha256 of the packed workdir (``code/<sha256>.tar.gz`` in the store): set by `submit`;
+    # a spec posted by another client with one is trusted as given.
+    workdir_sha256: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -235,6 +242,13 @@ class SweepSpec(_Model):
         if not _NAME.fullmatch(name):
             raise ValueError(f"must be 1-100 letters, digits, '-', '_' or '.', starting with a letter or digit (got {name!r})")
         return name
+
+    @field_validator("workdir_sha256")
+    @classmethod
+    def _sha256(cls, digest: str | None) -> str | None:
+        if digest is not None and not _SHA256.fullmatch(digest):
+            raise ValueError(f"must be 64 lowercase hex digits, the sha256 of the packed workdir (got {digest!r})")
+        return digest
 
     @field_validator("command")
     @classmethod

@@ -50,11 +50,13 @@ def detect_gpus() -> list[str]:
 def start(
     broker: Broker, store: ArtifactStore, slots: Slots, resource_class: str = "gpu", workdir: Path | None = None,
     agent_id: str | None = None, log_upload_seconds: float = default(Settings, "log_upload_seconds"),
+    code_dir: Path | None = None,
 ) -> Connection:
-    """:func:`connect` a new agent (one connection, as local mode and tests use it)."""
+    """:func:`connect` a new agent (one connection, as local mode and tests use it); ``code_dir``:
+    local mode's workdir, where trials run in place."""
     agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
     config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent",
-                          log_upload_seconds=log_upload_seconds)
+                          log_upload_seconds=log_upload_seconds, code_dir=code_dir)
     return connect(broker, Agent(store=store, config=config, slots=slots), resource_class)
 
 

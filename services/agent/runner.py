@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from spotsweep.services.agent import uploads
+from spotsweep.services.agent import code_cache, uploads
 from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.log_shipper import LogShipper
@@ -61,13 +61,14 @@ class DeliveryLost(RetryableError):
 WATCHDOG = Watchdog()
 
 
-def _argv(argv: list[str], env: dict[bytes, bytes]) -> list[str]:
-    """The argv to exec; raises FileNotFoundError when the program does not exist."""
+def _argv(argv: list[str], env: dict[bytes, bytes], cwd: Path) -> list[str]:
+    """The argv to exec; raises FileNotFoundError when the program does not exist
+    (a relative path like ``./run.sh`` is looked for in ``cwd``, as Popen runs it)."""
     # "python" in a spec means the agent's own interpreter, so a sweep runs in
     # the environment spotsweep is installed in, with or without an activated venv.
     argv = [sys.executable, *argv[1:]] if argv and argv[0] in ("python", "python3") else list(argv)
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=os.fsdecode(env.get(b"PATH", b"")))
-    if program is None or not os.access(program, os.X_OK):
+    if program is None or not os.access(os.path.join(cwd, program), os.X_OK):
         raise FileNotFoundError(2, "No such file or directory (or not executable)", argv[0])
     return argv
 
@@ -181,6 +182,11 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
 
     if not msg.argv or not msg.argv[0]:
         return end("failed", failure="exit", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
+    try:
+        cwd = code_cache.working_dir(store, config.workdir / "code", msg.workdir_sha256, config.code_dir, paths.run)
+    except PermanentError as e:
+        return end("failed", failure="exit", error=f"the trial's code (workdir) cannot be set up, so the attempt did "
+                                                   f"not start: {e}")
     restored: dict[str, float] = {}
     try:
         resume = uploads.restore(store, msg, paths.checkpoint, restored)
@@ -193,7 +199,7 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
     env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu)
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
         try:
-            proc = subprocess.Popen(_argv(msg.argv, env), cwd=paths.run, env=env, stdout=out, stderr=err,
+            proc = subprocess.Popen(_argv(msg.argv, env, cwd), cwd=cwd, env=env, stdout=out, stderr=err,
                                     start_new_session=True)
         except OSError as e:
             return end("failed", failure="exit", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")

@@ -49,6 +49,7 @@ class RunnerConfig:
     drain_seconds: float = 10.0  # reading what an exited trial left in its metrics file, at most
     sample_seconds: float = 5.0  # between resource samples of a running trial (sys/ metrics; 1 to 5)
     log_upload_seconds: float = default(Settings, "log_upload_seconds")  # between uploads of a running trial's logs
+    code_dir: Path | None = None  # local mode: trials without a code archive run in this folder (the workdir) in place
 
 
 @dataclass

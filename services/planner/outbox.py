@@ -47,6 +47,7 @@ def trial_message(row: dict[str, Any], spec: SweepSpec, progress: bool = False) 
         limits=spec.limits,
         metric_mode=spec.metric.mode,
         checkpoint_keep=spec.checkpoints.keep,
+        workdir_sha256=spec.workdir_sha256,
     )
 
 

@@ -1,0 +1,125 @@
+"""The trial's code on an agent: a sweep's packed ``workdir``, fetched once per hash, copied per run.
+
+A trial message with ``workdir_sha256`` runs in a fresh copy of that archive's
+tree (so no trial sees what another wrote). The tree is cached under the
+agent's work folder, ``code/<sha256>/``, and made atomically: the archive is
+downloaded to a temporary name, its sha256 checked against its name, its
+members checked (no absolute path, no ``..``, no link leading outside, no
+device or FIFO) and extracted with ``tarfile``'s ``data`` filter into a
+temporary folder, which is then renamed into place. A reader never sees a
+half-made tree; two agents on one node racing for one hash both end with
+the same one.
+
+A missing or corrupt archive is a :class:`PermanentError` (the attempt fails
+with it: every retry would meet the same archive); an unreachable store is
+the store's :class:`RetryableError` (the trial goes back to the queue).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import posixpath
+import shutil
+import tarfile
+import tempfile
+import threading
+import zlib
+from pathlib import Path
+
+from spotsweep.shared import log
+from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
+from spotsweep.shared.codepack import code_key
+from spotsweep.shared.errors import PermanentError
+
+_log = log.get("spotsweep.agent")
+_locks: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
+def working_dir(store: ArtifactStore, cache: Path, sha256: str | None, in_place: Path | None, run: Path) -> Path:
+    """The trial's working directory: a copy of the archive ``sha256`` names in ``run`` (the run's
+    own empty folder); without one, ``in_place`` (local mode's workdir), else ``run`` as it is."""
+    if sha256 is None:
+        return in_place if in_place is not None else run
+    tree = fetch(store, cache, sha256)
+    shutil.copytree(tree, run, symlinks=True, dirs_exist_ok=True)
+    return run
+
+
+def fetch(store: ArtifactStore, cache: Path, sha256: str) -> Path:
+    """The cached tree of ``code/<sha256>.tar.gz``, downloaded and checked on first use."""
+    tree = cache / sha256
+    if tree.is_dir():
+        return tree
+    with _lock(sha256):
+        if tree.is_dir():  # another slot made it meanwhile
+            return tree
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache, prefix=f".{sha256[:12]}-") as tmp:
+            archive, unpacked = Path(tmp) / "code.tar.gz", Path(tmp) / "tree"
+            key = code_key(sha256)
+            try:
+                store.get_file(key, archive)
+            except NotFound as e:
+                raise PermanentError(f"the sweep's code archive {key} is not in the artifact store (submitted to "
+                                     "another store, or deleted)") from e
+            _check_hash(archive, sha256, key)
+            extract(archive, unpacked, key)
+            try:
+                os.rename(unpacked, tree)
+            except OSError:
+                if not tree.is_dir():  # not a racing agent's finished copy: a real failure
+                    raise
+        _log.info("code archive fetched", key=key)
+    return tree
+
+
+def _lock(sha256: str) -> threading.Lock:
+    with _locks_lock:
+        return _locks.setdefault(sha256, threading.Lock())
+
+
+def _check_hash(archive: Path, sha256: str, key: str) -> None:
+    digest = hashlib.sha256()
+    with archive.open("rb") as f:
+        for block in iter(lambda: f.read(1024 * 1024), b""):
+            digest.update(block)
+    if digest.hexdigest() != sha256:
+        raise PermanentError(f"the sweep's code archive {key} is corrupt: its sha256 is {digest.hexdigest()}")
+
+
+def _refusal(member: tarfile.TarInfo) -> str | None:
+    """Why ``member`` may not be extracted, or None."""
+    name = member.name
+    if name.startswith("/") or posixpath.isabs(name):
+        return "an absolute path"
+    if ".." in name.split("/"):
+        return "a path leading out of the folder ('..')"
+    if member.isdev() or member.isfifo():
+        return "a device or FIFO"
+    if member.issym() or member.islnk():
+        target = member.linkname
+        base = posixpath.dirname(name) if member.issym() else ""
+        if posixpath.isabs(target) or posixpath.normpath(posixpath.join(base, target)).split("/")[0] == "..":
+            return f"a link to {target!r}, outside the folder"
+    return None
+
+
+def extract(archive: Path, dest: Path, key: str) -> None:
+    """Extract a code archive into ``dest`` (new), refusing any member that could reach outside it."""
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.errorlevel = 2
+            members = tar.getmembers()
+            for member in members:
+                why = _refusal(member)
+                if why is not None:
+                    raise PermanentError(f"the sweep's code archive {key} is refused: {member.name!r} is {why}")
+            dest.mkdir()
+            tar.extractall(dest, members=members, filter="data")
+    except PermanentError:
+        raise
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise PermanentError(f"the sweep's code archive {key} cannot be unpacked: {type(e).__name__}: {e}") from e
