@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,6 +49,7 @@ REASON_CHARS = 2000  # a reason may quote the body: bounded in the header and th
 RETRY_PAUSE_S = 0.5
 DEFAULT_RETRY = Backoff()
 SLOW_HANDLER_S = 5.0
+REFUSED_LOG_S = 60.0  # a consumer logs refused senders at most this often (with a count of the rest)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,52 @@ def settlement(error: BaseException, redelivered: bool) -> Settle:
     if not redelivered:
         return Settle("requeue", f"unexpected {type(error).__name__}: {text}")
     return Settle("dead_letter", f"unexpected {type(error).__name__} (failed again on its redelivery): {text}")
+
+
+def refused_sender(user_id: str | None, accept_users: Collection[str] | None) -> str | None:
+    """Why a delivery sent by broker user ``user_id`` may not reach a consumer
+    that accepts only ``accept_users``; None when it may (pure)."""
+    if accept_users is None or (user_id is not None and user_id in accept_users):
+        return None
+    sender = "no user_id" if user_id is None else f"user_id {cap_text(repr(user_id), 80)}"
+    allowed = ", ".join(repr(u) for u in sorted(accept_users)) or "no one"
+    return (f"refused: sent with {sender}, and this consumer accepts messages only from the broker user(s) {allowed} "
+            "(SPOTSWEEP_PLANNER_USER for agents); it was not run")
+
+
+class Throttle:
+    """At most one log line per key per ``period`` seconds, counting the lines held back."""
+
+    def __init__(self, period: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.period, self._clock = period, clock
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def allow(self, key: str) -> int | None:
+        """None: hold this line back; else log it, with this many held back since the last."""
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self.period:
+                self._held[key] = self._held.get(key, 0) + 1
+                return None
+            self._last[key] = now
+            return self._held.pop(key, 0)
+
+
+_refusals = Throttle(REFUSED_LOG_S)
+
+
+def refuse(delivery: Delivery, reason: str, throttle: Throttle = _refusals) -> None:
+    """Dead-letter a delivery from a sender its consumer does not accept, with one
+    rate-limited warning line per queue; the handler never sees it."""
+    queue = getattr(delivery, "queue", "") or ""
+    held = throttle.allow(queue)
+    if held is not None:
+        _log.warning("refused a message from a sender this consumer does not accept", reason=reason, queue=queue,
+                     message_id=delivery.message_id, refused_since_last_line=held)
+    dead_letter(delivery, reason)
 
 
 def dead_letter(delivery: Delivery, reason: str) -> None:
@@ -112,12 +159,20 @@ def settle_failure(delivery: Delivery, error: BaseException, retry_pause: float 
 
 
 def run_handler(handler: Handler, delivery: Delivery, retry: Backoff = DEFAULT_RETRY,
-                retry_pause: float = RETRY_PAUSE_S) -> None:
-    """Run ``handler`` on ``delivery``, retrying in place, then settle by the policy. Never raises."""
+                retry_pause: float = RETRY_PAUSE_S, accept_users: Collection[str] | None = None) -> None:
+    """Run ``handler`` on ``delivery``, retrying in place, then settle by the policy. Never raises.
+    A delivery from a sender not in ``accept_users`` is refused (:func:`refuse`) instead."""
     started = time.perf_counter()
     h = delivery.headers
     with log.bound(queue=getattr(delivery, "queue", None), message_id=delivery.message_id, sweep_id=h.get("sweep_id"),
                    trial_id=h.get("trial_id"), attempt=h.get("attempt")):
+        reason = refused_sender(getattr(delivery, "user_id", None), accept_users)
+        if reason is not None:
+            try:
+                refuse(delivery, reason)
+            except Exception:  # noqa: BLE001 - settling failed (logged by the adapter): keep the worker alive
+                _log.exception("settle_failed")
+            return
         try:
             retrying(lambda: handler(delivery), retry, what=getattr(delivery, "queue", None) or "handler")
         except Exception as e:  # noqa: BLE001 - every failure is settled by the one policy
@@ -135,8 +190,10 @@ class Workers:
     """A consumer's worker threads and its buffer of deliveries not yet started."""
 
     def __init__(self, name: str, handler: Handler, concurrency: int, *, retry: Backoff = DEFAULT_RETRY,
-                 finish_buffered: bool = False, on_idle: Callable[[], None] = lambda: None) -> None:
+                 finish_buffered: bool = False, on_idle: Callable[[], None] = lambda: None,
+                 accept_users: Collection[str] | None = None) -> None:
         self.finish_buffered = finish_buffered
+        self.accept_users = None if accept_users is None else frozenset(accept_users)
         self._handler = handler
         self._retry = retry
         self._on_idle = on_idle
@@ -185,7 +242,7 @@ class Workers:
                 delivery = self.buffer.popleft()
                 self.running += 1
             try:
-                run_handler(self._handler, delivery, self._retry)
+                run_handler(self._handler, delivery, self._retry, accept_users=self.accept_users)
             finally:
                 with self._cond:
                     self.running -= 1

@@ -12,6 +12,9 @@ the dispatcher's (:class:`~.dispatch.Workers`), as for RabbitMQ: they sleep
 until a delivery is pushed to them (no polling).
 Messages are pushed to a consumer's buffer as RabbitMQ pushes them over the
 wire: while the consumer holds fewer than ``prefetch`` unacked deliveries.
+A connection logs in as a ``user``: its messages carry that ``user_id``, and a
+publish naming another is refused as RabbitMQ refuses it (406), so tests of
+the sender checks mean the same on both adapters.
 
 The server side (queues, bindings, routing) lives in :mod:`.memory_server`;
 :class:`MemoryServer` and :func:`topic_matches` are importable from here too.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from spotsweep.shared import log
 from spotsweep.shared.broker.memory_server import MemoryServer, _Message, _Queue
@@ -45,6 +48,7 @@ class MemoryDelivery(Delivery):
         self.redelivered = msg.redelivered
         self.message_id = msg.message_id
         self.priority = msg.priority
+        self.user_id = msg.user_id
         self.queue = consumer.queue
         self.connection = consumer.conn
 
@@ -57,7 +61,8 @@ class MemoryDelivery(Delivery):
 
 class _MemoryConsumer(Consumer):
     def __init__(self, conn: MemoryBroker, queue: str, handler: Handler, prefetch: int, concurrency: int,
-                 finish_buffered: bool = False, retry: Backoff | None = None) -> None:
+                 finish_buffered: bool = False, retry: Backoff | None = None,
+                 accept_users: Collection[str] | None = None) -> None:
         self.conn = conn
         self._server = conn.server
         self.queue = queue
@@ -65,7 +70,8 @@ class _MemoryConsumer(Consumer):
         self.unacked: set[MemoryDelivery] = set()
         self.cancelled = False
         kw = {} if retry is None else {"retry": retry}
-        self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=self._idle, **kw)
+        self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=self._idle,
+                               accept_users=accept_users, **kw)
         self.threads = self.workers.threads
         self.buffer = self.workers.buffer  # deliveries not started yet (the dispatcher's)
 
@@ -124,18 +130,20 @@ class _MemoryConsumer(Consumer):
 
 
 class MemoryBroker(Broker):
-    """One connection to an in-process :class:`MemoryServer` (a fresh one by default)."""
+    """One connection to an in-process :class:`MemoryServer` (a fresh one by default),
+    logged in as ``user`` (RabbitMQ's default user, as the default URL's)."""
 
-    def __init__(self, server: MemoryServer | None = None) -> None:
+    def __init__(self, server: MemoryServer | None = None, user: str = "guest") -> None:
         self.server = server or MemoryServer()
+        self.user = user
         self.idle = threading.Condition(self.server.lock)  # signalled when a handler ends or a delivery settles
         self._consumers: list[_MemoryConsumer] = []
         self._closing = False
         self._closed = threading.Event()
 
-    def new_connection(self) -> MemoryBroker:
-        """Another connection to the same server (its own consumers and lifetime)."""
-        return MemoryBroker(self.server)
+    def new_connection(self, user: str | None = None) -> MemoryBroker:
+        """Another connection to the same server (its own consumers and lifetime), as ``user`` (default: this one's)."""
+        return MemoryBroker(self.server, user or self.user)
 
     def declare(self, queues: Iterable[QueueSpec]) -> None:
         with self.server.lock:
@@ -173,6 +181,9 @@ class MemoryBroker(Broker):
         return name
 
     def publish(self, message: Outgoing) -> None:
+        if message.user_id is not None and message.user_id != self.user:  # RabbitMQ: 406 PRECONDITION_FAILED
+            raise PermanentError(f"publish: 406 PRECONDITION_FAILED - user_id property set to {message.user_id!r} "
+                                 f"but authenticated user was {self.user!r}")
         msg = _Message(
             message.exchange,
             message.routing_key,
@@ -180,19 +191,21 @@ class MemoryBroker(Broker):
             dict(message.headers),
             message.message_id,
             message.priority,
+            self.user,
         )
         with self.server.lock:
             self._check_open_locked(closing_ok=True)  # a draining handler still publishes its results
             self.server.route_locked(msg)
 
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
-                finish_buffered: bool = False, retry: Backoff | None = None) -> Consumer:
+                finish_buffered: bool = False, retry: Backoff | None = None,
+                accept_users: Collection[str] | None = None) -> Consumer:
         with self.server.lock:
             self._check_open_locked()
             q = self.server.queues.get(queue)
             if q is None:
                 raise PermanentError(f"queue {queue!r} does not exist; declare it first")
-            consumer = _MemoryConsumer(self, queue, handler, prefetch, concurrency, finish_buffered, retry)
+            consumer = _MemoryConsumer(self, queue, handler, prefetch, concurrency, finish_buffered, retry, accept_users)
             self._consumers.append(consumer)
             q.consumers.append(consumer)
             consumer.workers.start()

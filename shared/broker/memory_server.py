@@ -45,6 +45,7 @@ class _Message:
     headers: dict[str, Any]
     message_id: str | None
     priority: int
+    user_id: str | None = None  # the sending connection's user (validated at publish, as RabbitMQ does)
     seq: int = 0  # arrival order; a requeued message keeps it, so it goes back near the head
     redelivered: bool = False
 

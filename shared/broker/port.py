@@ -19,12 +19,18 @@ them down):
   drain and how a failed handler's delivery is settled are the dispatcher's
   (:mod:`.dispatch`), the same for both. A handler acks on success itself.
 * A second ``ack``/``nack`` of the same delivery is logged and ignored.
+* Every publish carries the AMQP ``user_id`` of the connection's own broker
+  user (``Outgoing.user_id`` None), which RabbitMQ validates against the
+  login: another value is refused (406 PRECONDITION_FAILED, a
+  :class:`PermanentError`), so ``Delivery.user_id`` names who really sent a
+  message. ``consume(accept_users=...)`` has the dispatcher dead-letter any
+  delivery from another user before its handler sees it (docs/security.md).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -51,6 +57,7 @@ class Delivery(ABC):
     priority: int = 0
     queue: str = ""  # the queue it came from
     connection: Broker | None = None  # the connection it came on (the dispatcher dead-letters through it)
+    user_id: str | None = None  # the sender's broker user, as the broker validated it (None: not set)
 
     @abstractmethod
     def ack(self) -> None: ...
@@ -92,6 +99,9 @@ class Outgoing:
     headers: dict[str, Any] = field(default_factory=dict)
     message_id: str | None = None
     priority: int = 0
+    # The AMQP user_id; None: the connection's own user. Another user's name is
+    # refused by the broker (it cannot be forged), so only tests set it.
+    user_id: str | None = None
 
 
 class Consumer(ABC):
@@ -135,7 +145,8 @@ class Broker(ABC):
 
     @abstractmethod
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
-                finish_buffered: bool = False, retry: Backoff | None = None) -> Consumer:
+                finish_buffered: bool = False, retry: Backoff | None = None,
+                accept_users: Collection[str] | None = None) -> Consumer:
         """Deliver messages of ``queue`` to ``handler`` on ``concurrency`` worker threads
         (:class:`~spotsweep.shared.broker.dispatch.Workers`), settled by the one policy.
 
@@ -145,7 +156,11 @@ class Broker(ABC):
         ``finish_buffered``: when the consumer is cancelled, deliveries it
         fetched but has not started still go to ``handler`` (which may settle
         them without doing the work) instead of back to the queue, where they
-        would come back marked redelivered."""
+        would come back marked redelivered.
+
+        ``accept_users``: only deliveries whose validated ``user_id`` is one of
+        these reach ``handler``; any other is dead-lettered with the reason
+        (None: every sender is accepted)."""
 
     @abstractmethod
     def consumers(self, queue: str) -> int | None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -251,8 +251,9 @@ class RabbitBroker(Broker):
             return failed
 
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
-                finish_buffered: bool = False, retry: Backoff | None = None) -> Consumer:
-        consumer = RabbitConsumer(self, queue, handler, concurrency, finish_buffered, retry)
+                finish_buffered: bool = False, retry: Backoff | None = None,
+                accept_users: Collection[str] | None = None) -> Consumer:
+        consumer = RabbitConsumer(self, queue, handler, concurrency, finish_buffered, retry, accept_users)
 
         def do() -> tuple[BlockingChannel, str]:
             ch = self._conn.channel()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -63,6 +63,7 @@ class RabbitDelivery(Delivery):
         self.redelivered = bool(method.redelivered)
         self.message_id = props.message_id
         self.priority = props.priority or 0
+        self.user_id = props.user_id  # validated by RabbitMQ against the sender's login
         self.queue = consumer.queue
         self.connection = consumer.broker
         self.tag: int = method.delivery_tag
@@ -98,7 +99,8 @@ class RabbitConsumer(Consumer):
     """A channel with its prefetch; its worker threads are the dispatcher's (:class:`Workers`)."""
 
     def __init__(self, broker: RabbitBroker, queue: str, handler: Handler, concurrency: int,
-                 finish_buffered: bool = False, retry: Backoff | None = None) -> None:
+                 finish_buffered: bool = False, retry: Backoff | None = None,
+                 accept_users: Collection[str] | None = None) -> None:
         # When cancelled, buffered deliveries not yet started are nacked with
         # requeue, which marks them redelivered; with ``finish_buffered`` (a
         # handler that can settle them without doing the work: the agent
@@ -113,7 +115,8 @@ class RabbitConsumer(Consumer):
         self.channel: BlockingChannel | None = None
         self._tag: str | None = None
         kw = {} if retry is None else {"retry": retry}
-        self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=self._idle, **kw)
+        self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=self._idle,
+                               accept_users=accept_users, **kw)
         self.threads = self.workers.threads
         self.buffer = self.workers.buffer  # deliveries not started yet (the dispatcher's)
         self.workers.start()

@@ -17,7 +17,9 @@ message of the batch, fails with :class:`RetryableError` if any was nacked,
 and with the channel's error if the broker closes it (404 for an unknown
 exchange is a :class:`PermanentError`), after which a new channel is opened
 for the next messages. Messages are written in the order they were handed
-over, so one thread's publishes keep their order.
+over, so one thread's publishes keep their order. Every message carries the
+AMQP ``user_id`` of this connection's login (:func:`properties`), which
+RabbitMQ checks: a message naming another user closes the channel with 406.
 """
 
 from __future__ import annotations
@@ -38,8 +40,18 @@ from spotsweep.shared.errors import RetryableError, SpotsweepError
 _log = log.get(__name__)
 
 
-def properties(m: Outgoing) -> pika.BasicProperties:
-    return pika.BasicProperties(delivery_mode=2, message_id=m.message_id, headers=dict(m.headers), priority=m.priority)
+def properties(m: Outgoing, user: str | None = None) -> pika.BasicProperties:
+    """Persistent, with the message's ``user_id`` or else ``user`` (the connection's login), which
+    RabbitMQ validates: consumers may then trust who sent it (docs/security.md)."""
+    return pika.BasicProperties(delivery_mode=2, message_id=m.message_id, headers=dict(m.headers), priority=m.priority,
+                                user_id=m.user_id or user)
+
+
+def login_user(params: pika.ConnectionParameters) -> str | None:
+    """The broker user ``params`` log in as (None for EXTERNAL, certificate, logins: RabbitMQ then
+    takes the user from the certificate, which the client cannot name here)."""
+    username = getattr(params.credentials, "username", None)
+    return username if isinstance(username, str) and username else None
 
 
 class _Batch:
@@ -76,6 +88,7 @@ class ConfirmPublisher:
     def __init__(self, params: pika.ConnectionParameters, url: str, open_timeout: float = 30.0) -> None:
         self._url = url
         self._params = params
+        self._user = login_user(params)
         self._opened = threading.Event()
         self._error: BaseException | None = None  # why the connection ended (or never opened)
         self._conn: pika.SelectConnection | None = None
@@ -175,7 +188,7 @@ class ConfirmPublisher:
             self._backlog.append(batch)  # a new channel is opening: written once it is ready
             return
         for m in batch.messages:
-            channel.basic_publish(m.exchange, m.routing_key, m.body, properties(m))
+            channel.basic_publish(m.exchange, m.routing_key, m.body, properties(m, self._user))
             self._waiting[self._next_tag] = batch
             self._next_tag += 1
 
