@@ -21,8 +21,11 @@ from spotsweep.services.agent.lines import Checkpoint, Points
 from spotsweep.services.agent.pump import MetricPump
 from spotsweep.services.agent.screen import Screen
 from spotsweep.services.agent.tail import Item, Tail
+from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.messages import CheckpointSaved, Envelope, TrialMessage
+
+_log = log.get("spotsweep.agent")
 
 
 class LineReader:
@@ -55,7 +58,12 @@ class LineReader:
         (and of any newer one announced meanwhile)."""
         label: int | None = step
         while label is not None:
-            staged = uploads.stage(self._ckpt_dir)
+            try:
+                staged = uploads.stage(self._ckpt_dir)
+            except OSError as e:  # never the trial's fault: that checkpoint is skipped, the next one comes
+                _log.warning("checkpoint skipped: its files could not be snapshot", step=label, error=repr(e),
+                             trial_id=self._msg.trial_id)
+                return
             label = self._commit(label, staged, self._points_up_to_now())
 
     def _points_up_to_now(self) -> int | None:

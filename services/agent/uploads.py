@@ -31,6 +31,7 @@ from spotsweep.shared.artifacts.checkpoints import (
     upload_checkpoint_files,
 )
 from spotsweep.shared.artifacts.port import ArtifactStore
+from spotsweep.shared.artifacts.safe_files import Walk, fd_path, regular_files
 from spotsweep.shared.errors import SpotsweepError
 from spotsweep.shared.messages import TrialMessage
 from spotsweep.shared.middleware import Backoff, retrying
@@ -53,23 +54,64 @@ def restore(store: ArtifactStore, msg: TrialMessage, directory: Path, metrics: d
 def snapshot(directory: Path, into: Path) -> Path:
     """Hard-link the checkpoint's files into ``into``: a consistent set even if
     the script renames newer files into place while the upload runs (the
-    contract allows that once the line is written). Copies across devices."""
+    contract allows that once the line is written). Copies across devices.
+
+    A file renamed or deleted between the listing and its link is skipped:
+    scripts write ``ckpt-N`` through a temp file and delete older ones (as
+    Lightning's ``save_top_k`` does), so a vanished file is normal, never
+    an error of the trial.
+
+    No link is followed (:mod:`~spotsweep.shared.artifacts.safe_files`): a
+    trial that links ``/etc/passwd`` or the agent's files into its checkpoint
+    directory gets a warning naming them, not their content in the bucket.
+    When the agent runs as root and the directory belongs to another user
+    (``--trial-user``), only files that user owns are taken: a trial hands
+    over only what it could read itself."""
     shutil.rmtree(into, ignore_errors=True)
-    for src in directory.rglob("*"):
-        if src.is_file():
-            dst = into / src.relative_to(directory)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(src, dst)
-            except OSError:
-                shutil.copy2(src, dst)
     into.mkdir(parents=True, exist_ok=True)
+    walk = Walk()
+    for rel, fd, _ in regular_files(directory, walk, owner=_trial_owner(directory)):
+        dst = into / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        _link_or_copy(fd, dst)
+    if walk.skipped:
+        _log.warning(f"checkpoint files skipped (links and special files are never followed): {walk.summary()}")
     return into
 
 
-def stage(directory: Path) -> Path:
-    """A hard-link snapshot of the checkpoint directory, to upload (see :func:`snapshot`)."""
-    return snapshot(directory, directory.with_name(directory.name + ".uploading"))
+def _trial_owner(directory: Path) -> int | None:
+    """The uid every checkpoint file must have: the directory's owner when the agent is root and
+    the trial is not (``--trial-user``); None (any) when the trial runs as the agent's own user."""
+    if os.geteuid() != 0:
+        return None
+    uid = os.stat(directory, follow_symlinks=False).st_uid
+    return uid if uid != 0 else None
+
+
+def _link_or_copy(fd: int, dst: Path) -> None:
+    """Link the very file ``fd`` holds (never a path the trial could swap) at ``dst``; copy it across devices."""
+    try:
+        os.link(fd_path(fd), dst, follow_symlinks=True)
+    except OSError:
+        with open(dst, "wb") as out:
+            _copy_range(fd, 0, os.fstat(fd).st_size, out)
+
+
+def stage(directory: Path, tries: int = 3) -> Path:
+    """A hard-link snapshot of the checkpoint directory, to upload (see :func:`snapshot`).
+
+    A folder that vanishes while the walk lists it (the script replaced a
+    sub-directory) makes the walk itself fail: the snapshot is taken again,
+    up to ``tries`` times, then the error goes to the caller, which skips
+    that checkpoint (:meth:`.committer.LineReader.checkpoint`)."""
+    into = directory.with_name(directory.name + ".uploading")
+    for attempt in range(tries):
+        try:
+            return snapshot(directory, into)
+        except FileNotFoundError:
+            if attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
@@ -85,7 +127,7 @@ def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
 
     try:
         folder: str = retrying(upload, S3_BACKOFF, what="upload checkpoint")  # type: ignore[assignment]
-    except SpotsweepError as e:
+    except (SpotsweepError, OSError) as e:  # an upload problem is never charged to the trial
         _log.error("checkpoint not uploaded; the trial goes on", step=step, error=str(e), trial_id=msg.trial_id)
         return None
     finally:
