@@ -31,7 +31,7 @@ from spotsweep.shared.artifacts.checkpoints import (
     upload_checkpoint_files,
 )
 from spotsweep.shared.artifacts.port import ArtifactStore
-from spotsweep.shared.artifacts.safe_files import Walk, fd_path, regular_files
+from spotsweep.shared.artifacts.safe_files import Entry, Walk, regular_files, same_file
 from spotsweep.shared.errors import SpotsweepError
 from spotsweep.shared.messages import TrialMessage
 from spotsweep.shared.middleware import Backoff, retrying
@@ -70,10 +70,10 @@ def snapshot(directory: Path, into: Path) -> Path:
     shutil.rmtree(into, ignore_errors=True)
     into.mkdir(parents=True, exist_ok=True)
     walk = Walk()
-    for rel, fd, _ in regular_files(directory, walk, owner=_trial_owner(directory)):
-        dst = into / rel
+    for entry in regular_files(directory, walk, owner=_trial_owner(directory)):
+        dst = into / entry.rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        _link_or_copy(fd, dst)
+        _link_or_copy(entry, dst)
     if walk.skipped:
         _log.warning(f"checkpoint files skipped (links and special files are never followed): {walk.summary()}")
     return into
@@ -88,13 +88,23 @@ def _trial_owner(directory: Path) -> int | None:
     return uid if uid != 0 else None
 
 
-def _link_or_copy(fd: int, dst: Path) -> None:
-    """Link the very file ``fd`` holds (never a path the trial could swap) at ``dst``; copy it across devices."""
+def _link_or_copy(entry: Entry, dst: Path) -> None:
+    """Hard-link the file the walk opened at ``dst``, by its name in its directory
+    (``linkat`` without following: a name the trial swapped for a link since is
+    linked as the link itself, found unlike the open file, and replaced by a copy
+    of the open file); copy it across devices."""
     try:
-        os.link(fd_path(fd), dst, follow_symlinks=True)
+        os.link(entry.name, dst, src_dir_fd=entry.dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return  # deleted since the walk listed it: the script moved on
     except OSError:
-        with open(dst, "wb") as out:
-            _copy_range(fd, 0, os.fstat(fd).st_size, out)
+        pass
+    else:
+        if same_file(os.lstat(dst), entry.stat):
+            return
+        os.unlink(dst)
+    with open(dst, "wb") as out:
+        _copy_range(entry.fd, 0, entry.stat.st_size, out)
 
 
 def stage(directory: Path, tries: int = 3) -> Path:

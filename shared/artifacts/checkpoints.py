@@ -57,8 +57,12 @@ from spotsweep.shared.artifacts.checkpoint_layout import (
     folder_prefix,
     log_key,
 )
+from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
+from spotsweep.shared.artifacts.safe_files import Walk, fd_path, regular_files
 from spotsweep.shared.errors import PermanentError, RetryableError
+
+_log = log.get("spotsweep.artifacts")
 
 __all__ = [
     "FILES",
@@ -107,18 +111,21 @@ def upload_checkpoint_files(store: ArtifactStore, sweep_id: str, trial_id: str, 
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise PermanentError(f"checkpoint step must be a non-negative int, got {step!r}")
     directory = Path(directory)
-    if not directory.is_dir():
-        raise PermanentError(f"checkpoint directory {str(directory)!r} does not exist")
-    files = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
-    if not files:
-        # Committing an empty checkpoint would replace a good one with nothing.
-        raise PermanentError(f"checkpoint directory {str(directory)!r} holds no files")
+    if not directory.is_dir() or directory.is_symlink():
+        raise PermanentError(f"checkpoint directory {str(directory)!r} does not exist (or is a link)")
     folder = f"{step:012d}-{uuid.uuid4().hex[:12]}"
     prefix = folder_prefix(sweep_id, trial_id, folder)
     sizes: dict[str, int] = {}
-    for rel in files:
-        sizes[rel] = (directory / rel).stat().st_size
-        store.put_file(prefix + FILES + rel, directory / rel)
+    walk = Walk()
+    # Never through a link: a trial's link to /etc/passwd must not upload it (safe_files).
+    for entry in regular_files(directory, walk):
+        sizes[entry.rel] = entry.stat.st_size
+        store.put_file(prefix + FILES + entry.rel, Path(fd_path(entry.fd)))
+    if walk.skipped:
+        _log.warning(f"checkpoint step {step}: not uploaded, not regular files: {walk.summary()}", trial_id=trial_id)
+    if not sizes:
+        # Committing an empty checkpoint would replace a good one with nothing.
+        raise PermanentError(f"checkpoint directory {str(directory)!r} holds no files")
     doc: dict[str, Any] = {"step": step, "files": sizes}
     if metrics:
         doc["metrics"] = metrics

@@ -22,10 +22,10 @@ def test_a_file_deleted_between_the_listing_and_its_link_is_skipped(tmp_path: Pa
         (ckpt / f"ckpt-{n}").write_text(str(n))
     real_link = os.link
 
-    def link_after_delete(src: str | Path, dst: str | Path) -> None:
-        if Path(src).name == "ckpt-1":
-            os.unlink(src)  # the script deleted it just after the walk listed it
-        real_link(src, dst)
+    def link_after_delete(src: str | Path, dst: str | Path, **kwargs: int | bool) -> None:
+        if Path(src).name == "ckpt-1":  # the snapshot links by name in the folder's descriptor (src_dir_fd)
+            os.unlink(ckpt / "ckpt-1")  # the script deleted it just after the walk listed it
+        real_link(src, dst, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "link", link_after_delete)
     staged = uploads.stage(ckpt)
