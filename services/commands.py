@@ -33,6 +33,7 @@ from spotsweep.shared.naming import placeholders
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, load_spec_file, parse_spec, spec_json_schema
 from spotsweep.shared.spec_search import summary
+from spotsweep.shared.tls import amqp_tls
 
 
 def resolve_command(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
@@ -112,7 +113,7 @@ def _post(message: Outgoing, settings: Settings, served: str | None = None) -> N
     """Declare the sweeps queue (so a message posted before the planner starts
     waits durably) and post ``message`` with a confirm; then, for ``served``,
     warn on stderr when no agent serves that resource class."""
-    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat, CLI_BACKOFF)
+    broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat, CLI_BACKOFF, amqp_tls(settings))
     try:
         broker.declare([topology.dead_letter_queue(), topology.sweeps_queue()])
         broker.publish(message)

@@ -19,6 +19,7 @@ from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.runtime import connect_broker
 from spotsweep.shared.settings import Settings
 from spotsweep.shared.spec_models import Resources
+from spotsweep.shared.tls import amqp_tls
 
 _log = log.get("spotsweep.cli")
 DEFAULT_CLASS = Resources.model_fields["resource_class"].default
@@ -49,7 +50,7 @@ def warnings_for(settings: Settings, classes: list[str]) -> list[str]:
     if not classes:
         return []
     try:
-        broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat, ONCE)
+        broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat, ONCE, amqp_tls(settings))
     except SpotsweepError as e:
         _log.debug("cannot ask RabbitMQ which classes agents serve", error=str(e))
         return []

@@ -36,6 +36,7 @@ from spotsweep.shared.limits import cap_text
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import LocalSettings, Settings
 from spotsweep.shared.spec import SweepSpec
+from spotsweep.shared.tls import pg_options
 
 _log = log.get("spotsweep.local")
 
@@ -43,7 +44,7 @@ _log = log.get("spotsweep.local")
 def database(settings: Settings) -> Database:
     """The configured PostgreSQL, or the embedded one under ``SPOTSWEEP_HOME``."""
     if settings.database_url is not None:
-        return Database(settings.database_url.get_secret_value())
+        return Database(settings.database_url.get_secret_value(), options=pg_options(settings))
     return Database(embedded_url(settings.home / "pg"))
 
 

@@ -21,6 +21,7 @@ from spotsweep.shared.broker import Broker, connect
 from spotsweep.shared.errors import RetryableError
 from spotsweep.shared.middleware import Backoff, retrying
 from spotsweep.shared.settings import Settings
+from spotsweep.shared.tls import AmqpTls, amqp_tls
 
 _log = log.get("spotsweep.runtime")
 T = TypeVar("T")
@@ -47,14 +48,16 @@ def with_startup_retries(fn: Callable[[], T], what: str) -> T:
 CLI_BACKOFF = Backoff(base=0.5, cap=2.0, attempts=4)  # a person is waiting: give up after a few seconds
 
 
-def connect_broker(url: str, heartbeat: int, patience: Backoff | None = None) -> Broker:
-    """Connect, retrying: services wait about a minute (``STARTUP_BACKOFF``), the CLI a few seconds."""
-    return retrying(lambda: connect(url, heartbeat=heartbeat), patience or STARTUP_BACKOFF, what="connect to RabbitMQ")  # type: ignore[return-value]
+def connect_broker(url: str, heartbeat: int, patience: Backoff | None = None, tls: AmqpTls | None = None) -> Broker:
+    """Connect, retrying: services wait about a minute (``STARTUP_BACKOFF``), the CLI a few seconds.
+    ``tls``: the settings' CA and client certificate files (``amqp_tls(settings)``)."""
+    return retrying(lambda: connect(url, heartbeat=heartbeat, tls=tls), patience or STARTUP_BACKOFF,  # type: ignore[return-value]
+                    what="connect to RabbitMQ")
 
 
 def broker_factory(settings: Settings) -> Callable[[], Broker]:
     """What :func:`serve` calls for each (re)connection."""
-    return lambda: connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat)
+    return lambda: connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat, tls=amqp_tls(settings))
 
 
 def install_signals(on_first: Callable[[], None], on_second: Callable[[], None] | None = None) -> None:

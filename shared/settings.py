@@ -32,14 +32,24 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPOTSWEEP_", extra="ignore", env_ignore_empty=True)
 
     amqp_url: SecretStr = Field(default=SecretStr("amqp://guest:guest@127.0.0.1:5672/%2F"), description="RabbitMQ")
+    amqp_ca_file: Path | None = Field(
+        default=None, description="CA certificates that verify RabbitMQ's (amqps:// URLs); unset: the system's")
+    amqp_cert_file: Path | None = Field(default=None, description="client certificate for RabbitMQ (PEM; may hold the key)")
+    amqp_key_file: Path | None = Field(default=None, description="the client certificate's private key (PEM)")
     database_url: SecretStr | None = Field(
         default=None, description="PostgreSQL for results (planner, collector, readers); unset: local mode's embedded one")
+    database_sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = Field(
+        default=None, description="libpq sslmode (verify-full: check the CA and the host name), added to the URL's; "
+                                   "unset: the URL's, else libpq's prefer")
+    database_sslrootcert: Path | None = Field(
+        default=None, description="CA certificates that verify PostgreSQL's (libpq sslrootcert), added to the URL's")
     s3_endpoint: str | None = Field(default=None, description="S3/MinIO host:port or URL; unset: a local directory under home")
     s3_access_key: SecretStr | None = Field(default=None, description="S3 access key")
     s3_secret_key: SecretStr | None = Field(default=None, description="S3 secret key")
     s3_bucket: str = Field(default="spotsweep", description="S3 bucket of checkpoints and logs (created when missing)")
     s3_secure: bool | None = Field(default=None, description="TLS to S3; default: from the endpoint's scheme")
     s3_region: str | None = Field(default=None, description="S3 region")
+    s3_ca_file: Path | None = Field(default=None, description="CA certificates that verify S3's over HTTPS; unset: certifi's")
     home: Path = Field(default=Path.home() / ".spotsweep", description="local mode: the embedded database and artifacts")
     heartbeat: int = Field(default=15, ge=1, description="AMQP heartbeat, seconds: a dead agent is noticed within about twice this")
     log_upload_seconds: float = Field(  # read where trials run: the agent, and local mode's

@@ -68,6 +68,7 @@ def results(database_url: str | None = None) -> Results:
     else local mode's embedded database under ``SPOTSWEEP_HOME``."""
     from spotsweep.shared.db.embedded import embedded_url
     from spotsweep.shared.settings import Settings
+    from spotsweep.shared.tls import pg_options
 
     # As services.local.database chooses, without importing local mode (its agent, broker, planner).
     settings = Settings()
@@ -77,7 +78,7 @@ def results(database_url: str | None = None) -> Results:
         db = Database(embedded_url(settings.home / "pg"))
         db.migrate()  # local mode's own database: before the first run, no sweeps rather than an error
     else:
-        db = Database(database_url)
+        db = Database(database_url, options=pg_options(settings))  # the TLS settings apply to a URL given here too
         db.check()  # a reader never migrates a shared database; SchemaNotReady says what to do
     return Results(db)
 

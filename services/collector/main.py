@@ -11,6 +11,7 @@ from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.db import Database, required_database
 from spotsweep.shared.runtime import Cleanup, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import Settings
+from spotsweep.shared.tls import pg_options
 
 _log = log.get("spotsweep.collector")
 MAX_BATCH = 500
@@ -25,7 +26,7 @@ def start(broker: Broker, db: Database, max_batch: int = MAX_BATCH, max_wait: fl
 
 
 def main(settings: Settings) -> int:
-    db = required_database(settings.database_url, "collector")
+    db = required_database(settings.database_url, "collector", pg_options(settings))
 
     def start_on(broker: Broker) -> Cleanup:
         batcher = start(broker, db)

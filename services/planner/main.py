@@ -13,6 +13,7 @@ from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.db import Database, required_database
 from spotsweep.shared.runtime import Cleanup, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import PlannerSettings, default
+from spotsweep.shared.tls import pg_options
 
 _log = log.get("spotsweep.planner")
 EVENT_BATCH = 64
@@ -39,7 +40,7 @@ def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gp
 
 
 def main(settings: PlannerSettings) -> int:
-    db = required_database(settings.database_url, "planner")
+    db = required_database(settings.database_url, "planner", pg_options(settings))
     # S3 is optional here: with it, checkpoints of trials pruned at a rung are deleted (retention).
     store = S3ArtifactStore.from_settings(settings) if settings.s3_endpoint else None
     if store is None:

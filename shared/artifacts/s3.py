@@ -7,7 +7,8 @@ Errors are translated here, at the edge, into the house taxonomy:
 * everything else the server refuses -> :class:`PermanentError`. Wrong
   credentials (``InvalidAccessKeyId``, ``SignatureDoesNotMatch``,
   ``AccessDenied``) are permanent: retrying with the same keys cannot help, and
-  a retry loop would only hide a configuration mistake.
+  a retry loop would only hide a configuration mistake. So is a server
+  certificate that does not verify (``SPOTSWEEP_S3_CA_FILE``, :mod:`spotsweep.shared.tls`).
 
 The access key and the secret never appear in a repr, a log line or an error
 message: messages are built from the operation, key, bucket and the server's
@@ -32,6 +33,7 @@ from pydantic import SecretStr
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound, ObjectInfo
 from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.tls import refusal, s3_http_client
 
 if TYPE_CHECKING:
     from spotsweep.shared.settings import Settings
@@ -109,6 +111,7 @@ class S3ArtifactStore(ArtifactStore):
             settings.s3_bucket,
             secure=settings.s3_secure,
             region=settings.s3_region,
+            http_client=s3_http_client(settings.s3_ca_file) if settings.s3_ca_file is not None else None,
         )
 
     def __repr__(self) -> str:
@@ -139,6 +142,9 @@ class S3ArtifactStore(ArtifactStore):
             status = e.status_code if isinstance(e, ServerError) else int(getattr(e, "_code", 0) or 0)
             self._fail(op, key, f"HTTP {status}", status >= 500 or status == 429, e)
         except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as e:
+            scheme = "https" if self.secure else "http"
+            if (refused := refusal(e, "S3", f"{scheme}://{self.endpoint}", "SPOTSWEEP_S3_CA_FILE")) is not None:
+                raise PermanentError(self._scrub(str(refused))) from None
             self._fail(op, key, f"{type(e).__name__}: {e}", True, e)
         except ValueError as e:  # minio's client-side checks: empty key, bad name
             self._fail(op, key, str(e), False, e)

@@ -45,6 +45,7 @@ from spotsweep.shared.broker.rabbit_publisher import ConfirmPublisher
 from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError
 from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.settings import redact_url
+from spotsweep.shared.tls import AmqpTls, amqp_context, refusal
 from spotsweep.shared.topology import DEAD_LETTER_EXCHANGE, EXCHANGES, QueueSpec
 
 _log = log.get(__name__)
@@ -81,12 +82,20 @@ class RabbitBroker(Broker):
         connection_attempts: int = 3,
         retry_delay: float = 2.0,
         socket_timeout: float = 10.0,
+        tls: AmqpTls | None = None,
     ) -> None:
+        """``tls``: the CA and client certificate files for an ``amqps://`` URL
+        (:mod:`spotsweep.shared.tls`); both connections (consuming, publishing) use them."""
         self.url = redact_url(url)
         try:
             params = pika.URLParameters(url)
         except ValueError as e:
             raise PermanentError(f"bad broker URL {self.url}: {e}") from e
+        if params.ssl_options is not None:  # amqps://: verify the broker's certificate and hostname
+            params.ssl_options = pika.SSLOptions(amqp_context(tls or AmqpTls()), server_hostname=params.host)
+        elif tls:
+            raise PermanentError(f"SPOTSWEEP_AMQP_CA_FILE/CERT_FILE/KEY_FILE are set but the broker URL {self.url} is "
+                                 "plain amqp://: use amqps:// (RabbitMQ's TLS port, 5671 by default)")
         params.heartbeat = heartbeat
         params.connection_attempts = connection_attempts
         params.retry_delay = retry_delay
@@ -98,6 +107,8 @@ class RabbitBroker(Broker):
         try:
             self._conn = pika.BlockingConnection(params)
         except (pe.AMQPError, OSError) as e:
+            if (refused := refusal(e, "RabbitMQ", self.url, "SPOTSWEEP_AMQP_CA_FILE")) is not None:
+                raise refused from None
             # pika's message may quote the parameters; name only the redacted URL.
             raise RetryableError(f"cannot connect to RabbitMQ at {self.url} ({type(e).__name__})") from e
         self._channel: BlockingChannel | None = None  # for declarations

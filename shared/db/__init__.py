@@ -10,7 +10,7 @@ the next ``transaction()``. Library errors become :class:`RetryableError`
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,21 +21,25 @@ from pydantic import SecretStr
 from spotsweep.shared.db.sqlstate import translated
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.settings import redact_url
+from spotsweep.shared.tls import refusal
 
 Row = dict[str, Any]
 Conn = psycopg.Connection[Row]  # every connection here returns rows as dicts
 
 
-def required_database(database_url: SecretStr | None, who: str) -> Database:
-    """The service's database, or a clear error when none is configured."""
+def required_database(database_url: SecretStr | None, who: str, options: Mapping[str, str] | None = None) -> Database:
+    """The service's database, or a clear error when none is configured; ``options`` as :class:`Database`'s."""
     if database_url is None:
         raise PermanentError(f"SPOTSWEEP_DATABASE_URL is not set: the {who} needs PostgreSQL")
-    return Database(database_url.get_secret_value())
+    return Database(database_url.get_secret_value(), options=options)
 
 
 class Database:
-    def __init__(self, url: str, connect_timeout: int = 10) -> None:
+    def __init__(self, url: str, connect_timeout: int = 10, options: Mapping[str, str] | None = None) -> None:
+        """``options``: libpq parameters added to the URL's, which stays as the user gave it
+        (the TLS settings: :func:`spotsweep.shared.tls.pg_options`)."""
         self.url = url
+        self.options: dict[str, Any] = dict(options or {})  # Any: psycopg types its connection keywords
         self._timeout = connect_timeout
         self._local = threading.local()
 
@@ -43,8 +47,11 @@ class Database:
         conn: Conn | None = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
             try:
-                conn = psycopg.connect(self.url, row_factory=dict_row, connect_timeout=self._timeout)  # type: ignore[arg-type]
+                conn = psycopg.connect(self.url, row_factory=dict_row, connect_timeout=self._timeout,  # type: ignore[arg-type]
+                                       **self.options)
             except psycopg.OperationalError as e:
+                if (refused := refusal(e, "PostgreSQL", redact_url(self.url), "SPOTSWEEP_DATABASE_SSLROOTCERT")) is not None:
+                    raise refused from None
                 raise RetryableError(f"cannot connect to PostgreSQL at {redact_url(self.url)}: {e}") from e
             self._local.conn = conn
         return conn
@@ -72,10 +79,10 @@ class Database:
         Writers only; safe from any number of services at once."""
         from spotsweep.shared.db import migrator  # here: yoyo loads only in processes that migrate
 
-        return migrator.migrate(self.url)
+        return migrator.migrate(self.url, self.options)
 
     def check(self) -> None:
         """Raise :class:`~.migrator.SchemaNotReady` unless the schema is current: readers never migrate."""
         from spotsweep.shared.db import migrator
 
-        migrator.check(self.url)
+        migrator.check(self.url, self.options)

@@ -22,6 +22,7 @@ What is ours, and why:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
@@ -34,6 +35,7 @@ from yoyo.migrations import MigrationList
 from spotsweep.shared.db.sqlstate import translated
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.settings import redact_url
+from spotsweep.shared.tls import refusal
 
 _LOCK = 0x5907_5EE9  # pg_advisory_lock key: one migrator at a time
 _TABLE = "_yoyo_migration"
@@ -55,12 +57,12 @@ def migrations() -> MigrationList:
         return read_migrations(str(folder))
 
 
-def _backend(url: str) -> PostgresqlPsycopgBackend:
+def _backend(url: str, options: Mapping[str, Any]) -> PostgresqlPsycopgBackend:
     class Backend(PostgresqlPsycopgBackend):
         def connect(self, dburi: Any) -> psycopg.Connection[Any]:
             # libpq parses our URL (every form it accepts: sockets, service
             # files, key=value), not yoyo's URI parser.
-            return psycopg.connect(url, autocommit=True)
+            return psycopg.connect(url, autocommit=True, **options)
 
     return Backend(parse_uri("postgresql+psycopg://"), _TABLE)
 
@@ -72,9 +74,9 @@ def _applied(conn: psycopg.Connection[Any]) -> list[str]:
     return [row[0] for row in conn.execute(f"SELECT migration_id FROM {_TABLE}").fetchall()]
 
 
-def status(url: str) -> tuple[list[str], list[str], list[str]]:
+def status(url: str, options: Mapping[str, str] | None = None) -> tuple[list[str], list[str], list[str]]:
     """(applied, pending, unknown) migration ids; unknown ones came from a newer spotsweep."""
-    with _connect(url) as conn:
+    with _connect(url, options) as conn:
         return _status(conn)
 
 
@@ -84,9 +86,10 @@ def _status(conn: psycopg.Connection[Any]) -> tuple[list[str], list[str], list[s
             [m for m in applied if m not in ours])
 
 
-def check(url: str) -> None:
-    """Raise :class:`SchemaNotReady` unless every migration of this build is applied."""
-    with _connect(url) as conn:
+def check(url: str, options: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`SchemaNotReady` unless every migration of this build is applied.
+    ``options``: libpq parameters added to the URL's (:class:`~spotsweep.shared.db.Database`'s)."""
+    with _connect(url, options) as conn:
         applied, pending, unknown = _status(conn)
         # Before yoyo, versions 1 to 3 left tables and no record: those need migrating, not "nothing ran here".
         row = conn.execute("SELECT to_regclass('sweeps') IS NULL").fetchone()
@@ -99,12 +102,12 @@ def check(url: str) -> None:
                              "(they migrate on start) or run `spotsweep migrate`", empty=empty)
 
 
-def migrate(url: str) -> list[str]:
+def migrate(url: str, options: Mapping[str, str] | None = None) -> list[str]:
     """Apply pending migrations; returns the ids applied. Safe from any number of processes at once."""
-    with _connect(url) as lock:
+    with _connect(url, options) as lock:
         lock.execute("SELECT pg_advisory_lock(%s)", (_LOCK,))
         try:
-            backend = _backend(url)
+            backend = _backend(url, options or {})
             with backend:
                 backend.init_database()
                 backend.break_lock()  # we hold the advisory lock: any yoyo lock row is stale
@@ -126,8 +129,10 @@ def _newer(url: str, unknown: list[str]) -> PermanentError:
                           "that this spotsweep does not know: it was migrated by a newer version; upgrade spotsweep")
 
 
-def _connect(url: str) -> psycopg.Connection[Any]:
+def _connect(url: str, options: Mapping[str, Any] | None = None) -> psycopg.Connection[Any]:
     try:
-        return psycopg.connect(url, autocommit=True, connect_timeout=10)
+        return psycopg.connect(url, autocommit=True, connect_timeout=10, **(options or {}))
     except psycopg.OperationalError as e:
+        if (refused := refusal(e, "PostgreSQL", redact_url(url), "SPOTSWEEP_DATABASE_SSLROOTCERT")) is not None:
+            raise refused from None
         raise RetryableError(f"cannot connect to PostgreSQL at {redact_url(url)}: {e}") from e

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from waiting import alive
@@ -52,17 +53,43 @@ def _chown(path: Path, user: str) -> None:
             parent.chmod(mode | 0o001)
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A server's certificate and key (PEM) and the CA that signed it."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    def copied(self, folder: Path) -> TlsFiles:
+        """The three files copied into ``folder`` (under a server's root, so its user can read them)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in (self.ca, self.cert, self.key):
+            shutil.copyfile(path, folder / path.name)
+        (folder / self.key.name).chmod(0o600)  # PostgreSQL refuses a key others may read
+        return TlsFiles(folder / self.ca.name, folder / self.cert.name, folder / self.key.name)
+
+
 class PrivateRabbit:
     """A RabbitMQ node of our own. ``channel_tick_interval`` is lowered so that
     ``consumer_timeout`` (checked on that tick, once a minute by default) can be
-    tested in seconds; ``set_consumer_timeout`` changes it for new channels."""
+    tested in seconds; ``set_consumer_timeout`` changes it for new channels.
+    With ``tls``, it also listens for ``amqps://`` on ``tls_port`` with that
+    certificate (clients are not asked for one: ``verify_none``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tls: TlsFiles | None = None) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self.port, self.dist_port = free_port(), free_port()
+        self.tls_port = free_port() if tls else None
         self.node = f"spotsweep-{uuid.uuid4().hex[:6]}@localhost"
-        (root / "rabbitmq.conf").write_text(f"listeners.tcp.local = 127.0.0.1:{self.port}\nloopback_users = none\n")
+        conf = f"listeners.tcp.local = 127.0.0.1:{self.port}\nloopback_users = none\n"
+        if tls:
+            files = tls.copied(root / "tls")
+            conf += (f"listeners.ssl.default = 127.0.0.1:{self.tls_port}\nssl_options.cacertfile = {files.ca}\n"
+                     f"ssl_options.certfile = {files.cert}\nssl_options.keyfile = {files.key}\n"
+                     "ssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n")
+        (root / "rabbitmq.conf").write_text(conf)
         (root / "advanced.config").write_text("[{rabbit, [{channel_tick_interval, 1000}]}].\n")
         (root / "enabled_plugins").write_text("[].\n")
         _chown(root, "rabbitmq")
@@ -77,6 +104,10 @@ class PrivateRabbit:
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    @property
+    def tls_url(self) -> str:
+        return f"amqps://guest:guest@127.0.0.1:{self.tls_port}/%2F"
 
     def ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["rabbitmqctl", "-q", "-n", self.node, *args], capture_output=True, text=True,
@@ -96,6 +127,8 @@ class PrivateRabbit:
             while time.monotonic() < deadline:
                 if self.ctl("await_startup", "--timeout", "10").returncode == 0:
                     wait_port(self.port)
+                    if self.tls_port is not None:
+                        wait_port(self.tls_port)
                     return
                 pid = self.pid()
                 if pid is not None and not alive(pid):
@@ -150,14 +183,16 @@ def _pg_bin() -> Path:
 
 
 class PrivatePostgres:
-    """A PostgreSQL cluster of our own (initdb'd as the postgres user), trust auth."""
+    """A PostgreSQL cluster of our own (initdb'd as the postgres user), trust auth;
+    with ``tls``, ``ssl=on`` with that certificate (clients choose, by ``sslmode``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tls: TlsFiles | None = None) -> None:
         self.root = root
         self.data = root / "data"
         self.port = free_port()
         self.bin = _pg_bin()
         root.mkdir(parents=True, exist_ok=True)
+        self.tls = tls.copied(root / "tls") if tls else None
         _chown(root, "postgres")
         self._as_postgres(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
 
@@ -171,6 +206,8 @@ class PrivatePostgres:
 
     def start(self) -> None:
         opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        if self.tls:
+            opts += f" -c ssl=on -c ssl_cert_file={self.tls.cert} -c ssl_key_file={self.tls.key}"
         self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"), "-w",
                           "start")
 
@@ -183,17 +220,19 @@ class PrivatePostgres:
 
 
 class MotoS3:
-    """moto's S3 server as a separate process on loopback."""
+    """moto's S3 server as a separate process on loopback (over HTTPS with ``tls``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: TlsFiles | None = None) -> None:
         self.port = free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+        self.scheme = "https" if tls else "http"
+        certs = ["--ssl-cert", str(tls.cert), "--ssl-key", str(tls.key)] if tls else []
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port), *certs],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(self.port)
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def env(self, bucket: str) -> dict[str, str]:
         return {"SPOTSWEEP_S3_ENDPOINT": self.endpoint, "SPOTSWEEP_S3_ACCESS_KEY": "testing",
