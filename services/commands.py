@@ -70,7 +70,7 @@ def warnings(spec: SweepSpec) -> list[str]:
         if arg.endswith(_SCRIPT_SUFFIXES) and "{" not in arg and not Path(arg).is_file():
             out.append(f"command[{i}]: {arg!r} is not a file next to the spec nor an absolute path; "
                        "trials run in an empty working directory")
-    return out
+    return out + spec.strategy.warnings(spec)
 
 
 def describe(spec: SweepSpec) -> str:

@@ -11,7 +11,17 @@ configuration differ only in ``seed``).
 - grid: configuration ``c`` is the ``c``-th element of
   ``itertools.product(*values)`` over the space keys in the order written
   (first key varies slowest), found by mixed-radix decoding of ``c``.
-- random: configuration ``c`` is sampled from ``random.Random`` seeded with
+- grid under successive halving (asha over a grid, grid with early_stop
+  hyperband): configuration ``c`` is grid point ``perm(c)`` of a seeded
+  permutation (:class:`~.permutation.IndexPermutation`, lazy: no list of the
+  grid), so the first rung is a fair sample of the grid, not neighbours in
+  the listed order; ``order: listed`` keeps the listed order. The strategy
+  says which (:meth:`StrategyModel.grid_shuffle`).
+- random over a finite space (every dimension a list or an int range):
+  configuration ``c`` is grid point ``perm(c)`` of a permutation seeded with
+  ``strategy.seed``: draws without replacement, never a repeated config, as
+  lazily as the grid (the strategy runs at most the space's size). Otherwise
+  configuration ``c`` is sampled from ``random.Random`` seeded with
   ``(strategy.seed, c)``, so it depends on nothing else. With ``sampler:
   sobol`` it is point ``c`` of a scrambled Sobol' sequence seeded with
   ``strategy.seed`` (each coordinate in [0, 1) mapped onto its dimension).
@@ -41,7 +51,9 @@ from typing import Any
 
 from spotsweep.shared.designs import balanced_subset, extend_subset, sobol_point
 from spotsweep.shared.errors import SpecError
+from spotsweep.shared.permutation import IndexPermutation
 from spotsweep.shared.spec import GRID_CONTINUOUS, Choice, IntRange, LogUniform, Param, SweepSpec, Uniform
+from spotsweep.shared.spec_search import enumerable
 
 
 class NeedsHistory(SpecError):
@@ -114,7 +126,22 @@ def _sample(rng: random.Random, param: Param) -> Any:
     return rng.uniform(param.low, param.high)
 
 
+@functools.lru_cache(maxsize=64)
+def permutation(size: int, key: str) -> IndexPermutation:
+    """The seeded permutation of ``range(size)`` named ``key`` (built once per sweep)."""
+    return IndexPermutation(size, key)
+
+
+def _shuffled_grid_params(spec: SweepSpec, config: int) -> dict[str, Any]:
+    seed = spec.strategy.grid_shuffle(spec)
+    if seed is None:
+        return _grid_params(spec, config)
+    return _grid_params(spec, permutation(grid_size(spec.space), f"grid:{seed}")(config))
+
+
 def _random_params(spec: SweepSpec, seed: int, config: int) -> dict[str, Any]:
+    if enumerable(spec):  # finite: without replacement, never a repeated config
+        return _grid_params(spec, permutation(grid_size(spec.space), f"random:{seed}")(config))
     # A str seed is hashed with SHA-512 by random.seed: stable across processes
     # and Python runs (unlike hash()), and distinct per (seed, config).
     rng = random.Random(f"spotsweep:{seed}:{config}")
@@ -160,7 +187,7 @@ def _subset_params(spec: SweepSpec, trials: int, seed: int, config: int) -> dict
 
 
 _DESIGNS: dict[str, Callable[[SweepSpec, int, int], dict[str, Any]]] = {
-    "grid": lambda spec, seed, config: _grid_params(spec, config),
+    "grid": lambda spec, seed, config: _shuffled_grid_params(spec, config),
     "random": _random_params,
     "sobol": _sobol_params,
     "subset": lambda spec, seed, config: _subset_params(spec, configs(spec), seed, config),

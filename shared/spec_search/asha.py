@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from spotsweep.shared.spec_search.common import BudgetParam, continuous_problems, enumerable, max_brackets
+from spotsweep.shared.spec_search.common import (
+    BudgetParam, continuous_problems, enumerable, finite_size, max_brackets, once_each,
+)
 from spotsweep.shared.spec_search.hyperband import HyperbandStop
 from spotsweep.shared.spec_search.registry import Problems, StrategyModel
 
@@ -23,6 +25,9 @@ class AshaStrategy(StrategyModel):
     ``sampler``: ``grid`` (default when every dimension is a list or an int
     range), ``random`` (the default otherwise), ``sobol`` or ``tpe``.
     ``trials``: configs to try (required unless the grid gives them).
+    ``order``: a grid's configs in a ``shuffled`` order seeded by ``seed``
+    (the default) or as ``listed``. Random draws over a finite space never
+    repeat a config.
     """
 
     type: Literal["asha"] = "asha"
@@ -32,6 +37,7 @@ class AshaStrategy(StrategyModel):
     trials: int | None = Field(default=None, ge=1)
     seed: int = 0
     sampler: Literal["grid", "random", "sobol", "tpe"] | None = None
+    order: Literal["shuffled", "listed"] = "shuffled"
 
     def sampler_name(self, spec: SweepSpec) -> str:
         if self.sampler is not None:
@@ -39,12 +45,19 @@ class AshaStrategy(StrategyModel):
         return "grid" if enumerable(spec) else "random"
 
     def configs(self, spec: SweepSpec) -> int:
-        if self.sampler_name(spec) != "grid":
+        sampler = self.sampler_name(spec)
+        size = finite_size(spec) if sampler in ("grid", "random") else None
+        if size is None:
             return super().configs(spec)
-        from spotsweep.shared.space import grid_size  # space imports the spec models
-
-        size = grid_size(spec.space)
         return size if self.trials is None else min(size, self.trials)
+
+    def grid_shuffle(self, spec: SweepSpec) -> int | None:
+        return self.seed if self.order == "shuffled" else None
+
+    def warnings(self, spec: SweepSpec) -> list[str]:
+        if self.trials is None or self.sampler_name(spec) not in ("grid", "random"):
+            return []
+        return once_each(spec, self.trials)
 
     def stop(self) -> HyperbandStop:
         """One (or ``brackets``) brackets of successive halving: Hyperband's decisions."""

@@ -49,6 +49,25 @@ def enumerable(spec: SweepSpec) -> bool:
     return all(param.type in ("choice", "int") for param in spec.space.values())
 
 
+def finite_size(spec: SweepSpec) -> int | None:
+    """Configurations in the space when it is finite (every dimension a list or an
+    int range), else None."""
+    if not enumerable(spec):
+        return None
+    from spotsweep.shared.space import grid_size  # space imports the spec models
+
+    return grid_size(spec.space)
+
+
+def once_each(spec: SweepSpec, trials: int, field: str = "strategy.trials") -> list[str]:
+    """The warning when ``trials`` asks for more configurations than a finite space has."""
+    size = finite_size(spec)
+    if size is None or trials <= size:
+        return []
+    return [f"{field}: {trials} but the space has only {size} configurations: each runs once, without repeats "
+            f"({size} trial(s))"]
+
+
 def continuous_problems(spec: SweepSpec, kind: str) -> list[tuple[tuple[str | int, ...], str]]:
     """A continuous range in a space that strategy ``kind`` enumerates, one problem per range."""
     return [(("space", k), f"{p.type} range cannot be enumerated by strategy {kind}; list the values or use "

@@ -16,10 +16,23 @@ GRID_CONTINUOUS = "{kind} range cannot be enumerated by strategy grid; use strat
 
 
 class GridStrategy(StrategyModel):
-    """Every combination in order (first space key slowest), the first ``max_trials`` of them."""
+    """Every combination in order (first space key slowest), the first ``max_trials`` of them.
+
+    ``order``: ``listed`` (the default) or ``shuffled`` (a seeded permutation
+    by ``seed``, never materialised); under ``early_stop: hyperband`` the
+    default is ``shuffled``, so that each bracket's first rung is a fair
+    sample of the grid rather than neighbours that differ in one parameter.
+    """
 
     type: Literal["grid"] = "grid"
     max_trials: int | None = Field(default=None, ge=1)
+    order: Literal["listed", "shuffled"] | None = None
+    seed: int = 0
+
+    def grid_shuffle(self, spec: SweepSpec) -> int | None:
+        halving = spec.early_stop is not None and spec.early_stop.halving_budget() is not None
+        shuffled = self.order == "shuffled" or (self.order is None and halving)
+        return self.seed if shuffled else None
 
     def configs(self, spec: SweepSpec) -> int:
         from spotsweep.shared.space import grid_size  # space imports the spec models

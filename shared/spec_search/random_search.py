@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from spotsweep.shared.spec_search.common import finite_size, once_each
 from spotsweep.shared.spec_search.registry import StrategyModel
 
 if TYPE_CHECKING:
@@ -14,6 +15,10 @@ if TYPE_CHECKING:
 
 class RandomStrategy(StrategyModel):
     """``trials`` independent samples; ``seed`` makes them reproducible.
+
+    Over a finite space (every dimension a list or an int range) the draws are
+    without replacement: no configuration repeats, and ``trials`` past the
+    space's size runs each configuration once (with a warning).
 
     ``sampler: sobol`` draws scrambled Sobol' points instead (quasi-random:
     they cover the ranges more evenly than independent samples).
@@ -26,6 +31,13 @@ class RandomStrategy(StrategyModel):
 
     def sampler_name(self, spec: SweepSpec) -> str:
         return self.sampler
+
+    def configs(self, spec: SweepSpec) -> int:
+        size = finite_size(spec) if self.sampler == "random" else None
+        return self.trials if size is None else min(self.trials, size)
+
+    def warnings(self, spec: SweepSpec) -> list[str]:
+        return once_each(spec, self.trials) if self.sampler == "random" else []
 
     def describe(self, spec: SweepSpec) -> str:
         return " (Sobol')" if self.sampler == "sobol" else ""

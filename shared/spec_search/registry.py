@@ -69,6 +69,16 @@ class StrategyModel(_Model):
         """The early stopping the strategy implies (asha: successive halving), if any."""
         return None
 
+    def grid_shuffle(self, spec: SweepSpec) -> int | None:
+        """The seed of the order a ``grid`` sampler takes the grid's points in
+        (a lazy seeded permutation, ``shared/space.py``); None: the listed order."""
+        return None
+
+    def warnings(self, spec: SweepSpec) -> list[str]:
+        """Things about the strategy in ``spec`` that validate but the user should
+        hear (``spotsweep validate``/``submit``), e.g. more trials than configs."""
+        return []
+
     def problems(self, spec: SweepSpec) -> Problems:
         """What is wrong with the strategy in ``spec``, as (path from the spec's root, message)."""
         return []

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from spotsweep.shared.spec_search.common import continuous_problems
+from spotsweep.shared.spec_search.common import continuous_problems, once_each
 from spotsweep.shared.spec_search.registry import Problems, StrategyModel
 
 if TYPE_CHECKING:
@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 class SubsetStrategy(StrategyModel):
     """``trials`` distinct configurations of the grid, every level of every
-    parameter equally often (within one); ``seed`` picks the design."""
+    parameter equally often (within one); ``seed`` picks the design. ``trials``
+    past the grid's size runs each configuration once (with a warning)."""
 
     type: Literal["subset"] = "subset"
     trials: int = Field(ge=1)
@@ -25,21 +26,20 @@ class SubsetStrategy(StrategyModel):
     extends: list[int] = Field(default_factory=list)
 
     def problems(self, spec: SweepSpec) -> Problems:
+        return continuous_problems(spec, "subset")
+
+    def configs(self, spec: SweepSpec) -> int:
         from spotsweep.shared.space import grid_size  # space imports the spec models
 
-        continuous = continuous_problems(spec, "subset")
-        if continuous:
-            return continuous
-        size = grid_size(spec.space)
-        if self.trials > size:
-            return [(("strategy", "trials"), f"must be at most the grid's {size} configurations (got {self.trials});"
-                     " use strategy grid to run them all")]
-        return []
+        return min(self.trials, grid_size(spec.space))
+
+    def warnings(self, spec: SweepSpec) -> list[str]:
+        return once_each(spec, self.trials)
 
     def describe(self, spec: SweepSpec) -> str:
         from spotsweep.shared.space import grid_size  # space imports the spec models
 
-        return f" ({self.trials} of {grid_size(spec.space)} grid points, balanced)"
+        return f" ({self.configs(spec)} of {grid_size(spec.space)} grid points, balanced)"
 
     def grown(self, spec: SweepSpec, more: int) -> dict[str, Any]:
         """``trials`` raised, remembering the sizes before (``extends``): the rows

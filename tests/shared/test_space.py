@@ -265,10 +265,12 @@ def test_a_subset_grown_in_stages_is_balanced_at_every_stage(space: dict[str, An
             assert stages[n] // levels <= min(counts.values()) <= max(counts.values()) <= -(-stages[n] // levels), (key, counts)
 
 
-def test_subset_larger_than_the_grid_is_refused() -> None:
-    with pytest.raises(SpecError) as info:
-        make(DEEPSEEK, {"type": "subset", "trials": 730})
-    assert info.value.errors == [("strategy.trials", "must be at most the grid's 729 configurations (got 730); use strategy grid to run them all")]
+def test_subset_larger_than_the_grid_runs_each_config_once_with_a_warning() -> None:
+    spec = make(DEEPSEEK, {"type": "subset", "trials": 730})
+    assert total_trials(spec) == 729
+    assert len({tuple(params_at(spec, i).values()) for i in range(729)}) == 729
+    assert spec.strategy.warnings(spec) == ["strategy.trials: 730 but the space has only 729 configurations: each runs "
+                                            "once, without repeats (729 trial(s))"]
     with pytest.raises(SpecError) as info:
         make({"d": {"type": "uniform", "low": 0, "high": 1}}, {"type": "subset", "trials": 3})
     assert info.value.errors == [("space.d", "uniform range cannot be enumerated by strategy subset; list the values or use a sampler that samples")]
@@ -303,7 +305,10 @@ def test_asha_draws_configs_from_the_grid_or_random_without_the_budget() -> None
     budget = {"param": "steps", "min": 1, "max": 27}
     grid = make(SPACE, {"type": "asha", "budget": budget})
     assert total_trials(grid) == 45
-    assert [params_at(grid, i) for i in range(45)] == [params_at(make(SPACE), i) for i in range(45)]
+    listed = [params_at(make(SPACE), i) for i in range(45)]
+    shuffled = [params_at(grid, i) for i in range(45)]  # the grid's configs, each once, in a seeded order
+    assert shuffled != listed and sorted(map(repr, shuffled)) == sorted(map(repr, listed))
+    assert [params_at(make(SPACE, {"type": "asha", "budget": budget, "order": "listed"}), i) for i in range(45)] == listed
     assert total_trials(make(SPACE, {"type": "asha", "budget": budget, "trials": 10})) == 10
     sampled = make(RANDOM_SPACE, {"type": "asha", "budget": budget, "trials": 30, "seed": 2})
     assert params_at(sampled, 3) == params_at(make(RANDOM_SPACE, {"type": "random", "trials": 30, "seed": 2}), 3)
