@@ -57,8 +57,8 @@ class Settings(BaseSettings):
         json_schema_extra={"read_by": "agent, run"})
 
 
-class PlannerSettings(Settings):
-    """``spotsweep planner``."""
+class _Launching(Settings):
+    """The knobs of launching trials, shared by the planner and local mode."""
 
     # Few enough that sweeps of equal priority take turns on the agents, enough
     # that agents never wait on the planner between two trials.
@@ -66,8 +66,20 @@ class PlannerSettings(Settings):
         default=32, ge=1, description="trials of one sweep waiting in the queue at once (fair turns between sweeps)")
 
 
-class LocalSettings(PlannerSettings):
-    """``spotsweep run``: planner, collector and agent in one process; the planner's knobs apply."""
+class PlannerSettings(_Launching):
+    """``spotsweep planner``; its policy knobs are docs/security.md's."""
+
+    submitters: str | None = Field(
+        default=None, description="comma-separated broker users whose sweep commands the planner takes (by their "
+                                  "validated AMQP user_id); unset: anyone who may post to spotsweep.sweeps")
+    allowed_commands: str | None = Field(
+        default=None, description="comma-separated globs a spec's command must match (e.g. 'python train.py*,spotsweep "
+                                  "train *'); unset: any command")
+
+
+class LocalSettings(_Launching):
+    """``spotsweep run``: planner, collector and agent in one process; the planner's launching knobs apply
+    (not its policy: local mode runs your own commands as you)."""
 
 
 class CollectorSettings(Settings):
@@ -94,6 +106,9 @@ class AgentSettings(Settings):
         default=5, ge=0, description="stop taking trials after this many different trials of at least 2 sweeps failed here "
                              "in a row (a broken node; 0: never)")
     node_cooldown: float = Field(default=600.0, ge=0, description="seconds a node found broken takes no trials before it tries again")
+    planner_user: str | None = Field(
+        default=None, description="the broker user whose trials and control messages this agent runs (their validated "
+                                  "AMQP user_id); unset: the agent's own broker user, as in a one-user setup")
     require_s3: bool = Field(
         default=False, description="refuse to start without SPOTSWEEP_S3_ENDPOINT (checkpoints on this node's disk cannot "
                                    "resume on another node)")

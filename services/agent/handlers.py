@@ -51,6 +51,10 @@ class Connection:
     lost_reason: str = "the connection to RabbitMQ was lost"
     trials_consumer: Consumer | None = None
     resume: Callable[[], object] | None = None  # subscribe to the trials queue again (set by main.connect)
+    # Hand a trial back by republishing it (no loss counted). A republished trial
+    # carries this agent's user_id, which other agents refuse unless agents and
+    # the planner share a broker user; otherwise (main.connect) it is requeued.
+    republish: bool = True
     _busy: int = 0  # trial handlers running on this connection
     _idle: threading.Condition = field(default_factory=threading.Condition)
 
@@ -92,7 +96,11 @@ def _outgoing(event: Envelope) -> Outgoing:
 
 
 def _hand_back(delivery: Delivery, msg: TrialMessage, conn: Connection) -> None:
-    """Put a trial we will not run back on its queue without it counting as a loss."""
+    """Put a trial we will not run back on its queue without it counting as a loss; with users
+    per role, requeued instead (keeping the planner's user_id; the next agent counts a loss)."""
+    if not conn.republish:
+        delivery.nack(requeue=True)
+        return
     conn.broker.publish(Outgoing(topology.TRIALS_EXCHANGE, msg.resource_class, delivery.body, headers=dict(delivery.headers),
                                  message_id=delivery.message_id, priority=delivery.priority))
     delivery.ack()

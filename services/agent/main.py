@@ -13,17 +13,20 @@ import subprocess
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import partial
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
-from spotsweep.services.agent import notice
+from spotsweep.services.agent import harden, notice
 from spotsweep.services.agent.handlers import (
     Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
 )
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.runner import RunnerConfig, kill_all
 from spotsweep.services.agent.state import Agent, Slots
+from spotsweep.services.agent.trial_env import names
+from spotsweep.services.agent.trial_user import UserPool
 from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts import open_store
 from spotsweep.shared.artifacts.port import ArtifactStore
@@ -60,22 +63,29 @@ def start(
     return connect(broker, Agent(store=store, config=config, slots=slots), resource_class)
 
 
-def connect(broker: Broker, agent: Agent, resource_class: str = "gpu") -> Connection:
+def connect(broker: Broker, agent: Agent, resource_class: str = "gpu",
+            accept_users: Collection[str] | None = None, own_user: str | None = None) -> Connection:
     """Declare, subscribe to control messages, and consume trials with one worker per slot.
+
+    ``accept_users``: the broker users whose trials and control messages run
+    (the planner's, :func:`planner_users`); the dispatcher dead-letters any
+    other sender's before a handler sees it. None: every sender (local mode).
+    ``own_user``: the agent's broker user; when it is not accepted, a trial
+    is handed back by requeueing it, not republished under this user.
 
     Called again on every reconnection with the same ``agent`` (so GPUs held
     by trials of a dead connection are not handed out twice, and a node found
     broken stays out).
     """
     broker.declare([topology.dead_letter_queue(), topology.trial_queue_spec(resource_class)])
-    conn = Connection(broker=broker, agent=agent)
+    conn = Connection(broker=broker, agent=agent, republish=accept_users is None or own_user in accept_users)
     agent.slots.use_workdir(agent.config.workdir)
     control_queue = broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
-    broker.consume(control_queue, partial(handle_control, conn=conn), prefetch=10)
+    broker.consume(control_queue, partial(handle_control, conn=conn), prefetch=10, accept_users=accept_users)
     send_notices(conn)
 
     count = agent.slots.count
-    conn.resume = partial(consume_trials, broker, conn, resource_class, count, count)
+    conn.resume = partial(consume_trials, broker, conn, resource_class, count, count, accept_users)
     if agent.health.tripped:
         _log.error(f"not taking trials for another {agent.health.remaining():.0f} s: recent trials of several "
                    "sweeps all failed on this node", detail=agent.health.summary())
@@ -86,8 +96,10 @@ def connect(broker: Broker, agent: Agent, resource_class: str = "gpu") -> Connec
     return conn
 
 
-def consume_trials(broker: Broker, conn: Connection, resource_class: str, prefetch: int, concurrency: int) -> Consumer:
-    """Subscribe ``handle_trial`` to the class's trials queue (at start, and after a breaker's cooldown)."""
+def consume_trials(broker: Broker, conn: Connection, resource_class: str, prefetch: int, concurrency: int,
+                   accept_users: Collection[str] | None = None) -> Consumer:
+    """Subscribe ``handle_trial`` to the class's trials queue (at start, and after a breaker's cooldown);
+    only ``accept_users``' trials run (see :func:`connect`)."""
     consumer = broker.consume(
         # No in-place retry: a trial handler that raised has lost its delivery
         # (the broker went away) and the trial is redelivered to some agent.
@@ -96,10 +108,26 @@ def consume_trials(broker: Broker, conn: Connection, resource_class: str, prefet
         # (a drain, a breaker trip) go to handle_trial, which hands them back
         # unmarked, instead of being requeued marked "redelivered": the next
         # agent would count each as a loss.
-        prefetch=prefetch, concurrency=concurrency, finish_buffered=True,
+        prefetch=prefetch, concurrency=concurrency, finish_buffered=True, accept_users=accept_users,
     )
     conn.trials_consumer = consumer
     return consumer
+
+
+def planner_users(settings: AgentSettings) -> frozenset[str]:
+    """Whose trials and control messages this agent runs: ``SPOTSWEEP_PLANNER_USER``, else the
+    agent's own broker user (the URL's; RabbitMQ's default ``guest`` when it names none), so that
+    one user for everything keeps working and separate users refuse by default (docs/security.md)."""
+    return frozenset({settings.planner_user or broker_user(settings)})
+
+
+def broker_user(settings: AgentSettings) -> str:
+    """The agent's own broker user: its URL's, RabbitMQ's default ``guest`` when it names none."""
+    try:
+        user = urlsplit(settings.amqp_url.get_secret_value()).username
+    except ValueError:  # the connection refuses it too, with the redacted URL; never print it here
+        raise PermanentError("SPOTSWEEP_AMQP_URL is not a URL") from None
+    return unquote(user or "") or "guest"
 
 
 CONSUMER_TIMEOUT_HINT = (
@@ -179,21 +207,32 @@ def check_store_settings(settings: AgentSettings) -> None:
 def main(settings: AgentSettings) -> int:
     """The agent process; its knobs (flags or SPOTSWEEP_* variables) are ``settings``'s."""
     resource_class, grace = settings.resource_class, settings.grace
+    # A trial may run as this user: it must not read our /proc entries, nor inherit credentials (docs/security.md).
+    harden.non_dumpable()
+    harden.forget_credentials()
+    trial_users = UserPool.from_setting(settings.trial_user)
     gpus = gpu_groups(detect_gpus(), settings.gpus_per_slot)
     pool = Slots(settings.slots or max(1, len(gpus)), gpus)
+    if trial_users is not None and len(trial_users.users) < pool.count:
+        _log.warning(f"--trial-user: {len(trial_users.users)} user(s) for {pool.count} slots: trials running at once "
+                     "share a user and can read each other's files; give one user per slot")
     check_store_settings(settings)
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
     workdir = settings.workdir or Path(tempfile.gettempdir()) / "spotsweep-agent"
     config = RunnerConfig(agent_id=f"{socket.gethostname()}-{os.getpid()}", workdir=workdir,
-                          log_upload_seconds=settings.log_upload_seconds)
+                          log_upload_seconds=settings.log_upload_seconds, trial_users=trial_users,
+                          trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny))
     agent = Agent(store=store, config=config,
                   slots=pool, health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown), grace=grace)
     done = threading.Event()  # serve() returned: the drain deadline has nothing left to bound
     deadline_lock = threading.Lock()
     deadline: list[threading.Thread] = []
 
+    accept_users = planner_users(settings)
+    _log.info("taking trials and control messages only from the broker user(s) " + ", ".join(sorted(accept_users)))
+
     def start_on(broker: Broker) -> Cleanup:
-        conn = connect(broker, agent, resource_class)
+        conn = connect(broker, agent, resource_class, accept_users, broker_user(settings))
 
         def lost() -> None:
             # When this connection ends, its deliveries are void: trials still

@@ -32,6 +32,7 @@ from spotsweep.services.planner.extend import extended
 from spotsweep.services.planner.histories import HistoryCache
 from spotsweep.services.planner.launch import top_up
 from spotsweep.services.planner.outbox import publish_pending, trial_message
+from spotsweep.services.planner.policy import Policy, command_problem, sender_problem
 from spotsweep.services.planner.search import Search
 from spotsweep.services.planner.service import on_events
 from spotsweep.services.planner.ports import SweepRepository
@@ -73,6 +74,7 @@ class PlannerDeps:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     batchers: list[Any] = field(default_factory=list)  # consumers' batching wrappers, closed with the connection
     store: ArtifactStore | None = None  # where pruned trials' checkpoints are deleted (:func:`.effects.discard_checkpoints`)
+    policy: Policy = field(default_factory=Policy)  # who may command the planner, what may run (:mod:`.policy`)
 
     def close(self) -> None:
         """Flush and stop the batching wrappers (their unsettled deliveries go back with the connection)."""
@@ -153,14 +155,23 @@ def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
     The message is untrusted (:mod:`.bodies`): a bad id or an undecodable body
     raises :class:`DecodeError` (dead-lettered with the reason); any other
     failure to accept a spec records the sweep as ``rejected`` with the
-    reason, so whoever waits on it sees it end."""
+    reason, so whoever waits on it sees it end. A sender not among the
+    policy's submitters (:mod:`.policy`) has its submission recorded as
+    rejected and its cancel or extend dead-lettered, with the reason."""
+    refused = sender_problem(deps.policy, getattr(delivery, "user_id", None))
     try:
         command = sweep_command(delivery.headers, delivery.message_id, delivery.body)
     except UndecodableSubmission as e:
+        if refused is not None:
+            raise PermanentError(refused) from e
         if e.sweep_id is not None:  # someone may wait on it: say why it never ran
             _reject(deps, e.sweep_id, REJECTED, str(e))
         raise
-    if isinstance(command, CancelSweep):
+    if refused is not None:
+        if not isinstance(command, Submission):
+            raise PermanentError(f"{command.kind} of {command.sweep_id}: {refused}")
+        _reject(deps, command.sweep_id, safe_name(command.name) or command.sweep_id, refused)
+    elif isinstance(command, CancelSweep):
         _cancel(command.sweep_id, deps)
     elif isinstance(command, ExtendSweep):
         _extend(command, deps)
@@ -173,7 +184,7 @@ def _submit(submitted: Submission, deps: PlannerDeps) -> None:
     sweep_id, data, name = submitted.sweep_id, submitted.spec, submitted.name
     with log.bound(sweep_id=sweep_id):
         try:
-            spec, search = _accepted(data)
+            spec, search = _accepted(data, deps.policy)
         except RetryableError:
             raise
         except Exception as e:  # a spec error, or a search that cannot be built from it
@@ -187,9 +198,11 @@ def _submit(submitted: Submission, deps: PlannerDeps) -> None:
     publish_pending(deps, sweep_id)
 
 
-def _accepted(data: Any) -> tuple[SweepSpec, Search]:
-    """The spec and its search, or the error that refuses them."""
+def _accepted(data: Any, policy: Policy) -> tuple[SweepSpec, Search]:
+    """The spec and its search, or the error that refuses them (the policy's command check among them)."""
     spec = parse_spec(data)
+    if (problem := command_problem(policy, spec.command, spec.env)) is not None:
+        raise SpecError([("command", problem)])
     total = total_trials(spec)
     if total > MAX_TOTAL_TRIALS:  # parse_spec refuses these too; the database's bigint is the planner's own bound
         raise SpecError([("space", f"the sweep would have {total:.3g} trials; at most 2^53 can be counted")])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from spotsweep.services.planner.handlers import PlannerDeps, handle_events, handle_sweep_message, publish_pending
+from spotsweep.services.planner.policy import Policy
 from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.artifacts.s3 import S3ArtifactStore
@@ -20,12 +21,14 @@ EVENT_BATCH = 64
 
 
 def start(broker: Broker, db: Database, resource_classes: tuple[str, ...] = ("gpu",),
-          window: int | None = default(PlannerSettings, "queue_window"), store: ArtifactStore | None = None) -> PlannerDeps:
+          window: int | None = default(PlannerSettings, "queue_window"), store: ArtifactStore | None = None,
+          policy: Policy | None = None) -> PlannerDeps:
     """Declare, migrate, recover the outbox, and start consuming. Used by local mode too.
-    ``store``: where the checkpoints of trials pruned at a rung are deleted (none: they stay)."""
+    ``store``: where the checkpoints of trials pruned at a rung are deleted (none: they stay);
+    ``policy``: who may submit and what may run (none: anyone, anything)."""
     broker.declare(topology.service_queues(resource_classes))
     with_startup_retries(db.migrate, "migrate the database")
-    deps = PlannerDeps(db=db, broker=broker, window=window, store=store)
+    deps = PlannerDeps(db=db, broker=broker, window=window, store=store, policy=policy or Policy())
     recovered = with_startup_retries(lambda: publish_pending(deps), "publish pending trials")
     if recovered:
         _log.info("published trials left pending by a previous planner", trials=recovered)
@@ -46,8 +49,12 @@ def main(settings: PlannerSettings) -> int:
     if store is None:
         _log.warning("no SPOTSWEEP_S3_ENDPOINT: checkpoints of trials pruned at a rung will stay in the bucket")
 
+    policy = Policy.of(settings.submitters, settings.allowed_commands)
+    if policy.submitters is None:
+        _log.warning("SPOTSWEEP_SUBMITTERS is not set: any broker user that may post to spotsweep.sweeps submits sweeps")
+
     def start_on(broker: Broker) -> Cleanup:
-        deps = start(broker, db, window=settings.queue_window, store=store)
+        deps = start(broker, db, window=settings.queue_window, store=store, policy=policy)
         _log.info("planner running")
         return deps.close
 
