@@ -154,15 +154,22 @@ def _postable(sweep_id: str) -> None:
                              "the planner would refuse it")
 
 
-def cancel(sweep_id: str, settings: Settings) -> None:
+def cancel(sweep_id: str, settings: Settings) -> str:
     """Ask the planner to cancel a sweep the results database knows: a typo is
-    refused here (exit 2), instead of leaving a cancelled row for an id no one ran."""
+    refused here (exit 2), instead of leaving a cancelled row for an id no one ran.
+    Without ``SPOTSWEEP_DATABASE_URL`` the sweep is local mode's: cancelled in its
+    database, no RabbitMQ involved (:func:`spotsweep.services.resume.cancel`)."""
+    if settings.database_url is None:
+        from spotsweep.services import resume
+
+        return resume.cancel(sweep_id, settings)
     with _sweep_database(settings, sweep_id).transaction() as conn:
         row = conn.execute("SELECT state FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
     if row is None:
         raise _unknown(sweep_id)
     _postable(sweep_id)
     _post(cancellation(sweep_id), settings)
+    return f"cancel requested for {sweep_id}"
 
 
 def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any]) -> str:

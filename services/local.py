@@ -5,29 +5,37 @@ in-process broker (same ack and requeue semantics as RabbitMQ), an embedded
 PostgreSQL (unless ``SPOTSWEEP_DATABASE_URL`` is set) and a local directory
 for artifacts. Results land in the same views, so ``spotsweep report`` and
 plain SQL work afterwards.
+
+The first Ctrl-C (or SIGTERM) drains: running trials checkpoint and stop,
+the sweep stays resumable (``spotsweep resume``, :mod:`.resume`) and the
+process exits 130; a second one stops at once (137). See :mod:`.local_interrupt`.
 """
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from spotsweep.services.agent import main as agent
-from spotsweep.services.agent.handlers import Slots
+from spotsweep.services.agent.handlers import Connection, Slots
 from spotsweep.services.collector import main as collector
+from spotsweep.services.local_interrupt import Interrupts, sweep_lock, wait_settled
 from spotsweep.services.planner import main as planner
-from spotsweep.services.planner import store as planner_store
-from spotsweep.services.planner.handlers import new_sweep_id, submission
+from spotsweep.services.planner.handlers import (
+    PlannerDeps, handle_events, handle_sweep_message, new_sweep_id, publish_pending, submission,
+)
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.safe import printable
-from spotsweep.shared import log
+from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts.local import LocalArtifactStore
+from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.db import Database
 from spotsweep.shared.db.embedded import embedded_url
@@ -39,6 +47,8 @@ from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.tls import pg_options
 
 _log = log.get("spotsweep.local")
+GRACE = 30.0  # seconds a running trial gets to checkpoint after Ctrl-C (then SIGKILL)
+AFTER_GRACE = 15.0  # for the stopped trials' uploads and reports past the grace
 
 
 def database(settings: Settings) -> Database:
@@ -53,14 +63,16 @@ def run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None
     """Run a sweep on this machine; with ``dashboard`` (a port) serve the dashboard meanwhile."""
     console = console or Console(stderr=True)
     db = database(settings)
-    stop_dashboard = _dashboard(db, dashboard, console)
-    try:
-        return _run(spec, settings, workers, csv, console, db)
-    finally:
-        stop_dashboard()
+    sweep_id = new_sweep_id(spec.name)
+    with sweep_lock(settings.home, sweep_id):
+        stop_dashboard = serve_dashboard(db, dashboard, console)
+        try:
+            return _run(spec, settings, workers, csv, console, db, sweep_id)
+        finally:
+            stop_dashboard()
 
 
-def _dashboard(db: Database, port: int | None, console: Console) -> Callable[[], None]:
+def serve_dashboard(db: Database, port: int | None, console: Console) -> Callable[[], None]:
     if port is None:
         return lambda: None
     from spotsweep.services.reporter.web.main import DEFAULT_HOST, serve_in_background
@@ -71,40 +83,114 @@ def _dashboard(db: Database, port: int | None, console: Console) -> Callable[[],
     return stop
 
 
-def _run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None, console: Console, db: Database) -> int:
+@dataclass
+class Engine:
+    """Local mode's services in this process: the planner, the collector and an agent over one in-process broker."""
+
+    broker: MemoryBroker
+    planner: PlannerDeps
+    collector: BatchingHandler
+    agent: Connection
+
+    def drain(self, grace: float) -> None:
+        """The agent's preemption drain: no more trials; running ones get SIGTERM and ``grace``
+        seconds to checkpoint, are reported preempted, and the planner puts them back."""
+        self.agent.agent.preempt.set()
+        if self.agent.trials_consumer is not None:
+            self.agent.trials_consumer.cancel()  # prefetched trials are handed back, not started
+        self.agent.wait_idle(timeout=grace + AFTER_GRACE)
+        # Every event in: a point the collector has not stored would be lost with this broker.
+        wait_settled(self.broker, (topology.PLANNER_EVENTS_QUEUE, topology.COLLECTOR_QUEUE))
+
+    def close(self) -> None:
+        self.broker.stop(drain=True)
+        self.agent.slots.remove_workspaces()
+        self.collector.close()
+        self.planner.close()
+
+    def kill(self) -> None:
+        """No trial may outlive this process: stop them all now (an error, a second signal)."""
+        self.agent.agent.kill.set()
+        agent.kill_all()
+
+
+def start_engine(spec: SweepSpec, settings: LocalSettings, workers: int, db: Database, sweep_id: str) -> Engine:
+    """Start the services for ``sweep_id``; its ``pending`` trials (none for a new sweep) are published."""
     broker = MemoryBroker()
     store = LocalArtifactStore(settings.home / "artifacts")
     resource_class = spec.resources.resource_class
-    planner_deps = planner.start(broker, db, (resource_class,), window=settings.queue_window, store=store)
+    planner_deps = _planner(broker, db, resource_class, settings.queue_window, store, sweep_id)
     batcher = collector.start(broker, db)
     deps = agent.start(broker, store, Slots(workers, agent.detect_gpus()), resource_class, settings.home / "work",
                        agent_id="local", log_upload_seconds=settings.log_upload_seconds)
-    io = threading.Thread(target=broker.run, name="broker", daemon=True)
-    io.start()
+    deps.agent.grace = GRACE
+    threading.Thread(target=broker.run, name="broker", daemon=True).start()
+    return Engine(broker, planner_deps, batcher, deps)
 
-    sweep_id = new_sweep_id(spec.name)
-    broker.publish(submission(spec, sweep_id))
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`/`timeout` stop trials like Ctrl-C does
-    followed = False
+
+def _planner(broker: MemoryBroker, db: Database, resource_class: str, window: int | None, store: LocalArtifactStore,
+             sweep_id: str) -> PlannerDeps:
+    """:func:`planner.start`, with the outbox recovered for this sweep only: the embedded
+    database may hold other interrupted sweeps, which only their own `resume` continues."""
+    broker.declare(topology.service_queues((resource_class,)))
+    db.migrate()
+    deps = PlannerDeps(db=db, broker=broker, window=window, store=store)
+    publish_pending(deps, sweep_id)
+    broker.consume(topology.SWEEPS_QUEUE, partial(handle_sweep_message, deps=deps), prefetch=1)
+    batcher = BatchingHandler(partial(handle_events, deps=deps), max_batch=planner.EVENT_BATCH, max_wait=0.0,
+                              name="planner-events")
+    broker.consume(topology.PLANNER_EVENTS_QUEUE, batcher, prefetch=planner.EVENT_BATCH * 2)
+    deps.batchers.append(batcher)
+    return deps
+
+
+def _run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None, console: Console, db: Database,
+         sweep_id: str) -> int:
+    engine = start_engine(spec, settings, workers, db, sweep_id)
+    engine.broker.publish(submission(spec, sweep_id))
+    return drive(engine, db, sweep_id, csv, console)
+
+
+def drive(engine: Engine, db: Database, sweep_id: str, csv: Path | None, console: Console) -> int:
+    """Follow the sweep to its end and report it; the first Ctrl-C or SIGTERM drains, the second stops at once."""
+    hint = f"Resume with: spotsweep resume {sweep_id}"
     try:
-        state = _follow(db, sweep_id, console)
-        followed = True
-    except KeyboardInterrupt:
-        with db.transaction() as conn:
-            planner_store.cancel_sweep(conn, sweep_id)
-        console.print(f"interrupted: trials stopped, sweep {sweep_id} cancelled")
-        return ExitCode.KILLED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if not followed:  # interrupted, or an error: no trial may outlive this process
-            deps.agent.kill.set()
-            agent.kill_all()
-            broker.stop(drain=False)
-            deps.agent.slots.remove_workspaces()
-    broker.stop(drain=True)
-    deps.agent.slots.remove_workspaces()
-    batcher.close()
-    planner_deps.close()
+        with Interrupts(engine.kill, hint) as interrupts:
+            state = _follow(db, sweep_id, console, interrupts.draining)
+            if state is None:
+                console.print(f"interrupted: draining, running trials checkpoint and stop (up to {GRACE:g} s; "
+                              "Ctrl-C again to stop at once)")
+                engine.drain(GRACE)
+                engine.close()
+                return _interrupted(db, sweep_id, console, hint)
+    except BaseException:  # an error: no trial may outlive this process
+        engine.kill()
+        engine.broker.stop(drain=False)
+        engine.agent.slots.remove_workspaces()
+        raise
+    if state == "cancelled":  # `spotsweep cancel` from another terminal: stop its trials here
+        engine.agent.agent.cancel(sweep_id)
+    engine.close()
+    return _finish(db, sweep_id, state, csv, console)
+
+
+def _interrupted(db: Database, sweep_id: str, console: Console, hint: str) -> int:
+    rows = reporter.sweep_counts(db, sweep_id)
+    if not rows:
+        console.print("interrupted before the planner recorded the sweep: nothing to resume")
+        return ExitCode.INTERRUPTED
+    r = rows[0]
+    if r["state"] != "running":
+        console.print(f"interrupted: sweep {sweep_id} had ended meanwhile: {r['state']}")
+        return ExitCode.INTERRUPTED
+    console.print(f"interrupted: sweep {sweep_id} stopped with {r['completed']} of {r['total_trials']} trial(s) "
+                  "completed; the others resume from their last checkpoint")
+    console.print(hint, soft_wrap=True, markup=False, highlight=False)
+    print(sweep_id)
+    return ExitCode.INTERRUPTED
+
+
+def _finish(db: Database, sweep_id: str, state: str, csv: Path | None, console: Console) -> int:
     if state == "rejected":
         raise PermanentError(f"sweep refused: {printable(cap_text(reporter.sweep_counts(db, sweep_id)[0]['error'] or ''))}")
     rep = reporter.build(db, sweep_id)
@@ -123,12 +209,9 @@ def _run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | Non
     return ExitCode.OK if state == "completed" and every_trial_ended_well else ExitCode.FAILED
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _follow(db: Database, sweep_id: str, console: Console, poll: float = 0.2, accept_within: float = 30.0) -> str:
-    """Show a progress bar until the sweep leaves ``running``; return its state.
+def _follow(db: Database, sweep_id: str, console: Console, stop: threading.Event, poll: float = 0.2,
+            accept_within: float = 30.0) -> str | None:
+    """Show a progress bar until the sweep leaves ``running``; return its state (None once ``stop`` is set).
 
     The planner records every spec it receives, even a refused one; a sweep
     that never shows up means the planner failed on it (its log says why).
@@ -137,7 +220,7 @@ def _follow(db: Database, sweep_id: str, console: Console, poll: float = 0.2, ac
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("trials", total=None, detail="")
-        while True:
+        while not stop.is_set():
             rows = reporter.sweep_counts(db, sweep_id)
             if rows:
                 r = rows[0]
@@ -149,4 +232,5 @@ def _follow(db: Database, sweep_id: str, console: Console, poll: float = 0.2, ac
             elif time.monotonic() > deadline:
                 raise PermanentError(f"the planner did not record sweep {sweep_id} within {accept_within:.0f}s; "
                                      "run with --log-level INFO to see why")
-            time.sleep(poll)
+            stop.wait(poll)
+    return None

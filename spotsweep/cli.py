@@ -66,6 +66,14 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"serve the dashboard on 127.0.0.1:PORT (default {port}) while the sweep runs")
     add_flags(r, LocalSettings)
 
+    rs = sub.add_parser("resume", help="finish a local sweep whose `spotsweep run` was interrupted or killed")
+    rs.add_argument("sweep")
+    rs.add_argument("--workers", type=_positive, default=2, help="trials at once (default 2)")
+    rs.add_argument("--csv", type=Path)
+    rs.add_argument("--dashboard", nargs="?", const=port, type=_port, metavar="PORT",
+                    help=f"serve the dashboard on 127.0.0.1:PORT (default {port}) while the sweep runs")
+    add_flags(rs, LocalSettings)
+
     s = sub.add_parser("submit", help="post a sweep to the planner queue")
     s.add_argument("spec", type=Path)
     s.add_argument("--wait", action="store_true", help="follow the sweep; exit 0 only if every trial completed")
@@ -150,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["train"]:
         return _train(argv[1:])
     args = _parser().parse_args(argv)
-    log.configure(args.log_level or ("WARNING" if args.cmd == "run" else "INFO"))
+    log.configure(args.log_level or ("WARNING" if args.cmd in ("run", "resume") else "INFO"))
     try:
         return _dispatch(args, _settings(args))
     except SpecError as e:
@@ -198,7 +206,7 @@ def _train(argv: list[str]) -> int:
 def _settings(args: argparse.Namespace) -> Settings:
     """The command's settings (its process's model, or the shared one) from its flags over
     the environment; a bad value names its flag or variable (PermanentError: exit 2)."""
-    return load(PROCESSES.get(args.cmd, Settings), args)
+    return load(PROCESSES.get("run" if args.cmd == "resume" else args.cmd, Settings), args)
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
@@ -222,6 +230,11 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
         assert isinstance(settings, LocalSettings)
         return local.run(spec, settings, args.workers, args.csv, dashboard=args.dashboard)
+    if cmd == "resume":
+        from spotsweep.services import resume
+
+        assert isinstance(settings, LocalSettings)
+        return resume.resume(args.sweep, settings, args.workers, args.csv, dashboard=args.dashboard)
     if cmd == "submit":
         if args.wait and settings.database_url is None:  # checked before posting: nothing is left running unwatched
             raise PermanentError("submit --wait follows the sweep in the planner's results database: set "
@@ -242,8 +255,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         print(commands.extend(args.sweep, settings, args.trials or 0, budget))
         return ExitCode.OK
     if cmd == "cancel":
-        commands.cancel(args.sweep, settings)
-        print(f"cancel requested for {args.sweep}")
+        print(commands.cancel(args.sweep, settings))
         return ExitCode.OK
     if cmd == "migrate":
         print(commands.migrate(settings))

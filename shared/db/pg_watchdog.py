@@ -85,7 +85,8 @@ def stop_if_unused(data_dir: Path, owner: int) -> bool:
         try:
             pgs.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=user, timeout=60)
         except (subprocess.SubprocessError, OSError):
-            info.process.terminate()  # SIGTERM to the postmaster is a smart shutdown; better than none
+            if info.process is not None:
+                info.process.terminate()  # SIGTERM to the postmaster is a smart shutdown; better than none
         return True
 
 
