@@ -201,6 +201,8 @@ def test_cancel_of_a_sweep_a_local_run_is_running_stops_that_run(sweep: Path) ->
     proc = start_run(sweep)
     status = cli(sweep, "status", "--json")
     sweep_id = status.stdout.split('"sweep_id": "')[1].split('"')[0]
+    twice = cli(sweep, "resume", sweep_id)  # one process runs a sweep at a time
+    assert twice.returncode == 2 and "being run by another spotsweep process" in twice.stderr, twice.stderr
     cancelled = cli(sweep, "cancel", sweep_id)
     assert cancelled.returncode == 0 and "stops its trials" in cancelled.stdout, cancelled.stderr
     out, err = proc.communicate(timeout=60)
