@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from spotsweep.shared.secret_files import SecretFiles
 from spotsweep.shared.redact import redact as redact_url  # noqa: F401 - URLs are logged only through it
 
 
@@ -30,6 +31,13 @@ class Settings(BaseSettings):
     """What every process reads: the CLI's commands use exactly this."""
 
     model_config = SettingsConfigDict(env_prefix="SPOTSWEEP_", extra="ignore", env_ignore_empty=True)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags, then variables, then ``SPOTSWEEP_<SECRET>_FILE`` files (:mod:`.secret_files`), then defaults."""
+        return init_settings, env_settings, SecretFiles(settings_cls), dotenv_settings, file_secret_settings
 
     amqp_url: SecretStr = Field(default=SecretStr("amqp://guest:guest@127.0.0.1:5672/%2F"), description="RabbitMQ")
     amqp_ca_file: Path | None = Field(
@@ -55,6 +63,9 @@ class Settings(BaseSettings):
     log_upload_seconds: float = Field(  # read where trials run: the agent, and local mode's
         default=15.0, gt=0, description="a running trial's logs are uploaded this often (spotsweep logs lags at most this)",
         json_schema_extra={"read_by": "agent, run"})
+    workdir_limit_mib: float = Field(  # read by `spotsweep submit`, which packs a spec's workdir
+        default=100.0, gt=0, description="the most a sweep's workdir may hold (its files, before compression), MiB",
+        json_schema_extra={"read_by": "submit"})
 
 
 class _Launching(Settings):
@@ -112,6 +123,15 @@ class AgentSettings(Settings):
     require_s3: bool = Field(
         default=False, description="refuse to start without SPOTSWEEP_S3_ENDPOINT (checkpoints on this node's disk cannot "
                                    "resume on another node)")
+    trial_user: str | None = Field(
+        default=None, description="run trials as this unprivileged user (the agent must be root); a comma-separated list "
+                                  "gives trials running at once different users (docs/security.md)")
+    trial_env_pass: str | None = Field(
+        default=None, description="more of the agent's variables trials get: comma-separated names or globs (NAME,GLOB*); "
+                                  "never the credentials")
+    trial_env_deny: str | None = Field(
+        default=None, description="variables trials never get, besides SPOTSWEEP_* and *_PASSWORD/_SECRET/_TOKEN/_KEY: "
+                                  "comma-separated names or globs")
 
 
 class DashboardSettings(Settings):

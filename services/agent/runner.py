@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -31,6 +32,8 @@ from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.log_shipper import LogShipper
 from spotsweep.services.agent.supervise import Outcome, RunnerConfig, supervise
 from spotsweep.services.agent.tail import Tail
+from spotsweep.services.agent.trial_env import trial_environment
+from spotsweep.services.agent.trial_user import TrialUser, chown_tree
 from spotsweep.services.agent.watchdog import TOKEN_VAR, Watchdog
 from spotsweep.services.agent import workspace
 from spotsweep.services.agent.workspace import Paths
@@ -88,28 +91,33 @@ def kill_all() -> None:
 
 
 def _agent_environment() -> dict[bytes, bytes]:
-    """A copy of the agent's environment, as bytes (``os.environb``: no decoding
-    of every entry and encoding it again for Popen). Read anew for every
-    trial, so a change to ``os.environ`` still reaches the next one."""
+    """The agent's environment, as bytes (``os.environb``: no decoding of every
+    entry and encoding it again for Popen), read anew for every trial. Only
+    what :func:`~.trial_env.passes` reaches the trial (:func:`_environment`)."""
     return os.environb.copy()
 
 
-def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int | None, gpu: str | None) -> dict[bytes, bytes]:
-    env = _agent_environment()
-    env.update((os.fsencode(k), os.fsencode(v)) for k, v in msg.env.items())
+def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int | None, gpu: str | None,
+                 config: RunnerConfig | None = None, user: TrialUser | None = None) -> dict[bytes, bytes]:
+    """The trial's environment: the allow-listed part of the agent's (never its
+    credentials: :mod:`.trial_env`), the spec's ``env``, the trial contract's."""
+    agent = _agent_environment()
     ours = {
         "SPOTSWEEP_PARAMS": json.dumps(msg.params, separators=(",", ":")), "SPOTSWEEP_SWEEP_ID": msg.sweep_id,
         "SPOTSWEEP_TRIAL_ID": msg.trial_id, "SPOTSWEEP_TRIAL_NAME": msg.trial_name, "SPOTSWEEP_ATTEMPT": str(msg.attempt),
         "SPOTSWEEP_METRICS": str(metrics), "SPOTSWEEP_CHECKPOINT_DIR": str(ckpt_dir), TOKEN_VAR: WATCHDOG.token,
-        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.fsdecode(env.get(b"PATH", b"")),
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + (
+            msg.env["PATH"] if "PATH" in msg.env else os.fsdecode(agent.get(b"PATH", b""))),
     }
-    env.pop(b"SPOTSWEEP_RESUME_STEP", None)
     if resume is not None:
         ours["SPOTSWEEP_RESUME_STEP"] = str(resume)
     if gpu is not None:
         ours["CUDA_VISIBLE_DEVICES"] = gpu
-    env.update((os.fsencode(k), os.fsencode(v)) for k, v in ours.items())
-    return env
+    if user is not None:
+        ours.update(user.environment())
+    extra, deny = (config.trial_env_pass, config.trial_env_deny) if config is not None else ((), ())
+    spec = {k: v for k, v in msg.env.items() if k != "SPOTSWEEP_RESUME_STEP"}
+    return trial_environment(agent, spec, ours, extra, deny)
 
 
 class Confirms:
@@ -167,12 +175,14 @@ def run_trial(
     event published on the way but ``started`` is confirmed by the broker when
     this returns. The run gets a new scratch tree under ``config.workdir``, removed when it ends."""
     run_id = uuid.uuid4().hex[:12]
-    with workspace.fresh(config.workdir, f"{msg.trial_id}-a{msg.attempt}") as paths:
-        return _run(msg, store, Confirms(publish), config, control, gpu, redelivered, losses, run_id, paths)
+    with config.trial_users.take() if config.trial_users else nullcontext(None) as user, \
+            workspace.fresh(config.workdir, f"{msg.trial_id}-a{msg.attempt}", user) as paths:
+        return _run(msg, store, Confirms(publish), config, control, gpu, redelivered, losses, run_id, paths, user)
 
 
 def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControls,
-         gpu: str | None, redelivered: bool, losses: int, run_id: str, paths: Paths) -> TrialFinished | None:
+         gpu: str | None, redelivered: bool, losses: int, run_id: str, paths: Paths,
+         user: TrialUser | None = None) -> TrialFinished | None:
     ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
     out_path, err_path = paths.stdout, paths.stderr
 
@@ -196,11 +206,13 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         # for a person to look at the store (retries meet the same checkpoint).
         return end("failed", failure="exit", error=f"the trial's checkpoint cannot be restored, so the attempt did not "
                                                    f"start: {e}")
-    env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu)
+    if user is not None and resume is not None:
+        chown_tree(paths.checkpoint, user)  # the restored checkpoint is the trial's, as its workspace is
+    env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user)
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
         try:
             proc = subprocess.Popen(_argv(msg.argv, env, cwd), cwd=cwd, env=env, stdout=out, stderr=err,
-                                    start_new_session=True)
+                                    start_new_session=True, **(user.popen() if user is not None else {}))
         except OSError as e:
             return end("failed", failure="exit", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
         started = time.monotonic()

@@ -33,6 +33,7 @@ from spotsweep.services.agent.stop_policy import Action, Limits, StopState, deci
 from spotsweep.services.agent.tail import Item, Tail
 from spotsweep.shared import log
 from spotsweep.shared.settings import Settings, default
+from spotsweep.services.agent.trial_user import UserPool
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.messages import Envelope, TrialMessage
 
@@ -50,6 +51,9 @@ class RunnerConfig:
     sample_seconds: float = 5.0  # between resource samples of a running trial (sys/ metrics; 1 to 5)
     log_upload_seconds: float = default(Settings, "log_upload_seconds")  # between uploads of a running trial's logs
     code_dir: Path | None = None  # local mode: trials without a code archive run in this folder (the workdir) in place
+    trial_users: UserPool | None = None  # --trial-user: trials run as these users (trial_user.py)
+    trial_env_pass: tuple[str, ...] = ()  # more of the agent's variables trials get (trial_env.py)
+    trial_env_deny: tuple[str, ...] = ()  # variables trials never get, besides the built-in secrets
 
 
 @dataclass

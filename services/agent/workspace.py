@@ -14,6 +14,9 @@ with a link (its checkpoint directory onto a volume, say), and cleaning up
 removes the link, never what it points to (``shutil.rmtree`` does not follow
 links inside the tree).
 
+With ``--trial-user`` the run's folders belong to the trial's user, 0700,
+and the tree to the agent (:func:`_hand_over`): one trial cannot read another's.
+
 Each tree's name starts with ``p<agent pid>-``: an agent killed outright
 (kill -9, the OOM killer) cannot remove its trees, and the next agent started
 on the node removes those whose agent is gone (:func:`remove_stale`).
@@ -29,6 +32,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from spotsweep.services.agent.trial_user import TrialUser
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 FILES = ("metrics.jsonl", "stdout.log", "stderr.log")
@@ -81,15 +86,33 @@ def _remove_tree(root: str) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _hand_over(root: str, user: TrialUser) -> None:
+    """The tree of a run as ``user`` (``--trial-user``): the folder itself stays the
+    agent's, 0711 (the trial can reach its paths but not list it, rename them or swap
+    them for links: checkpoint snapshots are staged there); ``run/`` and
+    ``checkpoint/`` are the user's, 0700, and ``metrics.jsonl`` 0600, so no other
+    user, another trial's included, can read them; the logs are the agent's, 0600
+    (the trial writes them through the descriptors it inherits)."""
+    os.chmod(root, 0o711)
+    for name in ("run", "checkpoint", "metrics.jsonl"):
+        os.chown(os.path.join(root, name), user.uid, user.gid, follow_symlinks=False)
+    for name in ("stdout.log", "stderr.log"):
+        os.close(os.open(os.path.join(root, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+
+
 @contextmanager
-def fresh(parent: Path, label: str) -> Iterator[Paths]:
+def fresh(parent: Path, label: str, user: TrialUser | None = None) -> Iterator[Paths]:
     """A new, empty tree for one run under ``parent``, removed when the run is over.
-    ``label`` (the trial and attempt) goes into its name, for whoever looks."""
+    ``label`` (the trial and attempt) goes into its name, for whoever looks; ``user``:
+    the trial runs as that user (:func:`_hand_over`)."""
     root = _make_root(parent, label)
     try:
-        os.mkdir(os.path.join(root, "run"))
-        os.mkdir(os.path.join(root, "checkpoint"))
-        os.close(os.open(os.path.join(root, "metrics.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        os.mkdir(os.path.join(root, "run"), 0o700)
+        os.mkdir(os.path.join(root, "checkpoint"), 0o700)
+        os.close(os.open(os.path.join(root, "metrics.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                         0o644 if user is None else 0o600))
+        if user is not None:
+            _hand_over(root, user)
         top = Path(root)  # the runner opens stdout and stderr itself
         yield Paths(top, top / "run", top / "checkpoint", top / "metrics.jsonl", top / "stdout.log", top / "stderr.log")
     finally:

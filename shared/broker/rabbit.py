@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, TypeVar
 
 import pika
@@ -44,6 +45,7 @@ from spotsweep.shared.broker.rabbit_consumer import RabbitDelivery as RabbitDeli
 from spotsweep.shared.broker.rabbit_publisher import ConfirmPublisher
 from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError
 from spotsweep.shared.middleware import Backoff
+from spotsweep.shared.redact import scrub
 from spotsweep.shared.settings import redact_url
 from spotsweep.shared.tls import AmqpTls, amqp_context, refusal
 from spotsweep.shared.topology import DEAD_LETTER_EXCHANGE, EXCHANGES, QueueSpec
@@ -73,6 +75,22 @@ def _queue_arguments(spec: QueueSpec) -> dict[str, Any]:
     return args
 
 
+def _exchange(name: str, kind: str | None, ch: BlockingChannel) -> None:
+    """Declare an exchange; ``kind`` None: only check that it exists (passive)."""
+    if kind is None:
+        ch.exchange_declare(name, passive=True)
+    else:
+        ch.exchange_declare(name, kind, durable=True)
+
+
+def _queue(spec: QueueSpec, passive: bool, ch: BlockingChannel) -> None:
+    if passive:
+        ch.queue_declare(spec.name, passive=True)
+    else:
+        ch.queue_declare(spec.name, durable=not spec.exclusive, exclusive=spec.exclusive, auto_delete=spec.exclusive,
+                         arguments=_queue_arguments(spec))
+
+
 class RabbitBroker(Broker):
     def __init__(
         self,
@@ -90,7 +108,7 @@ class RabbitBroker(Broker):
         try:
             params = pika.URLParameters(url)
         except ValueError as e:
-            raise PermanentError(f"bad broker URL {self.url}: {e}") from e
+            raise PermanentError(f"bad broker URL {self.url}: {scrub(str(e), url)}") from None  # pika quotes the password's pieces
         if params.ssl_options is not None:  # amqps://: verify the broker's certificate and hostname
             params.ssl_options = pika.SSLOptions(amqp_context(tls or AmqpTls()), server_hostname=params.host)
         elif tls:
@@ -194,26 +212,41 @@ class RabbitBroker(Broker):
             return self._publisher
 
     def declare(self, queues: Iterable[QueueSpec]) -> None:
+        """Declare what this broker user may configure; what it may not (403, a user with
+        least privilege: docs/security.md) must exist already, and is only checked."""
         specs = list(queues)
 
         def do() -> None:
-            ch = self._confirm_channel()
             for ex in EXCHANGES:
-                ch.exchange_declare(ex.name, ex.type, durable=True)
+                self._declare_or_check(partial(_exchange, ex.name, ex.type), partial(_exchange, ex.name, None),
+                                       f"exchange {ex.name!r}")
             for spec in specs:
-                ch.queue_declare(
-                    spec.name,
-                    durable=not spec.exclusive,
-                    exclusive=spec.exclusive,
-                    auto_delete=spec.exclusive,
-                    arguments=_queue_arguments(spec),
-                )
+                declared = self._declare_or_check(partial(_queue, spec, False), partial(_queue, spec, True),
+                                                  f"queue {spec.name!r}")
                 for exchange, key in spec.bindings:
-                    if exchange:  # the default exchange binds every queue by name
-                        ch.queue_bind(spec.name, exchange, routing_key=key)
+                    if exchange and declared:  # the default exchange binds every queue by name
+                        self._confirm_channel().queue_bind(spec.name, exchange, routing_key=key)
 
         with translated(f"declare on {self.url}"):
             self.call(do)
+
+    def _declare_or_check(self, declare: Callable[[BlockingChannel], object], check: Callable[[BlockingChannel], object],
+                          what: str) -> bool:
+        """``declare``; when the broker refuses it (403), ``check`` that it exists (False). On the I/O thread."""
+        try:
+            declare(self._confirm_channel())
+            return True
+        except pe.ChannelClosedByBroker as e:
+            if e.reply_code != 403:
+                raise
+        try:
+            check(self._confirm_channel())  # a refusal closed the channel: a new one
+        except pe.ChannelClosedByBroker as e:
+            if e.reply_code == 404:
+                raise RetryableError(f"{what} does not exist yet, and this broker user may not declare it: the planner "
+                                     "(or deploy/rabbitmq/definitions.json) declares it") from e
+            raise
+        return False
 
     def consumers(self, queue: str) -> int | None:
         def do() -> int | None:

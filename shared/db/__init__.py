@@ -18,8 +18,9 @@ import psycopg
 from psycopg.rows import dict_row
 from pydantic import SecretStr
 
+from spotsweep.shared.db.connect_error import connect_error
 from spotsweep.shared.db.sqlstate import translated
-from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.settings import redact_url
 from spotsweep.shared.tls import refusal
 
@@ -49,10 +50,11 @@ class Database:
             try:
                 conn = psycopg.connect(self.url, row_factory=dict_row, connect_timeout=self._timeout,  # type: ignore[arg-type]
                                        **self.options)
-            except psycopg.OperationalError as e:
-                if (refused := refusal(e, "PostgreSQL", redact_url(self.url), "SPOTSWEEP_DATABASE_SSLROOTCERT")) is not None:
+            except psycopg.Error as e:  # a URL libpq cannot parse too (ProgrammingError): never a traceback
+                if isinstance(e, psycopg.OperationalError) and (
+                        refused := refusal(e, "PostgreSQL", redact_url(self.url), "SPOTSWEEP_DATABASE_SSLROOTCERT")) is not None:
                     raise refused from None
-                raise RetryableError(f"cannot connect to PostgreSQL at {redact_url(self.url)}: {e}") from e
+                raise connect_error(self.url, e) from None  # not "from e": its message may quote the password
             self._local.conn = conn
         return conn
 

@@ -32,8 +32,9 @@ from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend
 from yoyo.connections import parse_uri
 from yoyo.migrations import MigrationList
 
+from spotsweep.shared.db.connect_error import connect_error
 from spotsweep.shared.db.sqlstate import translated
-from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.settings import redact_url
 from spotsweep.shared.tls import refusal
 
@@ -132,7 +133,8 @@ def _newer(url: str, unknown: list[str]) -> PermanentError:
 def _connect(url: str, options: Mapping[str, Any] | None = None) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(url, autocommit=True, connect_timeout=10, **(options or {}))
-    except psycopg.OperationalError as e:
-        if (refused := refusal(e, "PostgreSQL", redact_url(url), "SPOTSWEEP_DATABASE_SSLROOTCERT")) is not None:
+    except psycopg.Error as e:  # a URL libpq cannot parse too (ProgrammingError): never a traceback
+        if isinstance(e, psycopg.OperationalError) and (
+                refused := refusal(e, "PostgreSQL", redact_url(url), "SPOTSWEEP_DATABASE_SSLROOTCERT")) is not None:
             raise refused from None
-        raise RetryableError(f"cannot connect to PostgreSQL at {redact_url(url)}: {e}") from e
+        raise connect_error(url, e) from None  # not "from e": its message may quote the password

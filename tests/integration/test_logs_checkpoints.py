@@ -65,7 +65,8 @@ def start(cluster: Cluster, tmp: Path, slots: int = 1) -> None:
     cluster.start("planner", "planner")
     cluster.start("collector", "collector")
     cluster.start("agent", "agent", "--slots", str(slots), "--class", "cpu", "--workdir", str(tmp / "work"),
-                  env={"SPOTSWEEP_LOG_UPLOAD_SECONDS": "0.3", "GO_FILE": str(tmp / "go")})
+                  env={"SPOTSWEEP_LOG_UPLOAD_SECONDS": "0.3", "GO_FILE": str(tmp / "go"),
+                       "SPOTSWEEP_TRIAL_ENV_PASS": "GO_FILE"})  # trials get only what the allow-list passes
 
 
 def test_logs_while_running_follow_and_after_the_node_is_gone(cluster: Cluster, tmp_path: Path,

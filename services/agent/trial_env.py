@@ -1,0 +1,73 @@
+"""A trial's environment, from an allow-list: the node's secrets never reach it.
+
+A trial is someone else's code on a node that holds the cluster's
+credentials (the broker URL with its password, the S3 keys). Copying the
+agent's environment would hand them over, so a trial gets only:
+
+* the trial contract's variables (``SPOTSWEEP_PARAMS``, ``SPOTSWEEP_METRICS``
+  ...: the runner's ``ours``, which win over everything) and the spec's
+  ``env`` (the sweep author's own, passed as written);
+* from the agent's environment, the names in :data:`PASS` and :data:`PASS_GLOBS`:
+  what a program needs to run (``PATH``, ``HOME``, locale, time zone, temp
+  folder, user name), the Python interpreter's own knobs (``PYTHONPATH``
+  included: it names code, not secrets, and a sweep run from a checkout
+  needs it), the virtualenv, and the GPU runtime's (``CUDA_*``, ``NVIDIA_*``,
+  ``NCCL_*``, ``HIP_``/``ROCR_VISIBLE_DEVICES``, ``LD_LIBRARY_PATH``, the
+  thread counts of OpenMP and MKL);
+* the operator's extra names or globs (``SPOTSWEEP_TRIAL_ENV_PASS``).
+
+``SPOTSWEEP_HOME`` passes too (no secret; the trainer keeps its data cache
+under it). Whatever the lists say, these never pass from the agent: every other
+``SPOTSWEEP_*`` (the broker and database URLs, ``SPOTSWEEP_S3_*``, the
+``*_FILE`` settings), any name ending in ``_PASSWORD``, ``_SECRET``,
+``_TOKEN`` or ``_KEY`` (and ``_PASSWD``, ``_CREDENTIALS``), and the names or
+globs the operator marks secret (``SPOTSWEEP_TRIAL_ENV_DENY``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from fnmatch import fnmatchcase
+
+PASS = frozenset({
+    "PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM",
+    "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH",
+    "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONHASHSEED",
+    "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "PYTHONPYCACHEPREFIX",
+    "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+})
+PASS_GLOBS = ("LC_*", "CUDA_*", "NVIDIA_*", "NCCL_*")
+# The agent's own settings that are no secret and that trials read (the trainer's data cache: $SPOTSWEEP_HOME/data).
+SPOTSWEEP_PASS = frozenset({"SPOTSWEEP_HOME"})
+# Never from the agent, whatever PASS or the operator says.
+DENY_GLOBS = ("SPOTSWEEP_*", "*_PASSWORD", "*_PASSWD", "*_SECRET", "*_TOKEN", "*_KEY", "*_CREDENTIALS")
+
+
+def names(setting: str | None) -> tuple[str, ...]:
+    """``"A, B_*"`` (an operator's list: comma- or space-separated names or globs) as a tuple."""
+    return tuple(n for n in (setting or "").replace(",", " ").split() if n)
+
+
+def _any(name: str, globs: Iterable[str]) -> bool:
+    return any(fnmatchcase(name, g) for g in globs)
+
+
+def passes(name: str, extra: Iterable[str] = (), deny: Iterable[str] = ()) -> bool:
+    """Whether the agent's variable ``name`` reaches a trial (``extra``, ``deny``: the operator's lists)."""
+    if _any(name, deny) or (name not in SPOTSWEEP_PASS and _any(name, DENY_GLOBS)):
+        return False
+    return name in PASS or name in SPOTSWEEP_PASS or _any(name, PASS_GLOBS) or _any(name, extra)
+
+
+def trial_environment(agent: Mapping[bytes, bytes], spec: Mapping[str, str], ours: Mapping[str, str],
+                      extra: Iterable[str] = (), deny: Iterable[str] = ()) -> dict[bytes, bytes]:
+    """The environment a trial runs with, as bytes for ``Popen``: the agent's
+    variables that :func:`passes`, then the spec's ``env``, then ``ours`` (the
+    trial contract's, which nothing overrides)."""
+    extra, deny = tuple(extra), tuple(deny)
+    env = {k: v for k, v in agent.items() if passes(os.fsdecode(k), extra, deny)}
+    env.update((os.fsencode(k), os.fsencode(v)) for k, v in spec.items())
+    env.update((os.fsencode(k), os.fsencode(v)) for k, v in ours.items())
+    return env
