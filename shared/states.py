@@ -16,6 +16,7 @@ class TrialState(str, Enum):
     PENDING = "pending"  # row written, message not yet confirmed by the broker
     QUEUED = "queued"  # trial message confirmed on the broker
     RUNNING = "running"  # an agent reported the process started
+    PAUSED = "paused"  # ended a run at a successive-halving rung; waits for a promotion (no slot held)
     COMPLETED = "completed"
     PRUNED = "pruned"
     FAILED = "failed"
@@ -34,7 +35,9 @@ _ALLOWED: dict[TrialState, frozenset[TrialState]] = {
     # -> PENDING is a retry or a preemption putting the trial back with a new
     # attempt; PENDING is the outbox state until the broker confirms it.
     TrialState.QUEUED: frozenset({TrialState.PENDING, TrialState.RUNNING, *TERMINAL}),
-    TrialState.RUNNING: frozenset({TrialState.PENDING, TrialState.QUEUED, *TERMINAL}),
+    TrialState.RUNNING: frozenset({TrialState.PENDING, TrialState.QUEUED, TrialState.PAUSED, *TERMINAL}),
+    # A promotion relaunches a paused trial (a new attempt); one never promoted is pruned.
+    TrialState.PAUSED: frozenset({TrialState.PENDING, *TERMINAL}),
 }
 
 

@@ -177,6 +177,11 @@ def decide(sweep: SweepState, trial: TrialView, event: TrialStarted | TrialFinis
             # the agent): it would only redo finished work.
             return Decision(stop=Stop(event.attempt, event.run_id, "ended"), reason=f"trial already {trial.state.value}")
         return Decision(reason=f"trial already {trial.state.value}")
+    if trial.state == TrialState.PAUSED:
+        # Its run ended at a rung and it waits for a promotion: an event about that run is told again.
+        if starts:
+            return Decision(stop=Stop(event.attempt, event.run_id, "ended"), reason="trial waits at its rung")
+        return Decision(reason="trial waits at its rung for a promotion")
     if event.attempt != trial.attempt:
         reason = f"stale attempt {event.attempt} (current {trial.attempt})"
         if starts:
@@ -268,6 +273,8 @@ def _completed(trial: TrialView, run_end: RunEnd | None, base: dict[str, Any]) -
         return TrialUpdate(TrialState.PENDING, n + 1, f, p, params=params, rungs=rungs, **dict(base, losses=0))
     if v.action == Action.PRUNE:
         return TrialUpdate(TrialState.PRUNED, n, f, p, rungs=rungs, error=v.reason, finished=True, **base)
+    if v.action == Action.PAUSE:  # waits at its rung; the top-up promotes it when it ranks (launch.py)
+        return TrialUpdate(TrialState.PAUSED, n, f, p, rungs=rungs, **base)
     return TrialUpdate(TrialState.COMPLETED, n, f, p, rungs=rungs, finished=True, **base)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spotsweep.services.planner import store
-from spotsweep.services.planner.decide import RetryPolicy, fill
+from spotsweep.services.planner.decide import RetryPolicy, TrialUpdate, fill
 from spotsweep.services.planner.outcome import sweep_end
 from spotsweep.services.planner.search import Search, TrialRecord
 from spotsweep.services.planner.unit import UnitOfWork
@@ -56,7 +56,7 @@ def top_up(uow: UnitOfWork, sweep_id: str, spec: SweepSpec, search: Search, wind
         return TopUp()
     state = store.sweep_state(uow.trials.in_flight(sweep_id), sweep, spec.max_concurrent, retry_policy(spec), window)
     regular: list[TrialRecord] = []
-    if search.model is not None or spec.smoke is not None:
+    if search.model is not None or spec.smoke is not None or search.waits:
         # Model-based samplers read pruned trials' curves (Optuna ranks them by their intermediate values).
         regular, smoke = uow.history(sweep_id, spec, pruned_curves=search.model is not None)
         if spec.smoke is not None:
@@ -72,13 +72,72 @@ def top_up(uow: UnitOfWork, sweep_id: str, spec: SweepSpec, search: Search, wind
                 uow.trials.insert(sweep_id, new, advance=False)
                 return TopUp(launched=len(new))
     n, _ = fill(state)
+    promoted = 0
+    if search.waits:  # a free slot goes to a waiting trial that ranks before any new config (the paper's get_job)
+        room, _ = fill(replace(state, total_trials=state.next_index + spec.max_concurrent))
+        final = state.next_index >= state.total_trials and state.in_flight == 0  # no rung will see more trials
+        promoted = _promote(uow, sweep, spec, search, room, regular, final)
+        n = min(n, room - promoted)
     launched, total = _launch(uow, sweep, spec, search, n, regular)
-    done = state.next_index + launched >= total and state.in_flight + launched == 0
+    done = state.next_index + launched >= total and state.in_flight + launched + promoted == 0
+    if done and search.waits:
+        _prune_waiting(uow, regular, sweep_id)
     if done:
         ended, error = sweep_end(uow.trials.outcomes(sweep_id))
         uow.sweeps.finish(sweep_id, ended, error)
         _log.info(f"sweep {ended}", error=error)
     return TopUp(launched=launched, done=done)
+
+
+def _promote(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: int, regular: list[TrialRecord],
+             final: bool) -> int:
+    """ASHA's paper rule: relaunch up to ``n`` waiting trials that rank in the best
+    1/eta of their rung, top rung first, each from its checkpoint (a new attempt
+    with the larger budget), before any new config. A promotion a budget cap
+    refuses completes the trial at its rung, and the sweep launches nothing new."""
+    param = search.budget_param
+    assert param is not None
+    sweep_id = sweep["sweep_id"]
+    promoted = 0
+    for p in search.promotions(regular, n, final):
+        trial_id = store.trial_id_for(sweep_id, p.index)
+        uow.load([trial_id])
+        found = uow.trial(trial_id)
+        if found is None or found[1].state != TrialState.PAUSED:
+            continue
+        view = found[1]
+        if spec.budget is not None:
+            check = search.may_promote(uow.usage(sweep_id, spec, param), p.rung, p.budget)
+            if not check.ok:
+                uow.stage(trial_id, TrialUpdate(TrialState.COMPLETED, view.attempt, view.failures, view.preemptions,
+                                                finished=True))
+                if int(sweep["total_trials"]) > int(sweep["next_index"]):
+                    uow.sweeps.cap(sweep_id, int(sweep["next_index"]), check.reason)
+                _log.info("not promoted: budget reached", reason=check.reason)
+                continue
+        params = {**view.params, param: p.budget}
+        uow.stage(trial_id, TrialUpdate(TrialState.PENDING, view.attempt + 1, view.failures, view.preemptions,
+                                        params=params, losses=0))
+        _log.info("successive halving promotes a waiting trial", trial=trial_id, budget=p.budget, reason=p.reason)
+        promoted += 1
+    return promoted
+
+
+def _prune_waiting(uow: UnitOfWork, regular: list[TrialRecord], sweep_id: str) -> None:
+    """Nothing runs and nothing more can: the trials still waiting at a rung were
+    never in its best 1/eta; they end pruned there."""
+    for r in regular:
+        if r.state != TrialState.PAUSED:
+            continue
+        trial_id = store.trial_id_for(sweep_id, r.index)
+        uow.load([trial_id])
+        found = uow.trial(trial_id)
+        if found is None or found[1].state != TrialState.PAUSED:
+            continue
+        view = found[1]
+        rung = max(r.rungs) if r.rungs else None
+        uow.stage(trial_id, TrialUpdate(TrialState.PRUNED, view.attempt, view.failures, view.preemptions, finished=True,
+                                        error=f"not promoted past rung {rung}: never in the best 1/eta of the trials its rung saw"))
 
 
 def _launch(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: int, regular: list[TrialRecord]) -> tuple[int, int]:

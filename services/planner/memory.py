@@ -72,7 +72,7 @@ class MemorySweeps:
         error = pg_text(error)
         self.finish(sweep_id, "failed", error)
         for row in self.db.trials.values():
-            if row["sweep_id"] == sweep_id and TrialState(row["state"]) in IN_FLIGHT:
+            if row["sweep_id"] == sweep_id and TrialState(row["state"]) in (*IN_FLIGHT, TrialState.PAUSED):
                 row.update(state="cancelled", finished_at=time.time(), error="the sweep failed: " + error)
 
     def spec(self, sweep_id: str) -> tuple[dict[str, Any], int] | None:

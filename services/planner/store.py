@@ -238,7 +238,7 @@ def fail_sweep(conn: Conn, sweep_id: str, error: str) -> int:
     finish_sweep(conn, sweep_id, "failed", error)
     cur = conn.execute(
         "UPDATE trials SET state = 'cancelled', finished_at = now(), error = 'the sweep failed: ' || %s"
-        " WHERE sweep_id = %s AND state IN ('pending', 'queued', 'running')",
+        " WHERE sweep_id = %s AND state IN ('pending', 'queued', 'running', 'paused')",
         (error, sweep_id),
     )
     return cur.rowcount
@@ -256,7 +256,7 @@ def cancel_sweep(conn: Conn, sweep_id: str) -> int | None:
         return None
     cur = conn.execute(
         "UPDATE trials SET state = 'cancelled', finished_at = now(), error = 'cancelled by user'"
-        " WHERE sweep_id = %s AND state IN ('pending', 'queued', 'running')",
+        " WHERE sweep_id = %s AND state IN ('pending', 'queued', 'running', 'paused')",
         (sweep_id,),
     )
     return cur.rowcount

@@ -38,6 +38,7 @@ class AshaStrategy(StrategyModel):
     seed: int = 0
     sampler: Literal["grid", "random", "sobol", "tpe"] | None = None
     order: Literal["shuffled", "listed"] = "shuffled"
+    promotion: Literal["paper", "async"] = "paper"  # see HyperbandStop
 
     def sampler_name(self, spec: SweepSpec) -> str:
         if self.sampler is not None:
@@ -65,7 +66,7 @@ class AshaStrategy(StrategyModel):
 
     @cached_property
     def implied_stop(self) -> HyperbandStop:  # built once: validation asks for it several times
-        return HyperbandStop(budget=self.budget, eta=self.eta, brackets=self.brackets)
+        return HyperbandStop(budget=self.budget, eta=self.eta, brackets=self.brackets, promotion=self.promotion)
 
     def problems(self, spec: SweepSpec) -> Problems:
         problems = continuous_problems(spec, "asha with sampler grid") if self.sampler == "grid" else []

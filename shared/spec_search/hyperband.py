@@ -21,6 +21,9 @@ class HyperbandStop(StopModel):
     budget: BudgetParam
     eta: int = Field(default=3, ge=2)
     brackets: int | None = Field(default=None, ge=1)  # default: every bracket that fits
+    # paper: a trial waits at its rung and is promoted when it ranks in the best 1/eta of those
+    # its rung has seen, checked whenever a slot frees (Li et al.); async: decided once on arrival (Ray Tune)
+    promotion: Literal["paper", "async"] = "paper"
 
     def halving_budget(self) -> BudgetParam:
         return self.budget

@@ -16,7 +16,7 @@ from spotsweep.services.planner.search.history import TrialRecord, objective_nam
 from spotsweep.services.planner.search.median import Median
 from spotsweep.services.planner.search.model import GP_NEEDS_TORCH, ModelSearch, Suggestion
 from spotsweep.services.planner.search.registry import Sampler, Stopper, register_sampler, register_stopper
-from spotsweep.services.planner.search.rungs import Action, Asha, StepDecision, bracket_rungs
+from spotsweep.services.planner.search.rungs import Action, Asha, Promotion, StepDecision, bracket_rungs
 from spotsweep.services.planner.search.smoke import SmokeDecision, smoke_stage
 from spotsweep.services.planner.search.strategy import Proposal, Search
 
@@ -26,6 +26,7 @@ __all__ = [
     "Asha",
     "Median",
     "ModelSearch",
+    "Promotion",
     "Proposal",
     "Sampler",
     "Search",

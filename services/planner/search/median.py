@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from spotsweep.services.planner.search.history import TrialRecord, sign
-from spotsweep.services.planner.search.rungs import Action, StepDecision
+from spotsweep.services.planner.search.rungs import Action, Promotion, StepDecision
 from spotsweep.shared.spec_search import MedianStop
 from spotsweep.shared.states import TrialState
 
@@ -41,9 +41,14 @@ class Median:
     def __init__(self, stop: MedianStop, mode: str) -> None:
         self.stop, self.mode = stop, mode
 
+    waits = False  # trials never wait for a promotion: they run to their end or are stopped
+
     def initial_budget(self, index: int) -> None:
         """Median stopping has no budget parameter to fill in."""
         return None
+
+    def promotions(self, history: Sequence[TrialRecord], slots: int, final: bool = False) -> list[Promotion]:
+        return []
 
     def decide(self, history: Sequence[TrialRecord], trial: TrialRecord, step: int, value: float) -> StepDecision:
         """Whether ``trial`` goes on after reporting ``value`` at ``step``.

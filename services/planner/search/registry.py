@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from spotsweep.services.planner.search.history import TrialRecord
 from spotsweep.services.planner.search.median import Median
 from spotsweep.services.planner.search.model import ModelSearch, Suggestion
-from spotsweep.services.planner.search.rungs import Asha, StepDecision
+from spotsweep.services.planner.search.rungs import Asha, Promotion, StepDecision
 from spotsweep.shared.space import sampler_of
 from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.spec_search import MODEL_TYPES, StopModel, stop_of
@@ -42,7 +42,15 @@ class Sampler(Protocol):
 
 
 class Stopper(Protocol):
-    """Decides on a trial that reported ``value`` at ``step`` (or ended its run at budget ``step``)."""
+    """Decides on a trial that reported ``value`` at ``step`` (or ended its run at budget ``step``).
+
+    ``waits``: the stopper may PAUSE a trial at a rung; :meth:`promotions` then
+    says which waiting trials to relaunch when slots are free."""
+
+    waits: bool
+
+    def promotions(self, history: Sequence[TrialRecord], slots: int, final: bool = False) -> list[Promotion]:
+        """Waiting trials to relaunch now, at most ``slots``, best claim first (``final``: nothing else can run)."""
 
     def initial_budget(self, index: int) -> int | None:
         """The budget parameter trial ``index`` starts with; None: the stopper sets none."""
@@ -92,5 +100,6 @@ def stopper_for(spec: SweepSpec) -> Stopper | None:
 
 for _name in MODEL_TYPES:
     register_sampler(_name, ModelSearch)
-register_stopper("hyperband", lambda stop, spec: Asha(stop.budget, stop.eta, stop.brackets, spec.metric.mode))
+register_stopper("hyperband", lambda stop, spec: Asha(stop.budget, stop.eta, stop.brackets, spec.metric.mode,
+                                                      stop.promotion))
 register_stopper("median", lambda stop, spec: Median(stop, spec.metric.mode))

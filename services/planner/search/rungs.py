@@ -1,12 +1,26 @@
 """Asynchronous successive halving (ASHA) and Hyperband as brackets of it.
 
-Semantics follow Ray Tune's ``async_hyperband.py``: bracket ``s`` has rungs
-at budgets ``min * eta**(k + s)`` below ``max``; when a trial reaches a rung
-(the highest one it passed and has not been decided at), its value is
-compared with the values recorded at that rung by the other trials of its
-bracket so far: it goes on if it is in the best ``1/eta`` of them (or the
-rung is empty), otherwise it is pruned. Nothing waits for a rung to fill.
-Unlike Ray, a non-finite value (a diverged trial) is pruned.
+Bracket ``s`` has rungs at budgets ``min * eta**(k + s)`` below ``max``.
+Two promotion rules (``promotion``):
+
+* ``paper`` (the spec's default with a budget parameter): the rule of Li et
+  al., "A System for Massively Parallel Hyperparameter Tuning" (MLSys 2020).
+  A trial that ends its run at a rung *waits* there (PAUSE: the planner keeps
+  it ``paused``); whenever a slot frees up (the paper's ``get_job``, the
+  planner's top-up) :meth:`Asha.promotions` looks from the top rung down for
+  a waiting trial in the best ``floor(n / eta)`` of the ``n`` trials its rung
+  has seen, and promotes it before any new config starts. A trial left out
+  now may be promoted later, when more trials reached its rung; the ones
+  still waiting when nothing else can run are pruned (:meth:`Asha.leftover`).
+* ``async``: Ray Tune's ``async_hyperband.py``: when a trial reaches a rung
+  (the highest one it passed and has not been decided at), its value is
+  compared with the values recorded at that rung by the other trials of its
+  bracket so far: it goes on if it is in the best ``1/eta`` of them (or the
+  rung is empty), otherwise it is pruned. Nothing waits for a rung to fill.
+  Without a budget parameter (a running trial cannot wait) this rule applies
+  whatever ``promotion`` says.
+
+Under both, a non-finite value (a diverged trial) is pruned.
 
 Two ways to go on (``BudgetParam.param``):
 * with a budget parameter the trial runs up to its rung's budget and ends;
@@ -35,6 +49,7 @@ import numpy as np
 
 from spotsweep.services.planner.search.history import TrialRecord, sign
 from spotsweep.shared.spec_search import BudgetParam, max_brackets
+from spotsweep.shared.states import TrialState
 
 
 class Action(str, Enum):
@@ -42,6 +57,7 @@ class Action(str, Enum):
     PROMOTE = "promote"  # go on to ``budget`` (relaunch from the checkpoint when ``relaunch``)
     PRUNE = "prune"  # end the trial as pruned (stop it if it is running)
     COMPLETE = "complete"  # reached the top budget: it ends as completed
+    PAUSE = "pause"  # wait at the rung for a promotion (the paper's rule: :meth:`Asha.promotions`)
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,16 @@ class StepDecision:
     rung: int | None = None  # the rung decided at: persist ``{rung: value}`` in the trial's rungs
     budget: int | None = None  # the next budget, for PROMOTE
     relaunch: bool = False  # PROMOTE by relaunching with the budget parameter set to ``budget``
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A waiting trial to relaunch from its checkpoint with the parameter set to ``budget``."""
+
+    index: int
+    rung: int  # the budget it waited at
+    budget: int
     reason: str = ""
 
 
@@ -79,8 +105,10 @@ def _interleave(weights: Sequence[int]) -> tuple[int, ...]:
 class Asha:
     """The decision of one (or, for Hyperband, several) ASHA brackets."""
 
-    def __init__(self, budget: BudgetParam, eta: int, brackets: int | None, mode: str) -> None:
+    def __init__(self, budget: BudgetParam, eta: int, brackets: int | None, mode: str, promotion: str = "async") -> None:
         self.budget, self.eta, self.mode = budget, eta, mode
+        # The paper's rule needs a trial that can wait: one that ends its run at each rung.
+        self.waits = promotion == "paper" and budget.param is not None
         top = max_brackets(budget, eta)
         self.brackets = top if brackets is None else brackets
         self.rungs = tuple(bracket_rungs(budget, eta, s) for s in range(self.brackets))
@@ -115,6 +143,8 @@ class Asha:
         following = rungs[rungs.index(rung) + 1]
         if not math.isfinite(value):
             return StepDecision(Action.PRUNE, rung, reason=f"value {value} at rung {rung} is not finite")
+        if self.waits:
+            return StepDecision(Action.PAUSE, rung, reason=f"waits at rung {rung} for a promotion")
         recorded = [sign(self.mode) * r.rungs[rung] for r in history
                     if r.index != trial.index and rung in r.rungs and self.bracket_of(r.index) == bracket]
         recorded = [v for v in recorded if math.isfinite(v)]
@@ -128,3 +158,47 @@ class Asha:
                                 f"of {len(recorded)} (cutoff {sign(self.mode) * cutoff:.6g})")
         return StepDecision(Action.PROMOTE, rung, following, relaunch,
                             reason=f"{value:.6g} at rung {rung} is within the best 1/{self.eta} of {len(recorded)}")
+
+    def promotions(self, history: Sequence[TrialRecord], slots: int, final: bool = False) -> list[Promotion]:
+        """The paper's ``get_job`` for ``slots`` free slots: waiting (``paused``)
+        trials in the best ``floor(n / eta)`` of their rung's ``n`` finite values
+        (their bracket's), from the top rung down, best first. Call it whenever
+        a slot frees up, before starting a new config.
+
+        ``final``: no new config is left and nothing runs, so no rung will see
+        more trials. A rung that promoted no one yet (fewer than ``eta`` reached
+        it) then promotes its best, so that every bracket trains at least one
+        trial to ``max`` (a finite grid would otherwise stop short of it)."""
+        if not self.waits or slots <= 0:
+            return []
+        out = self._ranked(history, slots)
+        return out if out or not final else self._ranked(history, slots, final=True)
+
+    def _ranked(self, history: Sequence[TrialRecord], slots: int, final: bool = False) -> list[Promotion]:
+        assert self.budget.param is not None
+        sg = sign(self.mode)
+        by_rung: list[tuple[int, int]] = sorted(((r, b) for b, rungs in enumerate(self.rungs) for r in rungs[:-1]),
+                                                reverse=True)  # (rung budget, bracket), top rung first
+        out: list[Promotion] = []
+        for rung, bracket in by_rung:
+            seen = [r for r in history if rung in r.rungs and math.isfinite(r.rungs[rung])
+                    and self.bracket_of(r.index) == bracket]
+            keep = len(seen) // self.eta
+            following = self.rungs[bracket][self.rungs[bracket].index(rung) + 1]
+            if final and keep == 0 and seen and not any(following in r.rungs or int(r.params[self.budget.param]) > rung
+                                                        for r in seen):
+                keep = 1  # the rung's best goes on: no other trial ever will
+            if keep == 0:
+                continue
+            ranked = sorted(seen, key=lambda r: (sg * r.rungs[rung], r.index))[:keep]
+            for r in ranked:
+                if r.state == TrialState.PAUSED and int(r.params[self.budget.param]) == rung:
+                    out.append(Promotion(r.index, rung, following, f"{r.rungs[rung]:.6g} at rung {rung} is within the "
+                                         f"best {keep} of {len(seen)} (1/{self.eta})"))
+                    if len(out) == slots:
+                        return out
+        return out
+
+    def leftover(self, history: Sequence[TrialRecord]) -> list[TrialRecord]:
+        """Trials still waiting when nothing else can run: they are pruned at their rung."""
+        return [r for r in history if r.state == TrialState.PAUSED]

@@ -30,7 +30,7 @@ from typing import Any
 from spotsweep.services.planner.search.budget import Usage, Verdict, may_continue, may_launch
 from spotsweep.services.planner.search.history import TrialRecord, objective_names
 from spotsweep.services.planner.search.registry import Sampler, Stopper, sampler_for, stopper_for
-from spotsweep.services.planner.search.rungs import Action, StepDecision
+from spotsweep.services.planner.search.rungs import Action, Promotion, StepDecision
 from spotsweep.services.planner.search.smoke import SmokeDecision, smoke_stage
 from spotsweep.shared.space import config_params, configs, params_at, total_trials
 from spotsweep.shared.spec import RandomStrategy, SweepSpec
@@ -68,6 +68,20 @@ class Search:
         budget = self.stopper.initial_budget(index)
         assert budget is not None, "a stopper with a budget parameter gives every trial its first budget"
         return budget
+
+    @property
+    def waits(self) -> bool:
+        """Whether trials wait at rungs for promotions (ASHA's paper rule): the
+        planner asks :meth:`promotions` whenever slots are free."""
+        return self._relaunching and self.stopper is not None and self.stopper.waits
+
+    def promotions(self, history: Sequence[TrialRecord], slots: int, final: bool = False) -> list[Promotion]:
+        """Waiting trials to relaunch from their checkpoints now (the paper's
+        ``get_job``), at most ``slots``, before any new config starts;
+        ``final``: nothing runs and no new config is left."""
+        if not self.waits or self.stopper is None:
+            return []
+        return self.stopper.promotions(history, slots, final)
 
     @property
     def wants_progress(self) -> bool:

@@ -18,7 +18,8 @@ BASE: dict[str, Any] = {
     "resources": {"gpus": 0, "class": "cpu"},
 }
 ASHA = {**BASE, "command": [*BASE["command"], "--steps", "{steps}"], "space": {"x": [1, 2, 3, 4]}, "max_concurrent": 1,
-        "strategy": {"type": "asha", "budget": {"param": "steps", "min": 1, "max": 9}, "eta": 3, "order": "listed"}}
+        "strategy": {"type": "asha", "budget": {"param": "steps", "min": 1, "max": 9}, "eta": 3, "order": "listed",
+                     "promotion": "async"}}
 
 
 def run(h: Any, msg: TrialMessage, loss: float, **kw: Any) -> None:

@@ -41,7 +41,8 @@ def loss(p: dict[str, Any], steps: int) -> float:
 def test_asha_promotes_by_relaunching_and_prunes() -> None:
     """A small planner loop: each run goes to its budget, ends, and is promoted (same trial,
     larger budget, resumed) or pruned. Trials launched as slots free up, nobody waits for a rung."""
-    spec = make({"type": "asha", "budget": {"param": "steps", "min": 1, "max": 27}, "eta": 3, "trials": 30, "seed": 0})
+    spec = make({"type": "asha", "budget": {"param": "steps", "min": 1, "max": 27}, "eta": 3, "trials": 30, "seed": 0,
+                 "promotion": "async"})
     search = Search(spec)
     records: dict[int, TrialRecord] = {}
     runs: list[tuple[int, int]] = []  # (trial, budget) runs in the order they ran
