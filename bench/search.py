@@ -113,6 +113,14 @@ def run_ours(strategy: dict[str, Any], workers: int, budget: float, seed: int, r
     next_index = [0]
 
     def launch() -> bool:
+        # A free slot goes to a waiting trial that ranks first (ASHA's paper rule), as the planner's top-up does.
+        final = next_index[0] >= search.total_trials and pool.busy() == 0
+        for p in search.promotions(list(records.values()), 1, final):
+            r = records[p.index]
+            records[p.index] = TrialRecord(p.index, {**r.params, "steps": p.budget}, TrialState.RUNNING, rungs=r.rungs,
+                                           attrs=r.attrs)
+            pool.start(p.budget - p.rung + resume_cost, p.index)
+            return True
         i = next_index[0]
         if i >= search.total_trials:
             return False
@@ -132,6 +140,9 @@ def run_ours(strategy: dict[str, Any], workers: int, budget: float, seed: int, r
         if d.action == Action.PROMOTE and d.budget is not None:
             records[i] = TrialRecord(i, {**r.params, "steps": d.budget}, TrialState.RUNNING, rungs=rungs, attrs=r.attrs)
             pool.start(d.budget - budget_now + resume_cost, i)  # the same trial, resumed from its checkpoint
+            return
+        if d.action == Action.PAUSE:  # waits at its rung for a promotion (launch above)
+            records[i] = TrialRecord(i, r.params, TrialState.PAUSED, (value,), rungs=rungs, attrs=r.attrs)
             return
         state = TrialState.PRUNED if d.action == Action.PRUNE else TrialState.COMPLETED
         records[i] = TrialRecord(i, r.params, state, (value,), rungs=rungs, attrs=r.attrs)
@@ -186,8 +197,15 @@ def main() -> None:
     ap.add_argument("--trials-budget", type=int, default=60, help="GPU-steps budget in full trials (of 81 steps)")
     ap.add_argument("--resume-cost", type=float, default=0.5, help="steps lost per ASHA relaunch (restart, checkpoint load)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--grid27", action="store_true", help="only ASHA's variants on the 27-config grid (issue 21)")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.grid27:
+        results27 = grid27(args.seeds, args.workers)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"grid27": results27, "machine": platform.platform()}, indent=2))
+        return
     budget = args.trials_budget * MAX_T
     marks = [budget / 4, budget / 2, 3 * budget / 4, budget]
     grid_all = parse_spec({"name": "g", "command": ["t"], "metric": {"name": "loss"}, "space": SPACE})
@@ -238,6 +256,103 @@ def main() -> None:
                                          "budget_gpu_steps": budget, "marks": marks, "true_optimum": optimum,
                                          "machine": platform.platform(), "python": platform.python_version(),
                                          "results": results}, indent=2))
+
+
+GRID27: dict[str, Any] = {"lr": [1e-3, 3e-3, 1e-2], "batch": [32, 128, 256], "depth": [2, 6, 12]}  # 27 configs
+
+
+def curve_model(p: dict[str, Any], steps: int, seed: int) -> float:
+    """The learning-curve model above on the 27-grid, 27 budget units = 81 of its steps."""
+    return true_loss({**p, "warmup": 5}, steps * 3) + random.Random(f"{seed}:{sorted(p.items())}:{steps}").gauss(0, NOISE)
+
+
+def power_law(p: dict[str, Any], steps: int, seed: int) -> float:
+    """A held-out objective the search code was not tuned on: each config a power-law
+    curve a + b * t**-c with a, b, c drawn per (config, seed), so curves cross."""
+    rng = random.Random(f"pl:{seed}:{sorted(p.items())}")
+    a, b, c = rng.uniform(0.5, 1.5), rng.uniform(0.5, 3.0), rng.uniform(0.3, 1.2)
+    return a + b * steps ** -c + random.Random(f"{seed}:{sorted(p.items())}:{steps}").gauss(0, NOISE)
+
+
+def grid27_run(objective: Callable[[dict[str, Any], int, int], float], strategy: dict[str, Any], seed: int,
+               workers: int) -> tuple[float, bool]:
+    """One ASHA sweep over the 27-grid (budgets 3/9/27, eta 3, promotions resume from the
+    checkpoint): the steps it trains, and whether the config best at 27 completed."""
+    spec = parse_spec({"name": "g27", "command": ["t", "{steps}"], "metric": {"name": "loss"}, "space": GRID27,
+                       "max_concurrent": workers, "strategy": strategy})
+    search = Search(spec)
+    pool = Pool(workers, float("inf"))
+    records: dict[int, TrialRecord] = {}
+    trained = [0.0]
+    nxt = [0]
+
+    def launch() -> bool:
+        final = nxt[0] >= search.total_trials and pool.busy() == 0
+        for pr in search.promotions(list(records.values()), 1, final):
+            r = records[pr.index]
+            records[pr.index] = TrialRecord(pr.index, {**r.params, "steps": pr.budget}, TrialState.RUNNING, rungs=r.rungs)
+            trained[0] += pr.budget - pr.rung
+            pool.start(pr.budget - pr.rung, pr.index)
+            return True
+        if nxt[0] >= search.total_trials:
+            return False
+        i = nxt[0]
+        nxt[0] += 1
+        params = search.propose(i, list(records.values())).params
+        records[i] = TrialRecord(i, params, TrialState.RUNNING)
+        trained[0] += params["steps"]
+        pool.start(params["steps"], i)
+        return True
+
+    def done(i: int) -> None:
+        r = records[i]
+        value = objective({k: r.params[k] for k in GRID27}, r.params["steps"], seed)
+        d = search.on_run_end(list(records.values()), r, value)
+        rungs = {**r.rungs, d.rung: value} if d.rung is not None else dict(r.rungs)
+        if d.action == Action.PROMOTE and d.budget is not None:
+            records[i] = TrialRecord(i, {**r.params, "steps": d.budget}, TrialState.RUNNING, rungs=rungs)
+            trained[0] += d.budget - r.params["steps"]
+            pool.start(d.budget - r.params["steps"], i)
+            return
+        state = {Action.PAUSE: TrialState.PAUSED, Action.PRUNE: TrialState.PRUNED}.get(d.action, TrialState.COMPLETED)
+        records[i] = TrialRecord(i, r.params, state, (value,), rungs=rungs)
+
+    pool.run(launch, done)
+    grid = [dict(zip(GRID27, c)) for c in _product(GRID27)]
+    best = min(grid, key=lambda g: objective(g, 27, seed))
+    found = any(r.state == TrialState.COMPLETED and {k: r.params[k] for k in GRID27} == best for r in records.values())
+    return trained[0], found
+
+
+def _product(space: dict[str, list[Any]]) -> list[tuple[Any, ...]]:
+    import itertools
+
+    return list(itertools.product(*space.values()))
+
+
+def grid27(seeds: int, workers: int) -> dict[str, Any]:
+    """ASHA on the 27-grid: listed order vs shuffled, Ray's async rule vs the paper's."""
+    budget = {"param": "steps", "min": 3, "max": 27}
+    variants = {
+        "listed, async (before)": {"order": "listed", "promotion": "async"},
+        "shuffled, async": {"promotion": "async"},
+        "shuffled, paper (default)": {},
+    }
+    out: dict[str, Any] = {}
+    print(f"27-config grid, budgets 3/9/27, eta 3, {workers} workers, {seeds} seeds; the full grid is 729 steps, "
+          "the goal <= 255 (35%)")
+    print(f"{'objective':<14}{'variant':<28}{'steps mean':>11}{'sd':>7}{'max':>6}{'best found':>12}")
+    for oname, objective in (("curve model", curve_model), ("power law", power_law)):
+        for vname, extra in variants.items():
+            runs = [grid27_run(objective, {"type": "asha", "budget": budget, "eta": 3, "seed": s, **extra}, s, workers)
+                    for s in range(seeds)]
+            steps = [r[0] for r in runs]
+            mean = sum(steps) / len(steps)
+            sd = math.sqrt(sum((x - mean) ** 2 for x in steps) / max(1, len(steps) - 1))
+            found = sum(r[1] for r in runs)
+            print(f"{oname:<14}{vname:<28}{mean:>11.1f}{sd:>7.1f}{max(steps):>6.0f}{f'{found}/{seeds}':>12}")
+            out[f"{oname}: {vname}"] = {"steps": steps, "found": found}
+    return out
 
 
 def _grid_points(spec: Any) -> list[tuple[Any, ...]]:
