@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from spotsweep.services import idle_classes
+from spotsweep.services import code_upload, idle_classes
 from spotsweep.services.planner.extend import extended
 from spotsweep.services.planner.handlers import cancellation, extension, new_sweep_id, submission
 from spotsweep.services.reporter import report as reporter
@@ -41,8 +41,12 @@ def resolve_command(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
 
     ``command: [python, mlp/train.py]`` in ``examples/x.yaml`` then works from
     any working directory (the agent starts trials in a fresh one). On a
-    cluster the file must exist at the same path on every agent node.
+    cluster the file must exist at the same path on every agent node, unless
+    the spec has a ``workdir``: then the command is left as written, and its
+    relative paths resolve inside the workdir, the trial's working directory.
     """
+    if spec.workdir is not None:
+        return spec
     argv = []
     for arg in spec.command:
         candidate = spec_dir / arg
@@ -67,7 +71,11 @@ def warnings(spec: SweepSpec) -> list[str]:
         out.append(f"repeats: {spec.repeats} but no {{seed}} in command: the seed of each repeat is only in "
                    "SPOTSWEEP_PARAMS; a script that takes its seed from argv runs the same trial each time")
     for i, arg in enumerate(spec.command):
-        if arg.endswith(_SCRIPT_SUFFIXES) and "{" not in arg and not Path(arg).is_file():
+        if not arg.endswith(_SCRIPT_SUFFIXES) or "{" in arg:
+            continue
+        if spec.workdir is not None and not (Path(spec.workdir) / arg).is_file():
+            out.append(f"command[{i}]: {arg!r} is not a file in workdir {spec.workdir}, where trials run")
+        elif spec.workdir is None and not Path(arg).is_file():
             out.append(f"command[{i}]: {arg!r} is not a file next to the spec nor an absolute path; "
                        "trials run in an empty working directory")
     return out + spec.strategy.warnings(spec)
@@ -124,7 +132,8 @@ def _post(message: Outgoing, settings: Settings, served: str | None = None) -> N
 
 
 def submit(spec: SweepSpec, settings: Settings) -> str:
-    """Post the spec to the planner; returns the new sweep's id."""
+    """Post the spec to the planner, its workdir packed and uploaded first; returns the new sweep's id."""
+    spec = code_upload.with_code(spec, settings)
     sweep_id = new_sweep_id(spec.name)
     _post(submission(spec, sweep_id), settings, served=spec.resources.resource_class)
     return sweep_id

@@ -122,7 +122,8 @@ def start_engine(spec: SweepSpec, settings: LocalSettings, workers: int, db: Dat
     planner_deps = _planner(broker, db, resource_class, settings.queue_window, store, sweep_id)
     batcher = collector.start(broker, db)
     deps = agent.start(broker, store, Slots(workers, agent.detect_gpus()), resource_class, settings.home / "work",
-                       agent_id="local", log_upload_seconds=settings.log_upload_seconds)
+                       agent_id="local", log_upload_seconds=settings.log_upload_seconds,
+                       code_dir=Path(spec.workdir) if spec.workdir else None)  # workdir: trials run in it, in place
     deps.agent.grace = GRACE
     threading.Thread(target=broker.run, name="broker", daemon=True).start()
     return Engine(broker, planner_deps, batcher, deps)

@@ -63,7 +63,7 @@ def _rules_of(folder: Path) -> pathspec.GitIgnoreSpec | None:
     for name in IGNORE_FILES:
         try:
             lines += (folder / name).read_text(encoding="utf-8", errors="replace").splitlines()
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             continue
     return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
 

@@ -208,6 +208,8 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
                                                    f"start: {e}")
     if user is not None and resume is not None:
         chown_tree(paths.checkpoint, user)  # the restored checkpoint is the trial's, as its workspace is
+    if user is not None and cwd == paths.run and msg.workdir_sha256 is not None:
+        chown_tree(paths.run, user)  # so is its copy of the code
     env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user)
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
         try:
