@@ -99,15 +99,16 @@ def test_local_mode_honours_the_queue_window(monkeypatch, tmp_path) -> None:  # 
 
     seen: list[int | None] = []
 
-    def start(broker, db, classes, window=None, store=None):  # type: ignore[no-untyped-def]
+    def start(broker, db, resource_class, window, store, sweep_id):  # type: ignore[no-untyped-def]
         seen.append(window)
         raise KeyboardInterrupt  # stop before anything else starts
 
-    monkeypatch.setattr(local.planner, "start", start)
+    monkeypatch.setattr(local, "_planner", start)
     monkeypatch.setenv("SPOTSWEEP_QUEUE_WINDOW", "4")
     spec = parse_spec({"name": "w", "command": ["true"], "space": {"x": [1]}, "metric": {"name": "m"}})
     with pytest.raises(KeyboardInterrupt):
-        local._run(spec, LocalSettings(home=tmp_path), 1, None, Console(file=io.StringIO()), db=None)  # type: ignore[arg-type]
+        local._run(spec, LocalSettings(home=tmp_path), 1, None, Console(file=io.StringIO()), db=None,  # type: ignore[arg-type]
+                   sweep_id="w-0000000a")
     assert seen == [4]
 
 
