@@ -41,7 +41,9 @@ def test_a_trial_message_with_an_empty_command_fails_that_run_and_the_agent_goes
         forged = TrialMessage(sweep_id="forged-0000cafe", trial_id="forged-0000cafe.0", attempt=1, trial_name="forged",
                               index=0, params={}, argv=[], metric="loss", resource_class="cpu")
         ch.confirm_delivery()
-        ch.basic_publish(topology.TRIALS_EXCHANGE, "cpu", encode(forged), pika.BasicProperties(delivery_mode=2))
+        # As the planner's user (guest here, which agents accept): this tests the empty command, not the sender check.
+        user = pika.URLParameters(hostile.rabbit_url).credentials.username
+        ch.basic_publish(topology.TRIALS_EXCHANGE, "cpu", encode(forged), pika.BasicProperties(delivery_mode=2, user_id=user))
         finished = _first_end(ch, ends, forged.trial_id, timeout=60)
     assert finished.outcome == "failed" and "the trial's command is empty" in (finished.error or "")
     hostile.assert_bystander_complete()  # the agent took the bystander's trials before and after
