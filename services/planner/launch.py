@@ -34,6 +34,7 @@ class TopUp:
     launched: int = 0
     done: bool = False  # the sweep ended (completed, or failed in its smoke stage)
     failed: str | None = None  # the smoke stage failed with this error: stop the trials in flight
+    pruned: tuple[str, ...] = ()  # waiting trials pruned as the sweep ended: their checkpoints may go
 
 
 def retry_policy(spec: SweepSpec, smoke: bool = False) -> RetryPolicy:
@@ -80,13 +81,12 @@ def top_up(uow: UnitOfWork, sweep_id: str, spec: SweepSpec, search: Search, wind
         n = min(n, room - promoted)
     launched, total = _launch(uow, sweep, spec, search, n, regular)
     done = state.next_index + launched >= total and state.in_flight + launched + promoted == 0
-    if done and search.waits:
-        _prune_waiting(uow, regular, sweep_id)
+    pruned = _prune_waiting(uow, regular, sweep_id) if done and search.waits else ()
     if done:
         ended, error = sweep_end(uow.trials.outcomes(sweep_id))
         uow.sweeps.finish(sweep_id, ended, error)
         _log.info(f"sweep {ended}", error=error)
-    return TopUp(launched=launched, done=done)
+    return TopUp(launched=launched, done=done, pruned=pruned)
 
 
 def _promote(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: int, regular: list[TrialRecord],
@@ -123,9 +123,10 @@ def _promote(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: in
     return promoted
 
 
-def _prune_waiting(uow: UnitOfWork, regular: list[TrialRecord], sweep_id: str) -> None:
+def _prune_waiting(uow: UnitOfWork, regular: list[TrialRecord], sweep_id: str) -> tuple[str, ...]:
     """Nothing runs and nothing more can: the trials still waiting at a rung were
-    never in its best 1/eta; they end pruned there."""
+    never in its best 1/eta; they end pruned there. Returns their ids."""
+    pruned: list[str] = []
     for r in regular:
         if r.state != TrialState.PAUSED:
             continue
@@ -138,6 +139,8 @@ def _prune_waiting(uow: UnitOfWork, regular: list[TrialRecord], sweep_id: str) -
         rung = max(r.rungs) if r.rungs else None
         uow.stage(trial_id, TrialUpdate(TrialState.PRUNED, view.attempt, view.failures, view.preemptions, finished=True,
                                         error=f"not promoted past rung {rung}: never in the best 1/eta of the trials its rung saw"))
+        pruned.append(trial_id)
+    return tuple(pruned)
 
 
 def _launch(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: int, regular: list[TrialRecord]) -> tuple[int, int]:

@@ -49,8 +49,11 @@ def on_events(deps: PlannerDeps, sweep_id: str, events: list[Any], bodies: dict[
             for event in events:
                 _decide(uow, sweep, event, spec, search, effects, event.message_id in inside)
             uow.trials.journal([e for e in events if not isinstance(e, TrialProgress)], bodies)  # with the decisions, once
-        if top_up(uow, sweep_id, spec, search, deps.window).failed is not None:
+        topped = top_up(uow, sweep_id, spec, search, deps.window)
+        if topped.failed is not None:
             effects.cancel = True
+        if spec.checkpoints.keep != "all":
+            effects.discard.extend(topped.pruned)  # they waited at a rung, their run over: no agent holds them
     return effects
 
 
