@@ -109,6 +109,7 @@ def consume_trials(broker: Broker, conn: Connection, resource_class: str, prefet
         # unmarked, instead of being requeued marked "redelivered": the next
         # agent would count each as a loss.
         prefetch=prefetch, concurrency=concurrency, finish_buffered=True, accept_users=accept_users,
+        slow_after=None,  # the handler lasts as long as the training run: never "slow"
     )
     conn.trials_consumer = consumer
     return consumer

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from spotsweep.shared import log
-from spotsweep.shared.broker.port import Delivery, Handler, Outgoing
+from spotsweep.shared.broker.port import SLOW_HANDLER_S, Delivery, Handler, Outgoing
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.limits import cap_text
 from spotsweep.shared.middleware import Backoff, retrying
@@ -48,7 +48,6 @@ REASON_CHARS = 2000  # a reason may quote the body: bounded in the header and th
 # long enough not to spin on a dead dependency, short enough not to stall it.
 RETRY_PAUSE_S = 0.5
 DEFAULT_RETRY = Backoff()
-SLOW_HANDLER_S = 5.0
 REFUSED_LOG_S = 60.0  # a consumer logs refused senders at most this often (with a count of the rest)
 
 
@@ -159,10 +158,14 @@ def settle_failure(delivery: Delivery, error: BaseException, retry_pause: float 
 
 
 def run_handler(handler: Handler, delivery: Delivery, retry: Backoff = DEFAULT_RETRY,
-                retry_pause: float = RETRY_PAUSE_S, accept_users: Collection[str] | None = None) -> None:
+                retry_pause: float = RETRY_PAUSE_S, accept_users: Collection[str] | None = None,
+                slow_after: float | None = SLOW_HANDLER_S) -> None:
     """Run ``handler`` on ``delivery``, retrying in place, then settle by the policy. Never raises.
-    A delivery from a sender not in ``accept_users`` is refused (:func:`refuse`) instead."""
+    A delivery from a sender not in ``accept_users`` is refused (:func:`refuse`) instead.
+    A run over ``slow_after`` seconds is logged as slow (None: never; a trial's
+    handler lasts as long as its training run, which is not slowness)."""
     started = time.perf_counter()
+    outcome = "handled"
     h = delivery.headers
     with log.bound(queue=getattr(delivery, "queue", None), message_id=delivery.message_id, sweep_id=h.get("sweep_id"),
                    trial_id=h.get("trial_id"), attempt=h.get("attempt")):
@@ -176,14 +179,25 @@ def run_handler(handler: Handler, delivery: Delivery, retry: Backoff = DEFAULT_R
         try:
             retrying(lambda: handler(delivery), retry, what=getattr(delivery, "queue", None) or "handler")
         except Exception as e:  # noqa: BLE001 - every failure is settled by the one policy
+            outcome = "failed"
             try:
-                settle_failure(delivery, e, retry_pause)
+                outcome = settle_failure(delivery, e, retry_pause).action
             except Exception:  # noqa: BLE001 - settling failed (logged by the adapter): keep the worker alive
                 _log.exception("settle_failed")
         finally:
-            elapsed = time.perf_counter() - started
-            if elapsed > SLOW_HANDLER_S:
-                _log.info("slow handler", seconds=round(elapsed, 2))
+            log_if_slow(handler, time.perf_counter() - started, slow_after, outcome)
+
+
+def log_if_slow(handler: Handler, elapsed: float, slow_after: float | None, outcome: str) -> None:
+    """One warning for a delivery that took over ``slow_after`` seconds: which
+    handler (the queue and ids are bound by the caller), how long against what
+    bound, and how it ended (a run that retried in place says so in its own
+    ``retrying`` lines)."""
+    if slow_after is None or elapsed <= slow_after:
+        return
+    name = getattr(handler, "__qualname__", None) or type(handler).__name__
+    _log.warning(f"slow handler: {name} took {elapsed:.1f} s (over {slow_after:g} s)", handler=name,
+                 seconds=round(elapsed, 2), slow_after=slow_after, outcome=outcome)
 
 
 class Workers:
@@ -191,8 +205,9 @@ class Workers:
 
     def __init__(self, name: str, handler: Handler, concurrency: int, *, retry: Backoff = DEFAULT_RETRY,
                  finish_buffered: bool = False, on_idle: Callable[[], None] = lambda: None,
-                 accept_users: Collection[str] | None = None) -> None:
+                 accept_users: Collection[str] | None = None, slow_after: float | None = SLOW_HANDLER_S) -> None:
         self.finish_buffered = finish_buffered
+        self.slow_after = slow_after
         self.accept_users = None if accept_users is None else frozenset(accept_users)
         self._handler = handler
         self._retry = retry
@@ -242,7 +257,8 @@ class Workers:
                 delivery = self.buffer.popleft()
                 self.running += 1
             try:
-                run_handler(self._handler, delivery, self._retry, accept_users=self.accept_users)
+                run_handler(self._handler, delivery, self._retry, accept_users=self.accept_users,
+                            slow_after=self.slow_after)
             finally:
                 with self._cond:
                     self.running -= 1

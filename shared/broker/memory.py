@@ -30,7 +30,7 @@ from spotsweep.shared import log
 from spotsweep.shared.broker.memory_server import MemoryServer, _Message, _Queue
 from spotsweep.shared.broker.memory_server import topic_matches as topic_matches  # re-exported
 from spotsweep.shared.broker.dispatch import Workers
-from spotsweep.shared.broker.port import DRAIN_GRACE_S, Broker, Consumer, Delivery, Handler, Outgoing
+from spotsweep.shared.broker.port import DRAIN_GRACE_S, SLOW_HANDLER_S, Broker, Consumer, Delivery, Handler, Outgoing
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.topology import EXCHANGES, QueueSpec
@@ -62,7 +62,7 @@ class MemoryDelivery(Delivery):
 class _MemoryConsumer(Consumer):
     def __init__(self, conn: MemoryBroker, queue: str, handler: Handler, prefetch: int, concurrency: int,
                  finish_buffered: bool = False, retry: Backoff | None = None,
-                 accept_users: Collection[str] | None = None) -> None:
+                 accept_users: Collection[str] | None = None, slow_after: float | None = SLOW_HANDLER_S) -> None:
         self.conn = conn
         self._server = conn.server
         self.queue = queue
@@ -71,7 +71,7 @@ class _MemoryConsumer(Consumer):
         self.cancelled = False
         kw = {} if retry is None else {"retry": retry}
         self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=self._idle,
-                               accept_users=accept_users, **kw)
+                               accept_users=accept_users, slow_after=slow_after, **kw)
         self.threads = self.workers.threads
         self.buffer = self.workers.buffer  # deliveries not started yet (the dispatcher's)
 
@@ -199,13 +199,15 @@ class MemoryBroker(Broker):
 
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
                 finish_buffered: bool = False, retry: Backoff | None = None,
-                accept_users: Collection[str] | None = None) -> Consumer:
+                accept_users: Collection[str] | None = None,
+                slow_after: float | None = SLOW_HANDLER_S) -> Consumer:
         with self.server.lock:
             self._check_open_locked()
             q = self.server.queues.get(queue)
             if q is None:
                 raise PermanentError(f"queue {queue!r} does not exist; declare it first")
-            consumer = _MemoryConsumer(self, queue, handler, prefetch, concurrency, finish_buffered, retry, accept_users)
+            consumer = _MemoryConsumer(self, queue, handler, prefetch, concurrency, finish_buffered, retry, accept_users,
+                                       slow_after)
             self._consumers.append(consumer)
             q.consumers.append(consumer)
             consumer.workers.start()

@@ -44,6 +44,8 @@ if TYPE_CHECKING:  # the dispatcher imports this module
 # waits for deliveries settled later from another thread (BatchingHandler's
 # flush) before it closes and lets the rest be redelivered.
 DRAIN_GRACE_S = 5.0
+# A delivery whose handler runs longer is logged as slow (a consumer may say None: never).
+SLOW_HANDLER_S = 5.0
 
 
 class Delivery(ABC):
@@ -146,7 +148,8 @@ class Broker(ABC):
     @abstractmethod
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
                 finish_buffered: bool = False, retry: Backoff | None = None,
-                accept_users: Collection[str] | None = None) -> Consumer:
+                accept_users: Collection[str] | None = None,
+                slow_after: float | None = SLOW_HANDLER_S) -> Consumer:
         """Deliver messages of ``queue`` to ``handler`` on ``concurrency`` worker threads
         (:class:`~spotsweep.shared.broker.dispatch.Workers`), settled by the one policy.
 
@@ -160,7 +163,10 @@ class Broker(ABC):
 
         ``accept_users``: only deliveries whose validated ``user_id`` is one of
         these reach ``handler``; any other is dead-lettered with the reason
-        (None: every sender is accepted)."""
+        (None: every sender is accepted).
+
+        ``slow_after``: a delivery whose handler runs longer is logged as slow
+        (None: never, for handlers that last as long as the work they start)."""
 
     @abstractmethod
     def consumers(self, queue: str) -> int | None:

@@ -39,7 +39,7 @@ import pika.exceptions as pe
 from pika.adapters.blocking_connection import BlockingChannel
 
 from spotsweep.shared import log
-from spotsweep.shared.broker.port import DRAIN_GRACE_S, Broker, Consumer, Handler, Outgoing
+from spotsweep.shared.broker.port import DRAIN_GRACE_S, SLOW_HANDLER_S, Broker, Consumer, Handler, Outgoing
 from spotsweep.shared.broker.rabbit_consumer import RabbitConsumer, translated
 from spotsweep.shared.broker.rabbit_consumer import RabbitDelivery as RabbitDelivery  # re-exported
 from spotsweep.shared.broker.rabbit_publisher import ConfirmPublisher
@@ -296,8 +296,9 @@ class RabbitBroker(Broker):
 
     def consume(self, queue: str, handler: Handler, *, prefetch: int = 1, concurrency: int = 1,
                 finish_buffered: bool = False, retry: Backoff | None = None,
-                accept_users: Collection[str] | None = None) -> Consumer:
-        consumer = RabbitConsumer(self, queue, handler, concurrency, finish_buffered, retry, accept_users)
+                accept_users: Collection[str] | None = None,
+                slow_after: float | None = SLOW_HANDLER_S) -> Consumer:
+        consumer = RabbitConsumer(self, queue, handler, concurrency, finish_buffered, retry, accept_users, slow_after)
 
         def do() -> tuple[BlockingChannel, str]:
             ch = self._conn.channel()

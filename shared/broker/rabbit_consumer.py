@@ -23,6 +23,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from spotsweep.shared import log
 from spotsweep.shared.broker.dispatch import Workers
+from spotsweep.shared.broker.port import SLOW_HANDLER_S
 from spotsweep.shared.broker.port import Consumer, Delivery, Handler
 from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError
 from spotsweep.shared.middleware import Backoff
@@ -100,7 +101,7 @@ class RabbitConsumer(Consumer):
 
     def __init__(self, broker: RabbitBroker, queue: str, handler: Handler, concurrency: int,
                  finish_buffered: bool = False, retry: Backoff | None = None,
-                 accept_users: Collection[str] | None = None) -> None:
+                 accept_users: Collection[str] | None = None, slow_after: float | None = SLOW_HANDLER_S) -> None:
         # When cancelled, buffered deliveries not yet started are nacked with
         # requeue, which marks them redelivered; with ``finish_buffered`` (a
         # handler that can settle them without doing the work: the agent
@@ -116,7 +117,7 @@ class RabbitConsumer(Consumer):
         self._tag: str | None = None
         kw = {} if retry is None else {"retry": retry}
         self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=self._idle,
-                               accept_users=accept_users, **kw)
+                               accept_users=accept_users, slow_after=slow_after, **kw)
         self.threads = self.workers.threads
         self.buffer = self.workers.buffer  # deliveries not started yet (the dispatcher's)
         self.workers.start()

@@ -9,13 +9,17 @@ and hands the deliveries not yet started back to the queue.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pika
 import pytest
+import structlog
+from structlog.testing import LogCapture
 
 from spotsweep.shared.broker.dispatch import QUEUE_HEADER, REASON_HEADER, Settle, settlement
 from spotsweep.shared.broker.memory import MemoryBroker, MemoryServer
@@ -173,14 +177,62 @@ def test_drain_finishes_running_handlers_and_returns_the_rest(connect: Connect) 
         handled.append(d.body)
         d.ack()
 
-    first.consume(SWEEPS_QUEUE, slow, prefetch=3, concurrency=1)
+    consumer = first.consume(SWEEPS_QUEUE, slow, prefetch=3, concurrency=1)
     assert started.wait(10)
     stopper = threading.Thread(target=first.stop, kwargs={"drain": True})
     stopper.start()
-    assert stopper.is_alive()  # the drain waits for the running handler...
+    workers = consumer.workers  # type: ignore[attr-defined]  # both adapters' dispatcher
+    for _ in range(1000):  # the stop reaches the consumer on the broker's own thread: wait for it
+        if workers.cancelled:
+            break
+        time.sleep(0.01)
+    assert workers.cancelled and stopper.is_alive()  # the drain waits for the running handler...
     release.set()
     stopper.join(10)
     assert not stopper.is_alive() and handled == [b"0"]  # ...which finished; the two not started never ran
     rest: queue.Queue[Delivery] = queue.Queue()
     connect().consume(SWEEPS_QUEUE, lambda d: (d.ack(), rest.put(d)), prefetch=3)
     assert sorted(rest.get(timeout=10).body for _ in range(2)) == [b"1", b"2"]
+
+
+@contextlib.contextmanager
+def captured() -> Iterator[list[dict]]:
+    """Log lines as dicts with their bound context (the queue, the message id),
+    as a service renders them."""
+    saved, cap = structlog.get_config(), LogCapture()
+    structlog.configure(processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level, cap])
+    try:
+        yield cap.entries
+    finally:
+        structlog.configure(**saved)
+
+
+@pytest.mark.parametrize("slow_after", [0.1, None])
+def test_only_a_slow_handler_is_logged_and_the_line_says_what_was_slow(connect: Connect, slow_after: float | None) -> None:
+    """A delivery over its consumer's bound is one warning naming the handler, the
+    queue, the time and the bound; a consumer whose work is long by nature (the
+    agent's trials: slow_after=None) and quick deliveries log nothing."""
+    broker = connect()
+    done: queue.Queue[bytes] = queue.Queue()
+
+    def train(d: Delivery) -> None:
+        if d.body == b"long":
+            time.sleep(0.3)
+        d.ack()
+        done.put(d.body)
+
+    with captured() as logs:
+        broker.consume(SWEEPS_QUEUE, train, slow_after=slow_after)  # one worker: "end" runs after "long" is settled
+        for body in (b"quick", b"long", b"end"):
+            post(broker, body, message_id=body.decode())
+        assert [done.get(timeout=10) for _ in range(3)] == [b"quick", b"long", b"end"]
+        time.sleep(0.05)  # the settle of "end" (nothing to log) runs just after its handler returns
+    slow = [e for e in logs if str(e["event"]).startswith("slow handler")]
+    if slow_after is None:
+        assert slow == []
+        return
+    assert len(slow) == 1, slow
+    line = slow[0]
+    assert line["message_id"] == "long" and line["queue"] == SWEEPS_QUEUE and line["outcome"] == "handled"
+    assert "train" in line["handler"] and line["seconds"] >= 0.3 and line["slow_after"] == 0.1
+    assert line["log_level"] == "warning" and "over 0.1 s" in line["event"]
