@@ -8,8 +8,9 @@
 --   spotsweep_writer  the planner, the collector, `spotsweep migrate`: owns the schema's tables
 --                     and views (migrations alter them) and writes the tables.
 --   spotsweep_reader  `status`, `ls`, `report`, the dashboard, `spotsweep.results()`: SELECT on
---                     the public views trial_results, metric_points, sweep_results, run_events
---                     (and the migration record, which readers check, never write); no table.
+--                     the public views trial_results, metric_points, sweep_results, run_events,
+--                     trial_journal (and the migration record, which readers check, never
+--                     write); no table.
 --
 -- Both are groups (NOLOGIN); give each process a login of its own, e.g.
 --   CREATE ROLE spotsweep_planner LOGIN PASSWORD '...' IN ROLE spotsweep_writer;
@@ -45,5 +46,5 @@ $$;
 
 -- The reader: the public views only (a view reads its tables with its owner's rights).
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM spotsweep_reader;
-GRANT SELECT ON trial_results, metric_points, sweep_results, run_events TO spotsweep_reader;
+GRANT SELECT ON trial_results, metric_points, sweep_results, run_events, trial_journal TO spotsweep_reader;
 GRANT SELECT ON _yoyo_migration TO spotsweep_reader;

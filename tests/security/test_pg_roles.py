@@ -4,7 +4,9 @@ A sweep is run into a fresh database, the script is applied as the
 superuser, and logins in each group show: the reader may SELECT the public
 views and gets ``permission denied`` on the tables, and ``status``, ``ls``
 and ``report`` work as the reader (readers check the schema, never migrate);
-the writer writes the tables and can migrate.
+the writer writes the tables and can migrate. The dashboard, served by
+uvicorn over a reader login, answers every page and API call (the trial page's
+events come from the view ``trial_journal``, not the ``trial_events`` table).
 """
 
 from __future__ import annotations
@@ -12,18 +14,26 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
+import uvicorn
 import yaml
+from servers import free_port, wait_port
+
+from spotsweep.services.reporter.web import make_app
+from spotsweep.shared.artifacts.local import LocalArtifactStore
+from spotsweep.shared.db import Database
 
 pytestmark = [pytest.mark.needs_pg, pytest.mark.timeout(180)]
 
 ROLES_SQL = Path(__file__).parents[2] / "deploy" / "postgres" / "roles.sql"
-VIEWS = ("trial_results", "metric_points", "sweep_results", "run_events")
+VIEWS = ("trial_results", "metric_points", "sweep_results", "run_events", "trial_journal")
 SPEC = {
     "name": "pgroles",
     "command": ["python", "-c", "from spotsweep import trial; trial.report(1, loss=trial.params['x'])"],
@@ -98,3 +108,35 @@ def test_the_writer_writes_and_migrates(logins: tuple[str, str, str]) -> None:
     with psycopg.connect(writer, autocommit=True) as conn:
         conn.execute("UPDATE sweeps SET note = 'ok' WHERE sweep_id = %s", (sweep_id,))
         assert conn.execute("SELECT count(*) FROM trials").fetchone()[0] == 2
+
+
+def test_the_dashboard_serves_every_page_as_the_reader(logins: tuple[str, str, str], tmp_path: Path) -> None:
+    sweep_id, reader, _ = logins
+    db = Database(reader)
+    db.check()  # what `spotsweep dashboard` does first: readers never migrate
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(make_app(db, LocalArtifactStore(tmp_path / "store")), host="127.0.0.1",
+                                           port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_port(port)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            trials = http.get(f"/api/sweeps/{sweep_id}/trials").json()
+            assert len(trials) == 2
+            trial_id = trials[0]["trial_id"]
+            for path in ("/", f"/sweeps/{sweep_id}", f"/sweeps/{sweep_id}/trials/{trial_id}", "/healthz", "/api/sweeps",
+                         f"/api/sweeps/{sweep_id}", f"/api/sweeps/{sweep_id}/curves?metric=loss",
+                         f"/api/sweeps/{sweep_id}/best", f"/api/sweeps/{sweep_id}/importance",
+                         f"/api/sweeps/{sweep_id}/seeds", f"/api/sweeps/{sweep_id}/timeline",
+                         f"/api/sweeps/{sweep_id}/cost", f"/api/sweeps/{sweep_id}/resources"):
+                got = http.get(path)
+                assert got.status_code == 200, (path, got.text[:500])
+            events = http.get(f"/api/sweeps/{sweep_id}/trials/{trial_id}").json()["events"]
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        db.close()
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "trial.started" and kinds[-1] == "trial.finished", events
+    assert events[-1]["detail"]["outcome"] == "completed" and events[-1]["agent"], events

@@ -1,8 +1,10 @@
 """What the trial page shows beside its metrics: events, the log tail, checkpoints.
 
-The events are the trial's rows of the ``trial_events`` journal (starts with
-their resume step, ends with their outcome, losses, checkpoints), newest
-last. The log tail and the checkpoint list come from the artifact store
+The events are the trial's rows of the public view ``trial_journal`` (the
+``trial_events`` journal's starts with their resume step, ends with their
+outcome, losses, checkpoints), newest last: a view, not the table, so the
+dashboard runs as the ``spotsweep_reader`` role (deploy/postgres/roles.sql).
+The log tail and the checkpoint list come from the artifact store
 (:mod:`spotsweep.shared.artifacts.browse`): the store of the settings
 (``SPOTSWEEP_S3_*``, else local mode's directory), opened on first use. A
 store that cannot be read gives ``store_error``, a line the page shows, never
@@ -23,22 +25,22 @@ from spotsweep.shared.settings import Settings
 _log = log.get(__name__)
 EVENTS = 200  # the newest events shown
 LOG_LINES = 200
-# What one line of the page says about an event, from its journaled body.
+# What one line of the page says about an event: the view's columns that describe it.
 _DETAIL = ("outcome", "resume_step", "step", "failure", "exit_code", "reason", "error")
 
 
 def events(conn: Conn, trial_id: str, limit: int = EVENTS) -> list[dict[str, Any]]:
     """The trial's newest journaled events, oldest first: kind, attempt, time, agent and a few details."""
     rows = conn.execute(
-        "SELECT * FROM (SELECT kind, attempt, recorded_at, body FROM trial_events WHERE trial_id = %s"
-        " ORDER BY recorded_at DESC, message_id LIMIT %s) e ORDER BY recorded_at", (trial_id, limit)).fetchall()
+        f"SELECT * FROM (SELECT kind, attempt, recorded_at, agent, {', '.join(_DETAIL)} FROM trial_journal"
+        " WHERE trial_id = %s ORDER BY recorded_at DESC, message_id LIMIT %s) e ORDER BY recorded_at",
+        (trial_id, limit)).fetchall()
     out = []
     for r in rows:
-        body = r["body"] if isinstance(r["body"], dict) else {}
-        detail = {k: body[k] for k in _DETAIL if body.get(k) not in (None, "", [])}
+        detail = {k: r[k] for k in _DETAIL if r[k] not in (None, "")}
         if isinstance(detail.get("error"), str):
             detail["error"] = detail["error"][:300]
-        out.append({"kind": r["kind"], "attempt": r["attempt"], "time": r["recorded_at"], "agent": body.get("agent"),
+        out.append({"kind": r["kind"], "attempt": r["attempt"], "time": r["recorded_at"], "agent": r["agent"],
                     "detail": detail})
     return out
 
