@@ -81,6 +81,7 @@ class TrialUpdate:
     params: dict[str, Any] | None = None  # new params for the next attempt (OOM halving, a promotion's budget)
     add_seconds: float = 0.0  # running time to add to the trial's total
     rungs: dict[int, float] | None = None  # successive-halving values to merge into the trial's rungs
+    last_step: int | None = None  # the highest step a run reported: the trial keeps the largest (budget.max_steps)
     # What the agent skipped or cut from a run's output: merged into the trial's, without repeats.
     flags: tuple[str, ...] | None = None
     warnings: tuple[str, ...] | None = None
@@ -111,6 +112,7 @@ def merged(first: TrialUpdate, then: TrialUpdate) -> TrialUpdate | None:
         error=later("error"), started=first.started or then.started, finished=first.finished or then.finished,
         agent=later("agent"), run_id=later("run_id"), losses=later("losses"), params=later("params"),
         add_seconds=first.add_seconds + then.add_seconds, rungs=union(first.rungs, then.rungs),
+        last_step=max((s for s in (first.last_step, then.last_step) if s is not None), default=None),
         flags=both("flags"), warnings=both("warnings"),
     )
 
@@ -283,7 +285,8 @@ def _finished(sweep: SweepState, trial: TrialView, event: TrialFinished, run_end
     # attempt order, so final metrics are the last value of each name over
     # all attempts (a resumed attempt need not re-report what came before).
     base: dict[str, Any] = dict(metrics=event.metrics or None, agent=event.agent or None, add_seconds=event.duration or 0.0,
-                                flags=tuple(event.flags) or None, warnings=tuple(event.warnings) or None)
+                                flags=tuple(event.flags) or None, warnings=tuple(event.warnings) or None,
+                                last_step=event.last_step)
     again = dict(base, losses=0)  # a new attempt: its loss count starts over
     done = dict(base, finished=True)
     n, f, p = trial.attempt, trial.failures, trial.preemptions

@@ -5,9 +5,11 @@ through the smoke stage and the budget caps, with params from the sweep's search
 the sweep's row lock, after any decision about a trial was staged: it reads the sweep's
 counts afresh, launches what :func:`~.decide.fill` allows (rows written as
 ``pending``: the outbox that ``publish_pending`` sends after the commit), and
-ends the sweep when nothing is left to run. The choices themselves are the
-pure objects of :mod:`.search`; this module only feeds them what the
-database holds.
+ends the sweep when nothing is left to run. Every new trial and every
+promotion must fit the spec's budget caps (trials, steps, GPU-hours, cost,
+wall time: :mod:`.search.budget`); a refusal is the sweep's note. The
+choices themselves are the pure objects of :mod:`.search`; this module only
+feeds them what the database holds.
 """
 
 from __future__ import annotations
@@ -154,18 +156,21 @@ def _launch(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: int
     study_attrs = sweep["search_attrs"]
     batch: list[store.NewTrial] = []
     batch_seconds = 0.0  # what the trials of this batch are expected to take
+    batch_steps = 0.0  # and to train
     seen = list(regular)
     for index in range(first, first + n):
         if used is not None:
-            expected = search.run_seconds(used, index)
+            expected, steps = search.run_seconds(used, index), search.run_steps(used, index)
             verdict = search.may_launch(replace(used, launched=used.launched + len(batch), trial_seconds=expected,
-                                                committed_gpu_seconds=used.committed_gpu_seconds + batch_seconds * used.gpus))
+                                                committed_gpu_seconds=used.committed_gpu_seconds + batch_seconds * used.gpus,
+                                                trial_steps=steps, committed_steps=used.committed_steps + batch_steps))
             if not verdict.ok:
                 uow.sweeps.cap(sweep_id, index, verdict.reason)
                 _log.info("budget reached: no more trials", reason=verdict.reason)
                 total = index
                 break
             batch_seconds += expected or 0.0
+            batch_steps += steps or 0.0
         proposal = search.propose(index, seen, study if study is not None else study_attrs)
         if proposal.study_attrs is not None:
             study = proposal.study_attrs

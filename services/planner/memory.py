@@ -18,7 +18,7 @@ from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import TrialUpdate, TrialView
 from spotsweep.services.planner.outcome import Outcomes
 from spotsweep.services.planner.ports import History
-from spotsweep.services.planner.search import Usage
+from spotsweep.services.planner.search import Usage, trial_steps
 from spotsweep.services.planner.searching import Flying, Totals, record_from_row, split, usage_of
 from spotsweep.services.planner.unit import UnitOfWork
 from spotsweep.services.planner.untrusted import FLAGS, WARNINGS, pg_text
@@ -114,6 +114,7 @@ class MemoryTrials:
     def merge_curve(self, trial_id: str, points: list[tuple[int, float]]) -> None:
         row = self.db.trials[trial_id]
         row["curve"] = {**row["curve"], **json_safe({str(step): value for step, value in points})}
+        row["last_step"] = max([row["last_step"], *(step for step, _ in points)])
 
     def in_flight(self, sweep_id: str) -> tuple[int, int]:
         states = [TrialState(r["state"]) for r in self.db.trials.values() if r["sweep_id"] == sweep_id]
@@ -150,11 +151,15 @@ class MemoryTrials:
         reached = [(r["run_seconds"], b) for r in regular if r["state"] in ("completed", "pruned")
                    and (b := budget(r)) is not None]
         capped = spec.budget is not None and spec.budget.wall_time
+        steps = sum(trial_steps(budget(r), 0, r["last_step"], in_flight=False, started=r["started_at"] is not None)[0]
+                    for r in rows if TrialState(r["state"]) not in IN_FLIGHT)
         totals = Totals(len(regular), sum(r["run_seconds"] for r in rows),
                         [r["run_seconds"] for r in regular if r["state"] == "completed"], reached,
-                        _running_seconds(rows, now) if capped else 0.0)
+                        _running_seconds(rows, now) if capped else 0.0, steps,
+                        [float(max(0, r["last_step"])) for r in regular if r["state"] == "completed"])
         flying = [Flying(r["trial_id"], r["run_seconds"], {int(k): v for k, v in r["rungs"].items()}, budget(r),
-                         now - r["run_started_at"] if r["state"] == "running" and r["run_started_at"] else 0.0)
+                         now - r["run_started_at"] if r["state"] == "running" and r["run_started_at"] else 0.0,
+                         float(r["last_step"]))
                   for r in rows if TrialState(r["state"]) in IN_FLIGHT]
         return usage_of(spec, budget_param, ended, totals, flying)
 
@@ -178,7 +183,7 @@ def _new_row(trial_id: str, sweep_id: str, index: int, name: str, params: dict[s
              attrs: dict[str, Any]) -> dict[str, Any]:
     return {"trial_id": trial_id, "sweep_id": sweep_id, "idx": index, "trial_name": name, "params": copy.deepcopy(params),
             "state": "pending", "attempt": 1, "failures": 0, "preemptions": 0, "metrics": {}, "error": None,
-            "agent": None, "losses": 0, "run_seconds": 0.0, "run_id": None, "rungs": {}, "curve": {},
+            "agent": None, "losses": 0, "run_seconds": 0.0, "run_id": None, "rungs": {}, "curve": {}, "last_step": 0,
             "search_attrs": copy.deepcopy(attrs), "flags": [], "warnings": [], "created_at": time.time(),
             "started_at": None, "finished_at": None, "run_started_at": None}
 

@@ -1,6 +1,6 @@
 """The search state the planner reads from PostgreSQL, for the pure decisions
 in :mod:`.search`: each trial as a :class:`TrialRecord`, and what a sweep has
-used so far as a :class:`Usage`.
+used so far as a :class:`Usage` (time, trials and training steps).
 
 Everything a decision depends on is in the database (params, states, final
 metrics, the values recorded at each rung, the objective's curve, the
@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spotsweep.services.planner.search import TrialRecord, Usage, committed, estimate_trial_seconds, estimate_unit_seconds
+from spotsweep.services.planner.search.budget import committed_steps, estimate_trial_steps, trial_steps
 from spotsweep.services.planner.search.history import objective_values
 from spotsweep.shared.db import Conn, Row
 from spotsweep.shared.spec import SweepSpec
@@ -98,7 +99,12 @@ def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None =
         "SELECT count(*) FILTER (WHERE idx >= 0) AS launched, COALESCE(sum(run_seconds), 0) AS done_s,"
         " COALESCE(array_agg(run_seconds) FILTER (WHERE state = 'completed' AND idx >= 0), '{}') AS durations,"
         " COALESCE(array_agg(ARRAY[run_seconds, (params ->> %(param)s)::float8]) FILTER (WHERE state IN ('completed', 'pruned')"
-        "   AND idx >= 0 AND jsonb_typeof(params -> %(param)s) = 'number'), '{}') AS reached"
+        "   AND idx >= 0 AND jsonb_typeof(params -> %(param)s) = 'number'), '{}') AS reached,"
+        # trial_steps of the trials not in flight: the budget reached, or the highest step reported
+        " COALESCE(sum(CASE WHEN jsonb_typeof(params -> %(param)s) IS DISTINCT FROM 'number' THEN greatest(last_step, 0)"
+        "   WHEN started_at IS NULL THEN 0 ELSE (params ->> %(param)s)::float8 END)"
+        "   FILTER (WHERE state NOT IN ('pending', 'queued', 'running')), 0)::float8 AS steps,"
+        " COALESCE(array_agg(greatest(last_step, 0)::float8) FILTER (WHERE state = 'completed' AND idx >= 0), '{}') AS reported"
         " FROM trials WHERE sweep_id = %(sweep)s", args,
     ).fetchone()
     assert row is not None
@@ -106,15 +112,16 @@ def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None =
         "SELECT trial_id, run_seconds, rungs, CASE WHEN jsonb_typeof(params -> %(param)s) = 'number'"
         "   THEN (params ->> %(param)s)::float8 END AS budget,"
         " CASE WHEN state = 'running' AND run_started_at IS NOT NULL"
-        "   THEN extract(epoch FROM now() - run_started_at)::float8 ELSE 0 END AS ran"
+        "   THEN extract(epoch FROM now() - run_started_at)::float8 ELSE 0 END AS ran, last_step"
         " FROM trials WHERE sweep_id = %(sweep)s AND state IN ('pending', 'queued', 'running')", args,
     ).fetchall()
     elapsed = _running_seconds(conn, sweep_id) if spec.budget is not None and spec.budget.wall_time else 0.0
     return usage_of(spec, budget_param, ended, Totals(int(row["launched"]), float(row["done_s"]),
                                                       [float(x) for x in row["durations"]],
-                                                      [(float(s), float(u)) for s, u in row["reached"]], elapsed),
-                    [Flying(r["trial_id"], float(r["run_seconds"]), _floats(r["rungs"]), r["budget"], float(r["ran"]))
-                     for r in flying])
+                                                      [(float(s), float(u)) for s, u in row["reached"]], elapsed,
+                                                      float(row["steps"]), [float(x) for x in row["reported"]]),
+                    [Flying(r["trial_id"], float(r["run_seconds"]), _floats(r["rungs"]), r["budget"], float(r["ran"]),
+                            float(r["last_step"])) for r in flying])
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,8 @@ class Totals:
     durations: list[float]  # run seconds of each completed regular trial
     reached: list[tuple[float, float]]  # (run seconds, budget) of completed and pruned regular trials with a numeric budget
     elapsed: float  # seconds the sweep has been running (0 unless wall_time is capped)
+    steps: float = 0.0  # training steps of every trial not in flight (:func:`.search.trial_steps`)
+    reported: list[float] = field(default_factory=list)  # the highest step each completed regular trial reported
 
 
 @dataclass(frozen=True)
@@ -137,6 +146,7 @@ class Flying:
     rungs: dict[int, float]
     budget: float | None  # its budget parameter, when numeric
     ran: float  # seconds its current run has been running
+    last_step: float = 0.0  # the highest step it reported so far
 
 
 def usage_of(spec: SweepSpec, budget_param: str | None, ended: tuple[str, float | None] | None, totals: Totals,
@@ -146,23 +156,32 @@ def usage_of(spec: SweepSpec, budget_param: str | None, ended: tuple[str, float 
     used = totals.done_seconds
     reached = list(totals.reached)
     runs: list[tuple[float | None, float]] = []  # in flight: (budget units its current run trains or None, seconds run)
+    steps = totals.steps
+    stepping: list[tuple[float, float | None]] = []  # in flight: (steps trained, steps its run has left or None)
     for f in flying:
         ran = f.ran
+        budget = f.budget if budget_param is not None else None
         if ended is not None and f.trial_id == ended[0]:
             ran = ran if ended[1] is None else ended[1]
             if f.budget is not None:
                 reached.append((f.run_seconds + ran, float(f.budget)))
             used += ran
+            steps += trial_steps(budget, max(f.rungs, default=0), f.last_step, in_flight=False, started=True)[0]
             continue
         used += ran
         units = None if f.budget is None else float(f.budget) - max(f.rungs, default=0)
         runs.append((units, ran))
+        trained, left = trial_steps(budget, max(f.rungs, default=0), f.last_step, in_flight=True, started=True)
+        steps += trained
+        stepping.append((trained, left))
     per_unit = estimate_unit_seconds(reached) if budget_param is not None else None
     per_trial = estimate_trial_seconds(totals.durations)
     expected = [(per_unit * units if per_unit is not None and units is not None else per_trial, ran) for units, ran in runs]
+    per_trial_steps = estimate_trial_steps(totals.reported) if budget_param is None else None
     return Usage(launched=totals.launched, gpu_seconds=gpus * used, elapsed_seconds=totals.elapsed,
                  trial_seconds=per_trial, gpus=gpus, committed_gpu_seconds=committed(expected, gpus),
-                 unit_seconds=per_unit)
+                 unit_seconds=per_unit, steps=steps, committed_steps=committed_steps(stepping, per_trial_steps),
+                 trial_steps=per_trial_steps)
 
 
 def _running_seconds(conn: Conn, sweep_id: str) -> float:

@@ -162,7 +162,8 @@ def set_study_attrs(conn: Conn, sweep_id: str, attrs: dict[str, Any]) -> None:
 def merge_curve(conn: Conn, trial_id: str, points: list[tuple[int, float]]) -> None:
     """Add a running trial's objective points to its curve (early stopping's history)."""
     curve = {str(step): value for step, value in points}
-    conn.execute("UPDATE trials SET curve = curve || %s WHERE trial_id = %s", (Jsonb(json_safe(curve)), trial_id))
+    conn.execute("UPDATE trials SET curve = curve || %s, last_step = greatest(last_step, %s) WHERE trial_id = %s",
+                 (Jsonb(json_safe(curve)), max((step for step, _ in points), default=None), trial_id))
 
 
 def apply_update(conn: Conn, trial_id: str, u: TrialUpdate) -> None:
@@ -175,7 +176,7 @@ def apply_update(conn: Conn, trial_id: str, u: TrialUpdate) -> None:
         " finished_at = CASE WHEN %s THEN now() ELSE finished_at END,"
         " run_id = COALESCE(%s, run_id), losses = COALESCE(%s, losses), params = COALESCE(%s, params),"
         " run_seconds = run_seconds + %s, rungs = rungs || COALESCE(%s, '{}'::jsonb),"
-        " run_started_at = CASE WHEN %s THEN now() ELSE run_started_at END,"
+        " run_started_at = CASE WHEN %s THEN now() ELSE run_started_at END, last_step = greatest(last_step, %s),"
         f" flags = {_MERGED.format(column='flags', most=FLAGS)}, warnings = {_MERGED.format(column='warnings', most=WARNINGS)}"
         " WHERE trial_id = %s",
         (
@@ -184,7 +185,7 @@ def apply_update(conn: Conn, trial_id: str, u: TrialUpdate) -> None:
             None if u.error is None else pg_text(u.error), u.agent,
             u.started, u.finished, u.run_id, u.losses, Jsonb(u.params) if u.params is not None else None,
             u.add_seconds, Jsonb(json_safe({str(k): v for k, v in u.rungs.items()})) if u.rungs else None,
-            u.started, *_twice(u.flags), *_twice(u.warnings), trial_id,
+            u.started, u.last_step, *_twice(u.flags), *_twice(u.warnings), trial_id,
         ),
     )
 
@@ -213,6 +214,8 @@ def updated(row: Row, u: TrialUpdate) -> tuple[Row, TrialView]:
     new["run_seconds"] = float(row.get("run_seconds") or 0.0) + u.add_seconds
     if u.rungs:
         new["rungs"] = {**(row.get("rungs") or {}), **json_safe({str(k): v for k, v in u.rungs.items()})}
+    if u.last_step is not None:
+        new["last_step"] = max(int(row.get("last_step") or 0), u.last_step)
     return new, view_of(new)
 
 

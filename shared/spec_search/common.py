@@ -1,16 +1,16 @@
 """Spec models the search plugins share, and the caps that apply to every strategy.
 
 * :class:`BudgetParam`: the successive-halving budget (asha, hyperband).
-* :class:`Budget` and :class:`Pricing`: caps on trials, GPU-hours, cost and wall time.
+* :class:`Budget` and :class:`Pricing`: caps on trials, steps, GPU-hours, cost and wall time.
 * :class:`Smoke`: a few short trials first; the rest only if they all succeed.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from spotsweep.shared.spec_base import Duration, Finite, _Model, _Problems
 
@@ -74,10 +74,26 @@ def continuous_problems(spec: SweepSpec, kind: str) -> list[tuple[tuple[str | in
              "a sampler that samples") for k, p in spec.space.items() if p.type in ("uniform", "loguniform")]
 
 
+def _positive_steps(value: object) -> object:
+    """A step count is a whole number of at least 1 (not ``3.0``, ``"3"`` or ``true``)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"must be a positive integer (got {value!r})")
+    return value
+
+
+Steps = Annotated[int, BeforeValidator(_positive_steps)]
+
+
 class Budget(_Model):
-    """Caps: the planner launches no trial that would pass one."""
+    """Caps: the planner launches no trial that would pass one.
+
+    ``max_steps`` counts training steps over the sweep's trials: with a
+    successive-halving budget parameter (asha, hyperband with ``param``) a
+    trial's steps are the budget it reached, otherwise the highest step it
+    reported (services/planner/search/budget.py)."""
 
     max_trials: int | None = Field(default=None, ge=1)
+    max_steps: Steps | None = None
     max_gpu_hours: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_cost: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     wall_time: Duration | None = None

@@ -312,7 +312,7 @@ def search_errors(**changes: object) -> list[tuple[str, str]]:
 
 
 def test_search_specs_load_and_round_trip() -> None:
-    from spotsweep.shared.spec import AshaStrategy, BudgetParam, HyperbandStop, MedianStop, ModelStrategy
+    from spotsweep.shared.spec import AshaStrategy, Budget, BudgetParam, HyperbandStop, MedianStop, ModelStrategy
 
     specs = [
         parse_spec({**SEARCH, "strategy": ASHA, "budget": {"max_trials": 100, "max_gpu_hours": 12.5, "max_cost": 20, "wall_time": "12h"},
@@ -326,6 +326,7 @@ def test_search_specs_load_and_round_trip() -> None:
     ]
     assert specs[0].strategy == AshaStrategy(budget=BudgetParam(param="steps", min=1, max=81), eta=3, trials=30)
     assert specs[0].budget is not None and specs[0].budget.wall_time == 12 * 3600
+    assert parse_spec({**SEARCH, "strategy": ASHA, "budget": {"max_steps": 5000}}).budget == Budget(max_steps=5000)
     assert specs[1].strategy == ModelStrategy(type="tpe", trials=50, seed=3, startup_trials=5)
     assert specs[1].early_stop == MedianStop(warmup_steps=10)
     assert isinstance(specs[2].early_stop, HyperbandStop) and specs[2].early_stop.brackets is None
@@ -370,6 +371,12 @@ SEARCH_BAD = [
                  [("budget.wall_time", "must be seconds or a duration like 90s, 30m, 2h, 1h30m (got 'soon')")], id="wall-time"),
     pytest.param({"strategy": ASHA, "budget": {"max_gpu_hours": 0}},
                  [("budget.max_gpu_hours", "Input should be greater than 0 (got 0)")], id="gpu-hours-zero"),
+    pytest.param({"strategy": ASHA, "budget": {"max_steps": -3}},
+                 [("budget.max_steps", "must be a positive integer (got -3)")], id="max-steps-negative"),
+    pytest.param({"strategy": ASHA, "budget": {"max_steps": 2.5}},
+                 [("budget.max_steps", "must be a positive integer (got 2.5)")], id="max-steps-fraction"),
+    pytest.param({"strategy": ASHA, "budget": {"max_steps": "1000"}},
+                 [("budget.max_steps", "must be a positive integer (got '1000')")], id="max-steps-text"),
     pytest.param({"command": ["t"], "strategy": {"type": "random", "trials": 3}, "smoke": {"budget": 2}},
                  [("smoke.budget", "needs a budget parameter: set smoke.param to a parameter in space (e.g. steps), or use a budget "
                    "with a param (strategy asha, early_stop hyperband)")], id="smoke-without-param"),

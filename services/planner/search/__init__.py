@@ -12,6 +12,7 @@ strategy or a stopper.
 
 from spotsweep.services.planner.search.budget import Usage, Verdict, committed, estimate_trial_seconds
 from spotsweep.services.planner.search.budget import estimate_unit_seconds, may_continue, may_launch
+from spotsweep.services.planner.search.budget import committed_steps, estimate_trial_steps, trial_steps
 from spotsweep.services.planner.search.history import TrialRecord, objective_names, objective_values
 from spotsweep.services.planner.search.median import Median
 from spotsweep.services.planner.search.model import GP_NEEDS_TORCH, ModelSearch, Suggestion
@@ -39,7 +40,9 @@ __all__ = [
     "Verdict",
     "bracket_rungs",
     "committed",
+    "committed_steps",
     "estimate_trial_seconds",
+    "estimate_trial_steps",
     "estimate_unit_seconds",
     "may_continue",
     "may_launch",
@@ -48,4 +51,5 @@ __all__ = [
     "register_sampler",
     "register_stopper",
     "smoke_stage",
+    "trial_steps",
 ]

@@ -6,8 +6,9 @@ says no, launches nothing more (trials in flight finish; the sweep ends when
 they have). A cap is never passed on purpose: a trial is refused when the
 GPU-hours (or cost) used, plus what the trials in flight are still expected
 to use, plus one more trial's expected use would pass the cap, or when it
-could not finish before ``wall_time``. Before any trial has finished there
-is no estimate, and only the counts and the time used so far are checked.
+could not finish before ``wall_time``. ``max_steps`` is checked the same
+way in training steps (:func:`trial_steps`). Before any trial has finished
+there is no estimate, and only the counts and the time used so far are checked.
 :func:`may_continue` is the same check for a trial in flight that asks to
 run on (a successive-halving promotion): it is not a new trial, so
 ``max_trials`` does not apply.
@@ -16,7 +17,9 @@ Under successive halving with a budget parameter a trial's cost grows with
 the budget it reaches, so the estimate is per budget unit
 (:func:`estimate_unit_seconds`: seconds run over budget units reached, by the
 trials that ended) times the budget a run trains; otherwise it is one whole
-trial (:func:`estimate_trial_seconds`).
+trial (:func:`estimate_trial_seconds`). Steps are known exactly under
+successive halving with a budget parameter (a run trains to its budget) and
+estimated otherwise, as the median of the steps completed trials reported.
 Times are passed in; nothing here reads a clock. (What a sweep cost is the
 reporter's: services/reporter/summary.py ``cost_of``.)
 """
@@ -41,6 +44,9 @@ class Usage:
     gpus: int = 1  # GPUs per trial
     committed_gpu_seconds: float = 0.0  # still expected from the trials in flight (:func:`committed`)
     unit_seconds: float | None = None  # expected seconds per budget unit (successive halving with a budget parameter)
+    steps: float = 0.0  # training steps so far (:func:`trial_steps` over every trial)
+    committed_steps: float = 0.0  # steps still expected from the trials in flight
+    trial_steps: float | None = None  # expected steps of the run asked for: a trial, or a promotion (None: no estimate)
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,12 @@ def estimate_trial_seconds(durations: Sequence[float]) -> float | None:
     return statistics.median(durations) if durations else None
 
 
+def estimate_trial_steps(steps: Sequence[float]) -> float | None:
+    """Expected steps of one trial without a budget parameter: the median of
+    what the completed trials reported (the trial decides when it ends)."""
+    return statistics.median(steps) if steps else None
+
+
 def estimate_unit_seconds(ended: Sequence[tuple[float, float]]) -> float | None:
     """Expected seconds per budget unit from trials that ended, each as
     ``(seconds run over all its attempts, budget units it reached)``: the
@@ -61,6 +73,39 @@ def estimate_unit_seconds(ended: Sequence[tuple[float, float]]) -> float | None:
     promoted ones weigh by what they trained."""
     units = sum(u for _, u in ended if u > 0)
     return sum(s for s, u in ended if u > 0) / units if units > 0 else None
+
+
+def trial_steps(budget: float | None, reached: float, reported: float, in_flight: bool,
+                started: bool) -> tuple[float, float | None]:
+    """A trial's training steps for ``budget.max_steps``: ``(trained, to train)``.
+
+    With a successive-halving budget parameter (``budget``: its value, the
+    budget the trial's current or last run trains to) a trial has trained the
+    budget its last run reached, ``reached`` (the highest rung decided, 0
+    before the first) while a run is in flight, and ``budget`` once it ended
+    or waits at a rung (a failed run counts its whole budget; one that never
+    started, none). The run in flight still has ``budget - reached`` to
+    train. Without one it is the highest step the trial reported,
+    ``reported``, and what a run in flight has left is not known here
+    (None: :func:`committed_steps` estimates it).
+    """
+    if budget is None:
+        return max(0.0, reported), None if in_flight else 0.0
+    if in_flight:
+        return reached, max(0.0, budget - reached)
+    return (budget if started else 0.0), 0.0
+
+
+def committed_steps(runs: Sequence[tuple[float, float | None]], per_trial: float | None) -> float:
+    """Steps the trials in flight are still expected to train, each as
+    :func:`trial_steps` gives it; one whose rest is not known is expected to
+    reach ``per_trial`` steps (nothing when there is no estimate yet)."""
+    rest = 0.0
+    for trained, left in runs:
+        if left is None:
+            left = max(0.0, per_trial - trained) if per_trial is not None else 0.0
+        rest += left
+    return rest
 
 
 def committed(runs: Sequence[tuple[float | None, float]], gpus: int) -> float:
@@ -89,6 +134,11 @@ def may_continue(budget: Budget | None, pricing: Pricing | None, usage: Usage) -
 
 
 def _within(budget: Budget, pricing: Pricing | None, usage: Usage, more: str, run: str) -> Verdict:
+    if budget.max_steps is not None:
+        steps = usage.steps + usage.committed_steps + (usage.trial_steps or 0.0)
+        if usage.steps >= budget.max_steps or steps > budget.max_steps:
+            return Verdict(False, f"budget.max_steps: {usage.steps:.0f} step(s) trained, {steps:.0f} expected with "
+                           f"{more}, the cap is {budget.max_steps}")
     expected = usage.gpu_seconds + usage.committed_gpu_seconds + (usage.trial_seconds or 0.0) * usage.gpus
     if budget.max_gpu_hours is not None:
         cap = budget.max_gpu_hours * 3600

@@ -16,9 +16,10 @@ planner reads from its database:
   Hyperband with a budget parameter: relaunch it with the next budget, or
   prune it, or it is complete).
 * :meth:`Search.smoke` and :meth:`Search.smoke_params` -- the smoke stage.
-* :meth:`Search.may_launch`, :meth:`Search.may_promote` and
-  :meth:`Search.run_seconds` -- the budget caps, for a new trial and for a
-  promotion, and what either is expected to take.
+* :meth:`Search.may_launch`, :meth:`Search.may_promote`,
+  :meth:`Search.run_seconds` and :meth:`Search.run_steps` -- the budget
+  caps, for a new trial and for a promotion, and what either is expected to
+  take and to train.
 """
 
 from __future__ import annotations
@@ -169,14 +170,24 @@ class Search:
             return usage.unit_seconds * self._initial_budget(index)
         return usage.trial_seconds
 
+    def run_steps(self, usage: Usage, index: int) -> float | None:
+        """Expected steps of new trial ``index``'s first run: with a
+        successive-halving budget parameter, exactly its first rung's
+        budget; otherwise a whole trial's (the median completed trial's)."""
+        if self._relaunching:
+            return float(self._initial_budget(index))
+        return usage.trial_steps
+
     def may_launch(self, usage: Usage) -> Verdict:
-        """Whether one more trial, expected to take ``usage.trial_seconds``, fits the caps."""
+        """Whether one more trial, expected to take ``usage.trial_seconds`` and
+        train ``usage.trial_steps``, fits the caps."""
         return may_launch(self.spec.budget, self.spec.pricing, usage)
 
     def may_promote(self, usage: Usage, budget: int, to: int) -> Verdict:
         """Whether a trial that ran to ``budget`` may be relaunched to ``to``
         (it resumes from its checkpoint: ``to - budget`` units more) without
-        passing a GPU-hour, cost or wall-time cap."""
+        passing a step, GPU-hour, cost or wall-time cap."""
         seconds = None if usage.unit_seconds is None else usage.unit_seconds * max(0, to - budget)
-        return may_continue(self.spec.budget, self.spec.pricing, replace(usage, trial_seconds=seconds))
+        return may_continue(self.spec.budget, self.spec.pricing,
+                            replace(usage, trial_seconds=seconds, trial_steps=float(max(0, to - budget))))
 

@@ -84,3 +84,40 @@ def test_a_promotion_is_checked_against_every_cap_but_max_trials() -> None:
     verdict = may_continue(Budget(wall_time=3600), None, Usage(1, 0, 3000, trial_seconds=900))
     assert verdict.reason.startswith("budget.wall_time: 3000s elapsed, the promotion takes about 900s")
     assert may_continue(None, None, Usage(1, 1e12, 1e9, trial_seconds=1e9)).ok
+
+
+def test_max_steps_counts_trained_in_flight_and_the_next_trials_steps() -> None:
+    budget = Budget(max_steps=40)
+    # 27 steps trained, 9 still to train in flight: a 3-step trial fits (39), a 9-step one would pass 40.
+    assert may_launch(budget, None, Usage(5, 0, 0, steps=27, committed_steps=9, trial_steps=3)).ok
+    verdict = may_launch(budget, None, Usage(5, 0, 0, steps=27, committed_steps=9, trial_steps=9))
+    assert not verdict.ok
+    assert verdict.reason == "budget.max_steps: 27 step(s) trained, 45 expected with one more trial, the cap is 40"
+    # No estimate yet (no trial completed): only what was trained counts, and reaching the cap stops launches.
+    assert may_launch(budget, None, Usage(5, 0, 0, steps=39)).ok
+    assert not may_launch(budget, None, Usage(5, 0, 0, steps=40)).ok
+
+
+def test_a_promotion_is_charged_the_steps_it_adds() -> None:
+    from spotsweep.services.planner.search import may_continue
+
+    budget = Budget(max_trials=3, max_steps=30)
+    assert may_continue(budget, None, Usage(3, 0, 0, steps=21, trial_steps=9)).ok  # 30: at the cap, not past it
+    verdict = may_continue(budget, None, Usage(3, 0, 0, steps=22, trial_steps=9))
+    assert verdict.reason == "budget.max_steps: 22 step(s) trained, 31 expected with the promotion, the cap is 30"
+
+
+def test_a_trials_steps_are_its_budget_reached_or_its_reported_steps() -> None:
+    from spotsweep.services.planner.search import committed_steps, estimate_trial_steps, trial_steps
+
+    # Successive halving with a budget parameter: the budget reached, known exactly.
+    assert trial_steps(9, 3, 7, in_flight=False, started=True) == (9, 0)  # ended, or waiting at rung 9
+    assert trial_steps(9, 3, 7, in_flight=True, started=True) == (3, 6)  # promoted from 3, resumes to 9
+    assert trial_steps(1, 0, 0, in_flight=True, started=False) == (0, 1)  # a new trial, its first rung
+    assert trial_steps(9, 0, 0, in_flight=False, started=False) == (0, 0)  # cancelled before it started
+    # Without one: the highest step the trial reported; what a run in flight has left is estimated.
+    assert trial_steps(None, 0, 120, in_flight=False, started=True) == (120, 0)
+    assert trial_steps(None, 0, 20, in_flight=True, started=True) == (20, None)
+    assert estimate_trial_steps([]) is None and estimate_trial_steps([100, 120, 5000]) == 120
+    assert committed_steps([(20, None), (0, None), (3, 6)], per_trial=100) == 80 + 100 + 6
+    assert committed_steps([(20, None), (500, None)], per_trial=None) == 0  # no estimate yet; past it: nothing left

@@ -1,0 +1,94 @@
+"""``budget.max_steps`` through the planner's handlers over a real PostgreSQL:
+under successive halving with a budget parameter a trial's steps are the
+budget it reached (a new trial is charged its first rung, a promotion the
+steps it adds); otherwise the highest step it reported, and a new trial is
+expected to train as many as the median completed trial. The sweep stops
+launching at the cap with the reason as its note, and ``sweep_results``
+counts the steps and the trials waiting at a rung (``paused``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spotsweep.shared.messages import TrialMessage
+
+SWEEP = "sw1-000000a0"
+BASE: dict[str, Any] = {
+    "name": "steps", "command": ["python", "train.py", "--x", "{x}"], "metric": {"name": "loss", "mode": "min"},
+    "resources": {"gpus": 0, "class": "cpu"}, "max_concurrent": 1,
+}
+ASHA: dict[str, Any] = {
+    **BASE, "command": [*BASE["command"], "--steps", "{steps}"], "space": {"x": [1, 2, 3, 4, 5, 6]},
+    "strategy": {"type": "asha", "budget": {"param": "steps", "min": 1, "max": 9}, "eta": 3, "order": "listed",
+                 "promotion": "async"},
+}
+
+
+def run(h: Any, msg: TrialMessage, loss: float, **kw: Any) -> None:
+    h.start(msg, run_id=f"r{msg.trial_id}-{msg.attempt}")
+    h.finish(msg, "completed", run_id=f"r{msg.trial_id}-{msg.attempt}", metrics={"loss": loss}, **kw)
+
+
+def results(h: Any) -> dict[str, Any]:
+    with h.db.transaction() as conn:
+        return conn.execute("SELECT * FROM sweep_results WHERE sweep_id = %s", (SWEEP,)).fetchone()
+
+
+def test_asha_stops_launching_when_the_next_first_rung_would_pass_max_steps(h: Any) -> None:
+    h.submit({**ASHA, "budget": {"max_steps": 12}})
+    msg = h.published(1)[0]
+    for loss in (0.5, 0.4, 0.3):  # the first trial climbs 1 -> 3 -> 9 steps, resuming each time: 9 steps in all
+        run(h, msg, loss)
+        msg = h.published(1)[0]
+    assert h.trial(f"{SWEEP}.0")["params"]["steps"] == 9 and results(h)["steps"] == 9
+    for index in (1, 2, 3):  # each new trial is charged its first rung (1 step): 10, 11, 12; each pruned there
+        assert (msg.index, msg.params["steps"]) == (index, 1)
+        run(h, msg, 0.9)
+        msg = next(iter(h.published(timeout=0.3)), msg)
+    assert h.published(timeout=0.3) == []
+    sweep = h.sweep(SWEEP)
+    assert sweep["state"] == "completed" and sweep["total_trials"] == 4
+    assert sweep["note"] == "budget.max_steps: 12 step(s) trained, 13 expected with one more trial, the cap is 12"
+    row = results(h)
+    assert (row["steps"], row["completed"], row["pruned"], row["paused"]) == (12, 1, 3, 0)
+
+
+def test_a_promotion_past_max_steps_completes_the_trial_at_its_rung(h: Any) -> None:
+    h.submit({**ASHA, "budget": {"max_steps": 5}})
+    first = h.published(1)[0]
+    run(h, first, 0.5)  # 1 step, then to 3: 3 in all, fits
+    again = h.published(1)[0]
+    assert (again.trial_id, again.params["steps"]) == (first.trial_id, 3)
+    run(h, again, 0.4)  # to 9 would be 6 more: 9 in all
+    row = h.trial(first.trial_id)
+    assert (row["state"], row["params"]["steps"]) == ("completed", 3)
+    assert h.published(timeout=0.3) == []
+    sweep = h.sweep(SWEEP)
+    assert sweep["state"] == "completed"
+    assert sweep["note"] == "budget.max_steps: 3 step(s) trained, 9 expected with the promotion, the cap is 5"
+    assert results(h)["steps"] == 3
+
+
+def test_without_a_budget_parameter_reported_steps_count_and_the_median_trial_is_expected(h: Any) -> None:
+    h.submit({**BASE, "space": {"x": list(range(10))}, "budget": {"max_steps": 250}})
+    first = h.published(1)[0]
+    h.start(first, run_id="a")
+    assert results(h)["steps"] == 0  # nothing reported yet: no estimate, so the first trial launched
+    h.finish(first, "completed", run_id="a", metrics={"loss": 0.1}, last_step=100)
+    run(h, h.published(1)[0], 0.2, last_step=100)  # 100 trained + 100 expected = 200: fits
+    assert h.published(timeout=0.3) == []  # 200 + 100 would pass 250
+    sweep = h.sweep(SWEEP)
+    assert sweep["state"] == "completed" and sweep["total_trials"] == 2
+    assert sweep["note"] == "budget.max_steps: 200 step(s) trained, 300 expected with one more trial, the cap is 250"
+    assert results(h)["steps"] == 200
+
+
+def test_sweep_results_counts_trials_waiting_at_a_rung(h: Any) -> None:
+    h.submit({**ASHA, "strategy": {**ASHA["strategy"], "promotion": "paper"}})
+    first = h.published(1)[0]
+    run(h, first, 0.5)  # alone at rung 1: it waits there for a promotion
+    assert h.trial(first.trial_id)["state"] == "paused"
+    second = h.published(1)[0]
+    h.start(second, run_id="s")
+    row = results(h)
+    assert (row["paused"], row["running"], row["trials"], row["steps"]) == (1, 1, 2, 1)  # the waiting trial trained 1
