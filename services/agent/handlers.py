@@ -10,12 +10,14 @@ A delivery that comes back ``redelivered`` was lost with its previous holder
 (kill -9, a node gone, a broker restart, RabbitMQ's consumer_timeout). Each
 such loss is counted in the artifact store; past the spec's
 ``retries.max_lost`` the attempt is reported failed and dead-lettered, so a
-trial that takes its agents down cannot circle forever. The agent never hands
-a trial back with a requeue (which would look like a loss): a draining agent,
-or one whose node looks broken, republishes it with a confirm, then acks.
-That includes deliveries prefetched but not yet started when the trials
-consumer is cancelled: the consumer passes them to this handler (see
-:func:`~.main.consume_trials`), which hands them back the same way.
+trial that takes its agents down cannot circle forever. A trial an agent hands
+back on purpose never counts as a loss: a draining agent, or one whose node
+looks broken, republishes it with a confirm, then acks; or, with users per
+role (agents may not publish trials), requeues it after marking the requeue a
+hand-back in the artifact store (:mod:`.handback`). That includes deliveries
+prefetched but not yet started when the trials consumer is cancelled: the
+consumer passes them to this handler (see :func:`~.main.consume_trials`),
+which hands them back the same way.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from spotsweep.services.agent import uploads
+from spotsweep.services.agent import handback
 from spotsweep.services.agent.runner import DeliveryLost, run_trial
 from spotsweep.services.agent.state import Agent, Slots
 from spotsweep.shared import log, topology
@@ -51,9 +53,10 @@ class Connection:
     lost_reason: str = "the connection to RabbitMQ was lost"
     trials_consumer: Consumer | None = None
     resume: Callable[[], object] | None = None  # subscribe to the trials queue again (set by main.connect)
-    # Hand a trial back by republishing it (no loss counted). A republished trial
-    # carries this agent's user_id, which other agents refuse unless agents and
-    # the planner share a broker user; otherwise (main.connect) it is requeued.
+    # Hand a trial back by republishing it. A republished trial carries this
+    # agent's user_id, which other agents refuse unless agents and the planner
+    # share a broker user; otherwise (main.connect) it is requeued, marked a
+    # hand-back in the artifact store. Neither counts as a loss.
     republish: bool = True
     _busy: int = 0  # trial handlers running on this connection
     _idle: threading.Condition = field(default_factory=threading.Condition)
@@ -96,9 +99,12 @@ def _outgoing(event: Envelope) -> Outgoing:
 
 
 def _hand_back(delivery: Delivery, msg: TrialMessage, conn: Connection) -> None:
-    """Put a trial we will not run back on its queue without it counting as a loss; with users
-    per role, requeued instead (keeping the planner's user_id; the next agent counts a loss)."""
+    """Put a trial we will not run back on its queue without it counting as a loss: republished
+    when this agent's user is the planner's; else requeued (the planner's user_id intact) after a
+    hand-back marker that the next agent subtracts from its loss count (:mod:`.handback`)."""
     if not conn.republish:
+        if not delivery.redelivered:  # a redelivered one passes its earlier requeue's verdict on
+            handback.record_handback(conn.agent.store, msg)
         delivery.nack(requeue=True)
         return
     conn.broker.publish(Outgoing(topology.TRIALS_EXCHANGE, msg.resource_class, delivery.body, headers=dict(delivery.headers),
@@ -121,7 +127,7 @@ def _handle_trial(delivery: Delivery, conn: Connection) -> None:
             # it here; another agent takes it.
             _hand_back(delivery, msg, conn)
             return
-        losses = uploads.record_loss(conn.agent.store, msg) if delivery.redelivered else 0
+        losses = handback.count_loss(conn.agent.store, msg) if delivery.redelivered else 0
         if losses > msg.max_lost:
             _dead_letter(delivery, msg, conn, losses)
             return

@@ -7,6 +7,7 @@ refused by RabbitMQ (406 PRECONDITION_FAILED); a trial published by a user
 with every permission who is not the planner (the admin ``guest``) is
 dead-lettered by the agent and never runs; and the whole pipeline (planner,
 collector, agent processes, ``submit``) runs a sweep with these users.
+The ``users`` and ``opened`` fixtures are in this folder's conftest.py.
 """
 
 from __future__ import annotations
@@ -14,12 +15,8 @@ from __future__ import annotations
 import json
 import os
 import queue
-import subprocess
 import sys
-import tempfile
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,58 +34,9 @@ from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
 from spotsweep.shared.broker.rabbit import RabbitBroker
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.messages import TrialFinished, TrialMessage, decode, encode, unpack
-from waiting import take, wait_until
+from waiting import take
 
 pytestmark = [pytest.mark.needs_rabbit, pytest.mark.timeout(240)]
-
-DEFINITIONS = Path(__file__).parents[2] / "deploy" / "rabbitmq" / "definitions.json"
-HOST = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
-ROLES = ("planner", "collector", "agent", "submitter")
-
-
-def _ctl(*args: str) -> str:
-    return subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, text=True, timeout=60).stdout
-
-
-@pytest.fixture()
-def users() -> Iterator[dict[str, str]]:
-    """role -> AMQP URL of its user, from the definitions file loaded into a fresh vhost; ``admin``: guest."""
-    suffix = uuid.uuid4().hex[:6]
-    vhost = f"spotsweep-users-{suffix}"
-    defs = json.loads(DEFINITIONS.read_text())
-    names = {u["name"]: f"{u['name']}-{suffix}" for u in defs["users"]}
-    passwords = {n: uuid.uuid4().hex for n in names.values()}
-    for u in defs["users"]:
-        u["name"] = names[u["name"]]
-        u["password"] = passwords[u["name"]]
-    for p in defs["permissions"]:
-        p["user"] = names[p["user"]]
-    defs["vhosts"] = [{"name": vhost}]
-    for kind in ("permissions", "exchanges", "queues", "bindings"):
-        for item in defs[kind]:
-            item["vhost"] = vhost
-    # A file the broker's CLI can read (it may run as RabbitMQ's user; this RabbitMQ takes no "-" for stdin).
-    fd, path = tempfile.mkstemp(prefix="spotsweep-defs-", suffix=".json")
-    try:
-        os.write(fd, json.dumps(defs).encode())
-        os.close(fd)
-        os.chmod(path, 0o644)
-        _ctl("import_definitions", path)
-    finally:
-        os.unlink(path)
-    assert wait_until(lambda: all(n in _ctl("list_users") for n in names.values()), timeout=30)  # imported in the background
-    assert wait_until(lambda: len(_ctl("list_permissions", "-p", vhost).splitlines()) >= len(names), timeout=30)
-    _ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
-    urls = {role: f"amqp://{names['spotsweep-' + role]}:{passwords[names['spotsweep-' + role]]}@{HOST}:5672/{vhost}"
-            for role in ROLES}
-    urls["admin"] = f"amqp://guest:guest@{HOST}:5672/{vhost}"
-    urls["_names"] = json.dumps({role: names["spotsweep-" + role] for role in ROLES})
-    try:
-        yield urls
-    finally:
-        _ctl("delete_vhost", vhost)
-        for name in names.values():
-            _ctl("delete_user", name)
 
 
 def running(url: str, opened: list[Broker]) -> RabbitBroker:
@@ -96,14 +44,6 @@ def running(url: str, opened: list[Broker]) -> RabbitBroker:
     threading.Thread(target=broker.run, daemon=True).start()
     opened.append(broker)
     return broker
-
-
-@pytest.fixture()
-def opened() -> Iterator[list[Broker]]:
-    brokers: list[Broker] = []
-    yield brokers
-    for b in brokers:
-        b.stop(drain=False)
 
 
 def refused(broker: Broker, message: Outgoing, code: str = "403") -> None:
