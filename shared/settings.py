@@ -68,6 +68,26 @@ class Settings(BaseSettings):
         json_schema_extra={"read_by": "submit"})
 
 
+class _Observed(Settings):
+    """The ``--metrics-port`` server of a long-running process (shared/health.py)."""
+
+    metrics_port: int | None = Field(
+        default=None, ge=1, le=65535, description="serve /metrics (Prometheus), /healthz and /readyz on this port; "
+                                                  "unset: no such server")
+    # Every interface by default: the kubelet's probes and Prometheus reach a pod at its own IP, never its
+    # loopback; the server shows counts and probe results only, never a secret.
+    metrics_host: str = Field(default="0.0.0.0", description="address the --metrics-port server listens on "  # noqa: S104
+                                                                "(0.0.0.0: every interface, as probes of a pod need)")
+
+
+class _Service(_Observed):
+    """What the planner, the collector and the agent share: how long they wait for their dependencies at start."""
+
+    startup_timeout: float = Field(
+        default=60.0, gt=0, description="seconds a service waits at start for RabbitMQ (and PostgreSQL) to answer "
+                                        "before it exits 69 naming the setting; a refused login exits at once")
+
+
 class _Launching(Settings):
     """The knobs of launching trials, shared by the planner and local mode."""
 
@@ -77,7 +97,7 @@ class _Launching(Settings):
         default=32, ge=1, description="trials of one sweep waiting in the queue at once (fair turns between sweeps)")
 
 
-class PlannerSettings(_Launching):
+class PlannerSettings(_Launching, _Service):
     """``spotsweep planner``; its policy knobs are docs/security.md's."""
 
     submitters: str | None = Field(
@@ -93,11 +113,11 @@ class LocalSettings(_Launching):
     (not its policy: local mode runs your own commands as you)."""
 
 
-class CollectorSettings(Settings):
-    """``spotsweep collector``: no knobs of its own."""
+class CollectorSettings(_Service):
+    """``spotsweep collector``: the services' knobs only."""
 
 
-class AgentSettings(Settings):
+class AgentSettings(_Service):
     """``spotsweep agent``."""
 
     slots: int | None = Field(default=None, ge=1, description="trials at once; default: one per GPU group, or 1 without GPUs")
@@ -132,9 +152,12 @@ class AgentSettings(Settings):
     trial_env_deny: str | None = Field(
         default=None, description="variables trials never get, besides SPOTSWEEP_* and *_PASSWORD/_SECRET/_TOKEN/_KEY: "
                                   "comma-separated names or globs")
+    exit_when_idle: float | None = Field(
+        default=None, gt=0, description="exit 0 after this many seconds with no trial running and none received "
+                                        "(scale-to-zero: a busy agent never exits); unset: never")
 
 
-class DashboardSettings(Settings):
+class DashboardSettings(_Observed):
     """``spotsweep dashboard``."""
 
     dashboard_host: str = Field(default="127.0.0.1", description="address to listen on (0.0.0.0: every interface)",

@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from spotsweep.services.agent import harden, notice
+from spotsweep.services.agent import harden, idle, notice
 from spotsweep.services.agent.handlers import (
     Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
 )
@@ -28,10 +28,13 @@ from spotsweep.services.agent.state import Agent, Slots
 from spotsweep.services.agent.trial_env import names
 from spotsweep.services.agent.trial_user import UserPool
 from spotsweep.shared import log, topology
+from spotsweep.shared import metrics as exported
 from spotsweep.shared.artifacts import open_store
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker, Consumer
-from spotsweep.shared.errors import PermanentError
+from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError
+from spotsweep.shared.health import probes
+from spotsweep.shared.health_startup import CurrentBroker, broker_check, first_broker, reusing
 from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.runtime import Cleanup, ExitCode, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import AgentSettings, Settings, default
@@ -103,7 +106,7 @@ def consume_trials(broker: Broker, conn: Connection, resource_class: str, prefet
     consumer = broker.consume(
         # No in-place retry: a trial handler that raised has lost its delivery
         # (the broker went away) and the trial is redelivered to some agent.
-        topology.trials_queue(resource_class), partial(handle_trial, conn=conn), retry=Backoff(attempts=1),
+        topology.trials_queue(resource_class), conn.agent.idle.track(partial(handle_trial, conn=conn)), retry=Backoff(attempts=1),
         # Deliveries prefetched but not started when this consumer is cancelled
         # (a drain, a breaker trip) go to handle_trial, which hands them back
         # unmarked, instead of being requeued marked "redelivered": the next
@@ -191,6 +194,18 @@ def bound_drain(seconds: float, kill: Callable[[], None], done: threading.Event,
     return thread
 
 
+def check_writable(store: ArtifactStore, agent_id: str) -> None:
+    """Write and delete a small object, so a bucket the agent may read but not write (whose checkpoints
+    would all fail to upload) stops the agent at start: one line naming the settings, exit 69."""
+    key = f"sweeps/_spotsweep-write-probe/{agent_id}"  # under sweeps/: the agents' key may write only there
+    try:
+        store.put_bytes(key, b"")
+        store.delete(key)
+    except SpotsweepError as e:
+        raise RetryableError(f"SPOTSWEEP_S3_BUCKET/SPOTSWEEP_S3_ACCESS_KEY: the agent cannot write to its artifact "
+                             f"store {store!r}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}") from None
+
+
 def check_store_settings(settings: AgentSettings) -> None:
     """Without S3 an agent keeps checkpoints on its own disk, so a preempted trial cannot
     resume on another node: say so loudly, or refuse with ``--require-s3``."""
@@ -218,9 +233,20 @@ def main(settings: AgentSettings) -> int:
         _log.warning(f"--trial-user: {len(trial_users.users)} user(s) for {pool.count} slots: trials running at once "
                      "share a user and can read each other's files; give one user per slot")
     check_store_settings(settings)
+    # --metrics-port: the probes answer (503) while we still wait for RabbitMQ below.
+    current = CurrentBroker()
+    probes(settings.metrics_host, settings.metrics_port,
+           {"rabbitmq": broker_check(current, topology.trials_queue(resource_class))})
+    exported.export(exported.AGENT)
+    exported.AGENT_SLOTS.set(pool.count)
+    exported.AGENT_SLOTS_BUSY.set_function(lambda: pool.busy)
+    agent_id = f"{socket.gethostname()}-{os.getpid()}"
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
+    if settings.s3_endpoint:
+        check_writable(store, agent_id)
+    first = first_broker(settings, settings.startup_timeout)
     workdir = settings.workdir or Path(tempfile.gettempdir()) / "spotsweep-agent"
-    config = RunnerConfig(agent_id=f"{socket.gethostname()}-{os.getpid()}", workdir=workdir,
+    config = RunnerConfig(agent_id=agent_id, workdir=workdir,
                           log_upload_seconds=settings.log_upload_seconds, trial_users=trial_users,
                           trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny))
     agent = Agent(store=store, config=config,
@@ -234,6 +260,7 @@ def main(settings: AgentSettings) -> int:
 
     def start_on(broker: Broker) -> Cleanup:
         conn = connect(broker, agent, resource_class, accept_users, broker_user(settings))
+        current.broker = broker
 
         def lost() -> None:
             # When this connection ends, its deliveries are void: trials still
@@ -248,11 +275,17 @@ def main(settings: AgentSettings) -> int:
 
         return lost
 
+    quiet = threading.Event()  # set by --exit-when-idle: its drain stops taking trials, preempts nothing
+
     def drain() -> None:
         # Preemption: running trials get SIGTERM and up to --grace seconds to
         # checkpoint (then SIGKILL); each is then reported preempted and acked,
         # and the planner puts it back for another node to resume. The whole
         # drain is bounded by --grace + --after-grace.
+        if quiet.is_set():
+            quiet.clear()  # an idle exit's own drain; a SIGTERM after it still preempts
+            return
+        exported.AGENT_PREEMPTIONS.inc()
         agent.preempt.set()
         with deadline_lock:  # a notice, then the platform's SIGTERM: one deadline, from the first
             if not deadline:
@@ -263,8 +296,9 @@ def main(settings: AgentSettings) -> int:
         kill_all()
 
     try:
-        return serve(broker_factory(settings), start_on, drain, kill,
-                     watch=notice_watcher(settings.preemption_notice, settings.metadata_url, settings.notice_interval))
+        return serve(reusing(first, broker_factory(settings)), start_on, drain, kill,
+                     watch=idle.both(notice_watcher(settings.preemption_notice, settings.metadata_url, settings.notice_interval),
+                                     idle.watcher(agent.idle, settings.exit_when_idle, quiet)))
     finally:
         done.set()
         kill_all()  # whatever way we leave, no trial runs on unsupervised

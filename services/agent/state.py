@@ -18,6 +18,7 @@ from pathlib import Path
 
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.health import Health
+from spotsweep.services.agent.idle import Idle
 from spotsweep.services.agent.supervise import RunnerConfig
 from spotsweep.services.agent.workspace import remove_own, remove_stale
 from spotsweep.shared.artifacts.port import ArtifactStore
@@ -37,6 +38,11 @@ class Slots:
             # More slots than GPUs share them round-robin (small models); never
             # leave CUDA_VISIBLE_DEVICES unset on a GPU node, or a trial sees all.
             self._free.put((i, gpus[i % len(gpus)] if gpus else None))
+
+    @property
+    def busy(self) -> int:
+        """Slots running a trial now (the ``spotsweep_agent_slots_busy`` metric)."""
+        return self.count - self._free.qsize()
 
     @contextmanager
     def take(self) -> Iterator[tuple[int, str | None]]:
@@ -75,6 +81,7 @@ class Agent:
     cancelled: set[str] = field(default_factory=set)  # sweep ids
     stops: dict[str, str] = field(default_factory=dict)  # run id -> the planner's reason to stop it
     lock: threading.Lock = field(default_factory=threading.Lock)
+    idle: Idle = field(default_factory=Idle)  # how long no trial ran (--exit-when-idle)
 
     def is_cancelled(self, sweep_id: str) -> bool:
         with self.lock:

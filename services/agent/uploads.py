@@ -15,12 +15,14 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 import uuid
 from functools import partial
 from pathlib import Path
 from typing import IO, BinaryIO
 
 from spotsweep.shared import log
+from spotsweep.shared import metrics as exported  # `metrics` is a trial's reported values here
 from spotsweep.shared.artifacts.checkpoint_layout import loss_prefix
 from spotsweep.shared.artifacts import retention
 from spotsweep.shared.artifacts.checkpoints import (
@@ -135,8 +137,11 @@ def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
         commit_checkpoint(store, msg.sweep_id, msg.trial_id, folder)
         return folder
 
+    began, size = time.monotonic(), _bytes_under(staged)
     try:
         folder: str = retrying(upload, S3_BACKOFF, what="upload checkpoint")  # type: ignore[assignment]
+        exported.CHECKPOINT_UPLOAD_SECONDS.observe(time.monotonic() - began)
+        exported.CHECKPOINT_UPLOAD_BYTES.inc(size)
     except (SpotsweepError, OSError) as e:  # an upload problem is never charged to the trial
         _log.error("checkpoint not uploaded; the trial goes on", step=step, error=str(e), trial_id=msg.trial_id)
         return None
@@ -147,6 +152,18 @@ def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
     except SpotsweepError as e:
         _log.warning("old checkpoints not pruned", step=step, error=str(e), trial_id=msg.trial_id)
     return store.uri(folder_prefix(msg.sweep_id, msg.trial_id, folder))
+
+
+def _bytes_under(staged: Path) -> int:
+    """The size of a staged checkpoint's files (``spotsweep_checkpoint_upload_bytes_total``); links are not followed."""
+    total = 0
+    for parent, _dirs, files in os.walk(staged):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def retain(store: ArtifactStore, msg: TrialMessage, pruned: bool = False) -> None:

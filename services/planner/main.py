@@ -6,14 +6,20 @@ from functools import partial
 
 from spotsweep.services.planner.handlers import PlannerDeps, handle_events, handle_sweep_message, publish_pending
 from spotsweep.services.planner.policy import Policy
-from spotsweep.shared import log, topology
+from spotsweep.shared import log, metrics, topology
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.artifacts.s3 import S3ArtifactStore
 from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.db import Database, required_database
+from spotsweep.shared.health import Check, probes
+from spotsweep.shared.health_startup import (
+    CurrentBroker, broker_check, database_check, first_broker, reusing, wait_for_database,
+)
+from spotsweep.shared.metrics_broker import SeenClasses, TrialsCounted, depths
 from spotsweep.shared.runtime import Cleanup, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import PlannerSettings, default
+from spotsweep.shared.states import IN_FLIGHT, TERMINAL
 from spotsweep.shared.tls import pg_options
 
 _log = log.get("spotsweep.planner")
@@ -53,12 +59,44 @@ def main(settings: PlannerSettings) -> int:
     if policy.submitters is None:
         _log.warning("SPOTSWEEP_SUBMITTERS is not set: any broker user that may post to spotsweep.sweeps submits sweeps")
 
+    # --metrics-port: the probes answer (503) while we still wait for RabbitMQ and PostgreSQL below.
+    metrics.export(metrics.PLANNER)
+    current, classes = CurrentBroker(), SeenClasses("gpu")
+    probes(settings.metrics_host, settings.metrics_port, {
+        "rabbitmq": sampling(broker_check(current, topology.SWEEPS_QUEUE), current, classes),
+        "postgresql": database_check(db.url, db.options, query=sample_trials),
+    })
+    wait_for_database(db, settings.startup_timeout)  # first: an idle connection to RabbitMQ would miss heartbeats
+    first = first_broker(settings, settings.startup_timeout)
+
     def start_on(broker: Broker) -> Cleanup:
-        deps = start(broker, db, window=settings.queue_window, store=store, policy=policy)
+        deps = start(TrialsCounted(broker, classes), db, window=settings.queue_window, store=store, policy=policy)
+        current.broker = broker
         _log.info("planner running")
         return deps.close
 
     try:
-        return serve(broker_factory(settings), start_on)
+        return serve(reusing(first, broker_factory(settings)), start_on)
     finally:
         db.close()
+
+
+def sample_trials(db: Database) -> None:
+    """``spotsweep_trials_in_flight`` and ``spotsweep_trials_finished_total{state}`` from the trials table
+    (the readiness check's query: a database that answers it is one the planner can use)."""
+    with db.transaction() as conn:
+        rows = conn.execute("SELECT state, count(*) AS n FROM trials GROUP BY state").fetchall()
+    counts = {str(r["state"]): float(r["n"]) for r in rows}
+    metrics.TRIALS_IN_FLIGHT.set({"": sum(counts.get(s.value, 0.0) for s in IN_FLIGHT)})
+    metrics.TRIALS_FINISHED.set({s.value: counts.get(s.value, 0.0) for s in TERMINAL})
+
+
+def sampling(check: Check, current: CurrentBroker, classes: SeenClasses) -> Check:
+    """The broker check, then ``spotsweep_queue_depth{class}`` of the classes published to (and gpu)."""
+
+    def run() -> None:
+        check()
+        if current.broker is not None:
+            metrics.QUEUE_DEPTH.set(depths(current.broker, classes))
+
+    return run

@@ -173,6 +173,11 @@ class Broker(ABC):
         """How many consumers ``queue`` has now; None when no one declared it yet.
         (``submit`` and ``status`` warn when no agent reads a class's trials.)"""
 
+    def queue_depth(self, queue: str) -> int | None:
+        """How many messages wait in ``queue`` (the planner's ``spotsweep_queue_depth`` metric);
+        None when no one declared it yet, or the adapter cannot tell."""
+        return None
+
     @abstractmethod
     def declare_private_queue(self, bindings: Iterable[tuple[str, str]]) -> str:
         """An exclusive, auto-deleted queue bound as given (broadcasts); returns its name."""

@@ -249,7 +249,16 @@ class RabbitBroker(Broker):
         return False
 
     def consumers(self, queue: str) -> int | None:
-        def do() -> int | None:
+        counts = self._queue_counts(queue)
+        return None if counts is None else counts[1]
+
+    def queue_depth(self, queue: str) -> int | None:
+        counts = self._queue_counts(queue)
+        return None if counts is None else counts[0]
+
+    def _queue_counts(self, queue: str) -> tuple[int, int] | None:
+        """(messages, consumers) of ``queue`` from a passive declare; None when it does not exist."""
+        def do() -> tuple[int, int] | None:
             ch = self._conn.channel()  # its own: a passive declare of a missing queue closes the channel
             try:
                 ok = ch.queue_declare(queue, passive=True)
@@ -258,7 +267,7 @@ class RabbitBroker(Broker):
                     return None
                 raise
             ch.close()
-            return int(ok.method.consumer_count)
+            return int(ok.method.message_count), int(ok.method.consumer_count)
 
         with translated(f"inspect queue {queue!r} on {self.url}"):
             return self.call(do)

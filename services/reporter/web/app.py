@@ -32,6 +32,7 @@ from spotsweep.shared.artifacts import ArtifactStore
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import RetryableError
 from spotsweep.shared import log as logs
+from spotsweep.shared import metrics
 
 log = logs.get(__name__)
 PACKAGE = "spotsweep.services.reporter.web"
@@ -80,6 +81,11 @@ class Pages:
         return self.render("trial.html", sweep=sweep, trial=trial, age=queries.age(trial["finished_at"], now))
 
     async def healthz(self, request: Request) -> Response:
+        """Liveness: the process serves requests (the database is /readyz's concern)."""
+        return json_response({"ok": True})
+
+    async def readyz(self, request: Request) -> Response:
+        """Readiness: the results database answers."""
         def ping() -> None:
             with self.db.transaction() as conn:
                 conn.execute("SELECT 1 FROM trial_results LIMIT 1")
@@ -91,9 +97,14 @@ class Pages:
         return json_response({"ok": True})
 
 
+async def metrics_page(request: Request) -> Response:
+    """The process's Prometheus metrics (shared/metrics.py), as the services' ``--metrics-port`` serves them."""
+    return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)
+
+
 def _error_handlers(pages: Pages) -> dict[Any, Any]:
     def answer(request: Request, status: int, message: str) -> Response:
-        if request.url.path.startswith("/api/") or request.url.path == "/healthz":
+        if request.url.path.startswith("/api/") or request.url.path in ("/healthz", "/readyz"):
             return json_response({"error": message}, status)
         return pages.render("error.html", status, status=status, message=message)
 
@@ -125,6 +136,8 @@ def make_app(db: Database, store: ArtifactStore | None = None) -> Starlette:
         Route("/sweeps/{sweep_id}", pages.sweep),
         Route("/sweeps/{sweep_id}/trials/{trial_id}", pages.trial),
         Route("/healthz", pages.healthz),
+        Route("/readyz", pages.readyz),
+        Route("/metrics", metrics_page),
         Route("/api/sweeps", api.sweeps),
         Route("/api/sweeps/{sweep_id}", api.sweep),
         Route("/api/sweeps/{sweep_id}/trials", api.trials),

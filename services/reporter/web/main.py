@@ -11,6 +11,8 @@ from typing import Any
 from spotsweep.shared import log as logs
 from spotsweep.shared.db import Database
 from spotsweep.shared.db.migrator import SchemaNotReady
+from spotsweep.shared.health import probes
+from spotsweep.shared.health_startup import database_check
 from spotsweep.shared.settings import DashboardSettings, Settings, default
 
 DEFAULT_HOST, DEFAULT_PORT = default(DashboardSettings, "dashboard_host"), default(DashboardSettings, "dashboard_port")
@@ -26,6 +28,8 @@ def serve(settings: Settings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
 
     log = logs.get(__name__)
     db = database(settings, ready=False)
+    if isinstance(settings, DashboardSettings):  # --metrics-port: also on a port of its own (the dashboard's serves them too)
+        probes(settings.metrics_host, settings.metrics_port, {"postgresql": database_check(db.url, db.options)})
     _wait_for_schema(db, log)
     log.info("dashboard.serving", url=f"http://{host}:{port}/")
     # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again
