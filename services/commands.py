@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from spotsweep.services import code_upload, idle_classes
 from spotsweep.services.planner.extend import extended
 from spotsweep.services.planner.handlers import cancellation, extension, new_sweep_id, submission
 from spotsweep.services.reporter import report as reporter
+from spotsweep.services.reporter.budget_line import budget_line, caps_of, spent_of
 from spotsweep.services.reporter.safe import cell, printable, shown
 from spotsweep.services.reporter.values import json_ready, metric_float
 from spotsweep.shared import messages, topology
@@ -273,6 +275,8 @@ def status(sweep_id: str | None, settings: Settings, as_json: bool) -> int:
             print(f"{shown(r['sweep_id'])} {r['state']}: {_said(r['error'])}")
         if r["note"]:
             print(f"{shown(r['sweep_id'])}: {_said(r['note'])}")
+        if (line := budget_line(caps_of(r["budget"]), spent_of(r, datetime.now(timezone.utc)))) is not None:
+            print(f"{shown(r['sweep_id'])}: {line}")
     return ExitCode.OK
 
 

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from spotsweep.services.reporter.budget_line import budget_line, caps_of, spent_of
 from spotsweep.services.reporter.fit import TRIAL_MIN, fit, measured
 from spotsweep.services.reporter.safe import cell, csv_cell, printable, shown
 from spotsweep.services.reporter.summary import ConfigSummary, SweepCost, by_config, cost_of
@@ -54,6 +55,7 @@ class Report:
     configs: list[ConfigSummary] = field(default_factory=list)  # with repeats: mean and spread over seeds
     cost: SweepCost | None = None  # with pricing in the spec
     every_metric: list[str] = field(default_factory=list)  # every metric any trial reported (the CSV's columns)
+    budget: str | None = None  # what the sweep spent against its budget caps (:mod:`.budget_line`); None without caps
 
     @property
     def hidden_metrics(self) -> int:
@@ -73,8 +75,8 @@ def build(db: Database, sweep_id: str, metrics: Sequence[str] = (), most: int = 
     """The sweep's leaderboard: its objective and ``metrics`` (default: the first
     ``most`` others by name) as columns, every trial ranked or said why not."""
     with db.transaction() as conn:
-        sweep = conn.execute("SELECT sweep_id, name, state, spec, error FROM sweep_results WHERE sweep_id = %s",
-                             (sweep_id,)).fetchone()
+        sweep = conn.execute("SELECT sweep_id, name, state, spec, error, trials, steps, gpu_hours, cost, created_at,"
+                             " finished_at, now() AS now FROM sweep_results WHERE sweep_id = %s", (sweep_id,)).fetchone()
         if sweep is None:
             raise PermanentError(f"no sweep with id {printable(cap_text(sweep_id, 200))!r} (see `spotsweep ls`)")
         every = conn.execute("SELECT * FROM trial_results WHERE sweep_id = %s ORDER BY trial_name", (sweep_id,)).fetchall()
@@ -94,8 +96,9 @@ def build(db: Database, sweep_id: str, metrics: Sequence[str] = (), most: int = 
     configs = by_config(rows, metric, mode) if int(spec.get("repeats") or 1) > 1 else []
     pricing = spec.get("pricing")
     cost = cost_of(every, int((spec.get("resources") or {}).get("gpus", 1)), pricing) if pricing else None
+    budget = budget_line(caps_of(spec.get("budget")), spent_of(sweep, sweep["now"]))
     return Report(sweep["sweep_id"], sweep["name"], sweep["state"], metric, mode, params,
-                  _shown(every_metric, metric, metrics, most), ranked, unranked, configs, cost, every_metric)
+                  _shown(every_metric, metric, metrics, most), ranked, unranked, configs, cost, every_metric, budget)
 
 
 def _shown(every: list[str], objective: str, chosen: Sequence[str], most: int) -> list[str]:
@@ -160,6 +163,8 @@ def print_leaderboard(report: Report, out: Console | None = None, top: int | Non
         print_configs(report, out, top)
     if report.cost is not None:
         out.print(cost_line(report.cost), highlight=False)
+    if report.budget is not None:
+        out.print(Text(report.budget))
     if report.unranked:
         out.print(f"[bold]{len(report.unranked)} trial(s) without results:[/bold]")
         for trial in report.unranked:
@@ -261,7 +266,8 @@ def glob_to_similar(pattern: str) -> str:
 
 
 def sweep_counts(db: Database, sweep_id: str | None = None, name_glob: str | None = None) -> list[dict[str, Any]]:
-    """One row per sweep: state and trial counts by state (``spotsweep status``/``ls``)."""
+    """One row per sweep: state and trial counts by state (``spotsweep status``/``ls``), and what it
+    spent (trials launched, steps, GPU-hours, cost) against its ``budget`` block as submitted."""
     where, args = [], []
     if sweep_id:
         where.append("sweep_id = %s")
@@ -271,7 +277,8 @@ def sweep_counts(db: Database, sweep_id: str | None = None, name_glob: str | Non
         args.append(glob_to_similar(name_glob))
     sql = (  # the public view (not the smoke stage's trials); queued: pending or queued
         "SELECT sweep_id, name, state, error, note, planned AS total_trials, created_at, finished_at,"
-        " completed, failed, cancelled, pruned, running, pending + queued AS queued FROM sweep_results"
+        " completed, failed, cancelled, pruned, running, pending + queued AS queued,"
+        " trials, steps, gpu_hours, cost, spec->'budget' AS budget FROM sweep_results"
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY created_at DESC"
     )
