@@ -99,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("sweep")
     e.add_argument("--trials", type=_positive, help="configurations to add (each runs `repeats` times)")
     e.add_argument("--max-trials", type=_positive, help="new budget.max_trials")
+    e.add_argument("--max-steps", type=_positive, help="new budget.max_steps")
     e.add_argument("--max-gpu-hours", type=float, help="new budget.max_gpu_hours")
     e.add_argument("--max-cost", type=float, help="new budget.max_cost")
     e.add_argument("--wall-time", help="new budget.wall_time (seconds, or 30m, 12h, 1d)")
@@ -248,10 +249,12 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         print(sweep_id)
         return code
     if cmd == "extend":
-        budget = {k: v for k, v in (("max_trials", args.max_trials), ("max_gpu_hours", args.max_gpu_hours),
-                                    ("max_cost", args.max_cost), ("wall_time", args.wall_time)) if v is not None}
+        budget = {k: v for k, v in (("max_trials", args.max_trials), ("max_steps", args.max_steps),
+                                    ("max_gpu_hours", args.max_gpu_hours), ("max_cost", args.max_cost),
+                                    ("wall_time", args.wall_time)) if v is not None}
         if not args.trials and not budget:
-            raise PermanentError("extend: give --trials and/or a budget (--max-trials, --max-gpu-hours, --max-cost, --wall-time)")
+            raise PermanentError("extend: give --trials and/or a budget (--max-trials, --max-steps, --max-gpu-hours, "
+                                 "--max-cost, --wall-time)")
         print(commands.extend(args.sweep, settings, args.trials or 0, budget))
         return ExitCode.OK
     if cmd == "cancel":

@@ -19,7 +19,7 @@ from spotsweep.shared.errors import SpecError
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec, parse_spec
 
-BUDGET_FIELDS = ("max_trials", "max_gpu_hours", "max_cost", "wall_time")
+BUDGET_FIELDS = ("max_trials", "max_steps", "max_gpu_hours", "max_cost", "wall_time")
 
 
 def extended(spec: SweepSpec, trials: int = 0, budget: dict[str, Any] | None = None) -> SweepSpec:

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from spotsweep.services.planner.extend import extended
+from spotsweep.services.planner.handlers import extension, handle_sweep_message
+from spotsweep.shared.errors import SpecError
 from spotsweep.shared.messages import TrialMessage
+from spotsweep.shared.spec import parse_spec
 
 SWEEP = "sw1-000000a0"
 BASE: dict[str, Any] = {
@@ -92,3 +98,26 @@ def test_sweep_results_counts_trials_waiting_at_a_rung(h: Any) -> None:
     h.start(second, run_id="s")
     row = results(h)
     assert (row["paused"], row["running"], row["trials"], row["steps"]) == (1, 1, 2, 1)  # the waiting trial trained 1
+
+
+def test_extend_with_a_larger_max_steps_runs_on(h: Any, delivery: Any) -> None:
+    h.submit({**BASE, "space": {"x": list(range(10))}, "budget": {"max_steps": 250}})
+    for _ in range(2):
+        run(h, h.published(1)[0], 0.1, last_step=100)
+    assert h.sweep(SWEEP)["state"] == "completed" and h.sweep(SWEEP)["total_trials"] == 2
+    cmd = extension(SWEEP, version=0, budget={"max_steps": 400})
+    handle_sweep_message(delivery(cmd.body, cmd.headers), h.deps)
+    run(h, h.published(1)[0], 0.1, last_step=100)  # 200 + 100, then 300 + 100: two more fit
+    run(h, h.published(1)[0], 0.1, last_step=100)
+    assert h.published(timeout=0.3) == []
+    sweep = h.sweep(SWEEP)
+    assert sweep["state"] == "completed" and sweep["total_trials"] == 4 and "the cap is 400" in sweep["note"]
+
+
+def test_extend_names_a_bad_max_steps() -> None:
+    spec = parse_spec({**BASE, "space": {"x": [1, 2]}, "budget": {"max_steps": 10}})
+    grown = extended(spec, budget={"max_steps": 20}).budget
+    assert grown is not None and grown.max_steps == 20
+    with pytest.raises(SpecError) as info:
+        extended(spec, budget={"max_steps": 0})
+    assert info.value.errors == [("budget.max_steps", "must be a positive integer (got 0)")]
