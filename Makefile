@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PIN := $(shell grep -o 'torch==[0-9.]*' pyproject.toml | head -1)
 
-.PHONY: setup demo test lint unit integration chaos bench dist clean
+.PHONY: setup demo test lint unit integration chaos cluster-test bench dist clean
 
 $(BIN)/spotsweep: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ integration: setup
 # collector, RabbitMQ and PostgreSQL are killed and restarted (CI runs the short form).
 chaos: setup
 	$(BIN)/python tests/chaos/chaos.py --long
+
+# Many hosts on one machine (network namespaces; needs root, skipped otherwise): an
+# agent's link cut and the collector partitioned mid-sweep (`make test` runs it too).
+cluster-test: setup
+	$(BIN)/pytest tests/cluster
 
 # Benchmarks against Optuna (docs/benchmarks.md): a few minutes in all on 2 cores.
 # BENCH_SIZE=smoke runs each at a tiny size, as a check that they work.
