@@ -77,10 +77,17 @@ def partition(site: Site, host: Host, name: str, port: int, while_cut: Callable[
     began = time.monotonic()
     site.net.cut(host)
     try:
-        broker_saw = wait_until(lambda: established(port, host.address) == 0, timeout=60)
-        service_saw = wait_until(lambda: site.cluster.log(name).count(LOST) > before, timeout=60)
-        assert broker_saw and service_saw, (f"{name} cut: broker dropped it {broker_saw}, it noticed {service_saw}\n"
-                                            + site.cluster.logs(3000))
+        saw: dict[str, float] = {}
+
+        def noticed() -> bool:
+            if "broker" not in saw and established(port, host.address) == 0:
+                saw["broker"] = time.monotonic() - began
+            if name not in saw and site.cluster.log(name).count(LOST) > before:
+                saw[name] = time.monotonic() - began
+            return len(saw) == 2
+
+        assert wait_until(noticed, timeout=60), f"{name} cut for 60 s: noticed by {saw} only\n" + site.cluster.logs(3000)
+        print(f"{name} cut: noticed after " + ", ".join(f"{k} {v:.1f} s" for k, v in saw.items()))
         return time.monotonic() - began, while_cut()
     finally:
         site.net.restore(host)
