@@ -158,6 +158,20 @@ def _sweep_database(settings: Settings, sweep_id: str) -> Database:
     return db
 
 
+def _by_id_or_name(db: Database | None, sweep: str) -> str:
+    """The id of sweep ``sweep``: an id, or a name (its newest sweep), as `logs --sweep` takes it
+    (``db`` None: a database nothing ran on)."""
+    from spotsweep.services.reporter.web.queries import find_sweep
+
+    header = None
+    if db is not None:
+        with db.transaction() as conn:
+            header = find_sweep(conn, sweep)
+    if header is None:
+        raise PermanentError(f"no sweep has the id or name {_named(sweep)} (see `spotsweep ls`)")
+    return str(header["sweep_id"])
+
+
 def _postable(sweep_id: str) -> None:
     """Refuse an id the planner would refuse (``submit`` makes ``name-<hex8>``), before posting it."""
     if not is_sweep_id(sweep_id):
@@ -331,9 +345,10 @@ def _short(value: object) -> str:
 
 def report(sweep_id: str, settings: Settings, csv: Path | None, top: int | None, metrics: list[str] | None = None,
            html: Path | None = None) -> int:
-    """The sweep's leaderboard (the objective and ``metrics``, default a few), every metric in
+    """The leaderboard of sweep ``sweep_id`` (or of the newest sweep of that name) (the objective and ``metrics``, default a few), every metric in
     ``csv``, and in ``html`` the dashboard's sweep page as one offline file."""
-    db = _sweep_database(settings, sweep_id)
+    db = _listing(settings)
+    sweep_id = _by_id_or_name(db, sweep_id)
     rep = reporter.build(db, sweep_id, metrics or ())
     reporter.print_leaderboard(rep, top=top)
     if csv is not None:

@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
                    "the collector do it when they start; readers never do)")
 
     rep = sub.add_parser("report", help="leaderboard, CSV and offline HTML report of a sweep")
-    rep.add_argument("sweep")
+    rep.add_argument("sweep", help="a sweep id, or a name (its newest sweep)")
     rep.add_argument("--csv", type=Path)
     rep.add_argument("--html", type=Path, metavar="FILE",
                      help="write the dashboard's sweep page as one self-contained HTML file (works offline)")

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+from cluster import Cluster  # noqa: E402  # tests/support (tests/conftest.py)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TRIAL = (
@@ -62,3 +65,43 @@ def test_the_readme_results_examples_run_as_printed(database_url: str, tmp_path:
     pandas_out = subprocess.run([sys.executable, "-c", blocks[0]], env=sweep_env, capture_output=True, text=True,
                                 timeout=120).stdout
     assert "deepseek-small" in pandas_out and "step" in pandas_out
+
+
+# -- the first hour, step 2: the distributed block runs as printed --------------
+# Only the values of the exported settings change (the test's own vhost, database
+# and moto bucket stand in for the compose services); the block must set exactly
+# those settings, so one the README forgets or misnames fails here.
+
+def _first_hour() -> list[str]:
+    blocks = [code for lang, code in _section_blocks("Your first hour") if "export SPOTSWEEP_AMQP_URL" in code]
+    assert len(blocks) == 1, "the README's first hour has one distributed block"
+    return [line.strip() for line in blocks[0].splitlines() if line.strip()]
+
+
+def test_the_first_hour_block_names_every_setting_the_services_need() -> None:
+    exported = {m for line in _first_hour() if line.startswith("export ")
+                for m in re.findall(r"(SPOTSWEEP_\w+)=", line)}
+    assert exported == {"SPOTSWEEP_AMQP_URL", "SPOTSWEEP_DATABASE_URL", "SPOTSWEEP_S3_ENDPOINT", "SPOTSWEEP_S3_BUCKET",
+                        "SPOTSWEEP_S3_ACCESS_KEY", "SPOTSWEEP_S3_SECRET_KEY"}
+
+
+def test_the_first_hour_distributed_sweep_runs_as_printed(cluster: Cluster, tmp_path: Path) -> None:
+    commands = [line for line in _first_hour() if not line.startswith("export ")]
+    background = [line.rstrip("&").strip() for line in commands if line.endswith("&")]
+    foreground = [line for line in commands if not line.endswith("&")]
+    assert [shlex.split(c)[1] for c in background] == ["planner", "collector", "agent"]
+    for i, line in enumerate(background):
+        argv = shlex.split(line)
+        assert argv[0] == "spotsweep"
+        cluster.start(f"{argv[1]}-{i}", *argv[1:])
+    outputs = []
+    for line in foreground:
+        argv = shlex.split(line)
+        assert argv[0] == "spotsweep"
+        run = subprocess.run([sys.executable, "-m", "spotsweep", *argv[1:]], cwd=README.parent, env=cluster.env,
+                             capture_output=True, text=True, timeout=240)
+        assert run.returncode == 0, (line, run.stdout[-2000:], run.stderr[-3000:])
+        assert "no agent serves" not in run.stderr, run.stderr  # the block's agent serves the examples' class
+        outputs.append(run.stdout)
+    report = outputs[-1]
+    assert report.count("mlp_") >= 6 and "val_loss" in report, report  # the six quickstart trials, ranked

@@ -62,7 +62,7 @@ def test_readers_of_an_older_schema_say_to_migrate_and_migrate_does_it(database_
 
 def test_report_of_an_unknown_sweep_names_it(database_url: str) -> None:
     proc = cli("report", "nope-123", env={"SPOTSWEEP_DATABASE_URL": database_url})
-    assert proc.returncode == 2 and "no sweep with id 'nope-123'" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "no sweep has the id or name 'nope-123'" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_submit_refuses_a_bad_spec_before_touching_the_broker(tmp_path: Path) -> None:
