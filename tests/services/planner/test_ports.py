@@ -148,6 +148,22 @@ def test_usage_counts_what_the_ended_trials_used(repos: Repos) -> None:
     assert used.trial_seconds == pytest.approx(10.0)
 
 
+def test_usage_counts_training_steps_alike_on_both_adapters(repos: Repos) -> None:
+    _, trials = _with_trials(repos, n=4)  # params x = 1..4
+    trials.update(_tid(0), TrialUpdate(TrialState.RUNNING, 1, 0, 0, started=True))
+    trials.update(_tid(0), TrialUpdate(TrialState.COMPLETED, 1, 0, 0, finished=True, last_step=100))
+    trials.update(_tid(1), TrialUpdate(TrialState.RUNNING, 1, 0, 0, started=True))
+    trials.merge_curve(_tid(1), [(10, 0.5), (30, 0.4)])  # progress: 30 steps so far
+    trials.update(_tid(2), TrialUpdate(TrialState.CANCELLED, 1, 0, 0, finished=True))  # never started
+    trials.update(_tid(3), TrialUpdate(TrialState.RUNNING, 1, 0, 0, started=True, rungs={2: 0.3}))
+    # Reported steps: 100 + 30 + 0 + 0 trained; the median completed trial (100) expected of each run in flight.
+    used = trials.usage(SID, SPEC)
+    assert (used.steps, used.trial_steps, used.committed_steps) == (130, 100, (100 - 30) + 100)
+    # x as a budget parameter: ended trials count their budget, runs in flight their highest rung.
+    used = trials.usage(SID, SPEC, budget_param="x")
+    assert (used.steps, used.trial_steps, used.committed_steps) == (1 + 0 + 0 + 2, None, 2 + (4 - 2))
+
+
 def test_outcomes_count_regular_trials_and_name_the_first_error(repos: Repos) -> None:
     sweeps, trials = _with_trials(repos, n=4)
     trials.insert(SID, [(-1, "p_smoke_0", {"x": 1}, {})], advance=False)
