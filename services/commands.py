@@ -349,6 +349,7 @@ def report(sweep_id: str, settings: Settings, csv: Path | None, top: int | None,
     ``csv``, and in ``html`` the dashboard's sweep page as one offline file."""
     db = _listing(settings)
     sweep_id = _by_id_or_name(db, sweep_id)
+    assert db is not None  # a database nothing ran on knows no sweep: refused just above
     rep = reporter.build(db, sweep_id, metrics or ())
     reporter.print_leaderboard(rep, top=top)
     if csv is not None:

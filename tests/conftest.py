@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
 from cluster import Cluster  # noqa: E402
 from markers import SERVICE_MARKERS, service_markers  # noqa: E402
 from servers import free_port, wait_port  # noqa: E402
+from vhosts import VhostPool  # noqa: E402
 
 RABBIT_HOST = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -41,28 +42,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 PG_ADMIN_URL = os.environ.get("SPOTSWEEP_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
-def _rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+@pytest.fixture(scope="session")
+def _vhosts() -> Iterator[VhostPool]:
+    pool = VhostPool()
+    yield pool
+    pool.close()
 
 
 @pytest.fixture(scope="session")
-def rabbit_vhost() -> Iterator[str]:
+def rabbit_vhost(_vhosts: VhostPool) -> str:
     """A fresh vhost for this test session, so runs never see each other's queues."""
-    vhost = f"spotsweep-test-{uuid.uuid4().hex[:8]}"
-    _rabbitmqctl("add_vhost", vhost)
-    _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
-    yield vhost
-    _rabbitmqctl("delete_vhost", vhost)
+    return _vhosts.take()
 
 
 @pytest.fixture()
-def rabbit_url(rabbit_vhost: str) -> Iterator[str]:
-    """A fresh vhost per test: queues start empty."""
-    vhost = f"{rabbit_vhost}-{uuid.uuid4().hex[:6]}"
-    _rabbitmqctl("add_vhost", vhost)
-    _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+def rabbit_url(_vhosts: VhostPool) -> Iterator[str]:
+    """A fresh vhost per test: queues start empty (made in batches: :mod:`vhosts`)."""
+    vhost = _vhosts.take()
     yield f"amqp://guest:guest@{RABBIT_HOST}:5672/{vhost}"
-    _rabbitmqctl("delete_vhost", vhost)
+    _vhosts.release(vhost)
 
 
 @pytest.fixture()
