@@ -22,6 +22,7 @@ import pytest
 
 from tests.support.cluster import Cluster, wait_for
 from tests.support.servers import free_port
+from tests.support.vhosts import rabbitmqctl
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -133,3 +134,27 @@ def test_a_service_waiting_for_its_database_is_unready_then_exits_69_naming_it(c
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: SPOTSWEEP_DATABASE_URL: PostgreSQL at postgresql://postgres:***@127.0.0.1:"), last
     assert "did not answer within 4 s" in last and "s3cret" not in out + err and "Traceback" not in err
+
+
+def test_readiness_follows_the_broker(rabbit_url: str, tmp_path: Path) -> None:
+    """RabbitMQ closes the agent's connection and refuses it back: unready; let back in, ready again."""
+    vhost, port = rabbit_url.rsplit("/", 1)[1], free_port()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPOTSWEEP_HOME": str(tmp_path / "home"),
+           "SPOTSWEEP_AMQP_URL": rabbit_url}
+    agent = subprocess.Popen([sys.executable, "-m", "spotsweep", "agent", "--class", "cpu", "--workdir", str(tmp_path / "w"),
+                              "--metrics-port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                             stderr=(tmp_path / "agent.log").open("wb"))
+    try:
+        assert wait_until(lambda: get(port, "/readyz")[0] == 200, timeout=60), get(port, "/readyz")
+        rabbitmqctl("clear_permissions", "-p", vhost, "guest")
+        try:
+            rabbitmqctl("close_all_connections", "-p", vhost, "test: the broker goes away")
+            assert wait_until(lambda: get(port, "/readyz")[0] == 503, timeout=30), get(port, "/readyz")
+            assert "rabbitmq: " in get(port, "/readyz")[1] and get(port, "/healthz")[0] == 200
+        finally:
+            rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        assert wait_until(lambda: get(port, "/readyz")[0] == 200, timeout=60), get(port, "/readyz")
+        assert agent.poll() is None  # it reconnected: losing the broker is no reason to exit
+    finally:
+        agent.terminate()
+        agent.wait(30)
