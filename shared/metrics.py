@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
@@ -28,7 +28,7 @@ disable_created_metrics()  # no *_created series: dashboards never use them, and
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
 PlatformCollector(registry=REGISTRY)
-CONTENT_TYPE = CONTENT_TYPE_LATEST
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # the text format every Prometheus (2.x too) reads
 
 # Planner.
 TRIALS_DISPATCHED = Counter("spotsweep_trials_dispatched", "trial messages the planner published (confirmed by RabbitMQ), "
