@@ -1,4 +1,5 @@
-"""Fixtures of the security tests: RabbitMQ users per role from deploy/rabbitmq/definitions.json."""
+"""Fixtures of the security tests: RabbitMQ users per role from deploy/rabbitmq/definitions.json
+(``users``), and a broker user of an agent's own whose password no other process holds (``agent_amqp``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster import Cluster
 from spotsweep.shared.broker.port import Broker
 from waiting import wait_until
 
@@ -71,3 +73,17 @@ def opened() -> Iterator[list[Broker]]:
     yield brokers
     for b in brokers:
         b.stop(drain=False)
+
+
+@pytest.fixture()
+def agent_amqp(cluster: Cluster) -> Iterator[tuple[str, str]]:
+    """(URL, password) of a RabbitMQ user of the agent's own in the cluster's vhost, with every
+    permission there: a password that only the agent holds, to look for where a trial can see."""
+    vhost = cluster.env["SPOTSWEEP_AMQP_URL"].rsplit("/", 1)[1]
+    user, password = f"spotsweep-agent-{uuid.uuid4().hex[:6]}", f"amqp-{uuid.uuid4().hex}"
+    _ctl("add_user", user, password)
+    try:
+        _ctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+        yield f"amqp://{user}:{password}@{HOST}:5672/{vhost}", password
+    finally:
+        _ctl("delete_user", user)
