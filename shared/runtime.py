@@ -51,8 +51,10 @@ CLI_BACKOFF = Backoff(base=0.5, cap=2.0, attempts=4)  # a person is waiting: giv
 def connect_broker(url: str, heartbeat: int, patience: Backoff | None = None, tls: AmqpTls | None = None) -> Broker:
     """Connect, retrying: services wait about a minute (``STARTUP_BACKOFF``), the CLI a few seconds.
     ``tls``: the settings' CA and client certificate files (``amqp_tls(settings)``)."""
-    return retrying(lambda: connect(url, heartbeat=heartbeat, tls=tls), patience or STARTUP_BACKOFF,  # type: ignore[return-value]
-                    what="connect to RabbitMQ")
+    # One try per round: the rounds are the retries (pika's own three tries, 2 s apart,
+    # made each round last 4 s more, and the CLI wait 19 s to say the broker is away).
+    return retrying(lambda: connect(url, heartbeat=heartbeat, tls=tls, connection_attempts=1),  # type: ignore[return-value]
+                    patience or STARTUP_BACKOFF, what="connect to RabbitMQ")
 
 
 def broker_factory(settings: Settings) -> Callable[[], Broker]:
