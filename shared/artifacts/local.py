@@ -70,6 +70,16 @@ class LocalArtifactStore(ArtifactStore):
             _write_atomically(target, lambda f: shutil.copyfileobj(src, f, 1024 * 1024))
         return self.uri(key)
 
+    def copy(self, source: str, key: str) -> str:
+        target = self._path(key)
+        try:
+            src = open(self._path(source), "rb")  # closed by the with below
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            raise NotFound(source) from e
+        with src:
+            _write_atomically(target, lambda f: shutil.copyfileobj(src, f, 1024 * 1024))
+        return self.uri(key)
+
     def delete(self, key: str) -> None:
         # Empty folders are left behind on purpose: removing them would race a
         # concurrent writer that has just created the folder for a new file.

@@ -60,6 +60,16 @@ class ArtifactStore(ABC):
     @abstractmethod
     def uri(self, key: str) -> str: ...
 
+    def copy(self, source: str, key: str) -> str:
+        """Copy the object ``source`` to ``key`` (replacing it) inside the store;
+        return its URI. Raise :class:`NotFound` if ``source`` is absent.
+
+        S3 copies on the server (no byte passes through this process: PBT's
+        exploit copies a donor trial's checkpoint this way) and the local store
+        copies the file. This default reads and writes the bytes, for adapters
+        without a copy of their own."""
+        return self.put_bytes(key, self.get_bytes(source))
+
     def exists(self, key: str) -> bool:
         try:
             self.get_bytes(key)

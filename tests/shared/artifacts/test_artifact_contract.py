@@ -130,6 +130,54 @@ def test_exists(store: ArtifactStore) -> None:
     assert not store.exists("e/x")
 
 
+class _Dict(ArtifactStore):
+    """An adapter without a copy of its own: the port's default copy serves it."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+
+    def put_bytes(self, key: str, data: bytes) -> str:
+        self.objects[key] = data
+        return self.uri(key)
+
+    def put_file(self, key: str, path: Path) -> str:
+        return self.put_bytes(key, path.read_bytes())
+
+    def get_bytes(self, key: str) -> bytes:
+        if key not in self.objects:
+            raise NotFound(key)
+        return self.objects[key]
+
+    def get_file(self, key: str, path: Path) -> None:
+        path.write_bytes(self.get_bytes(key))
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+    def uri(self, key: str) -> str:
+        return f"mem://{key}"
+
+
+@pytest.mark.parametrize("kind", ["adapter", "port default"])
+def test_copy_replaces_the_target_and_leaves_the_source(store: ArtifactStore, kind: str) -> None:
+    """PBT's exploit copies a donor's checkpoint files into another trial's prefix this way."""
+    target: ArtifactStore = store if kind == "adapter" else _Dict()
+    target.put_bytes("c/src/model.pt", b"weights" * 1000)
+    target.put_bytes("c/dst/model.pt", b"old")
+    uri = target.copy("c/src/model.pt", "c/dst/model.pt")
+    assert uri == target.uri("c/dst/model.pt")
+    assert target.get_bytes("c/dst/model.pt") == b"weights" * 1000
+    assert target.get_bytes("c/src/model.pt") == b"weights" * 1000
+    assert target.copy("c/src/model.pt", "c/new/deep/model.pt") == target.uri("c/new/deep/model.pt")
+    assert target.list("c/") == ["c/dst/model.pt", "c/new/deep/model.pt", "c/src/model.pt"]
+    with pytest.raises(NotFound):
+        target.copy("c/absent", "c/dst/other")
+    assert not target.exists("c/dst/other")
+
+
 def test_uri_format(store: ArtifactStore) -> None:
     key = "sweeps/s1/trials/t1/logs/attempt-1/stdout.log"
     if isinstance(store, LocalArtifactStore):
