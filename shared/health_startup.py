@@ -112,9 +112,11 @@ def first_broker(settings: Settings, timeout: float) -> Broker:
     """The service's first connection to RabbitMQ (see the module's docstring)."""
     url = settings.amqp_url.get_secret_value()
     tls = amqp_tls(settings)
+    # Unset, it is the default (a broker on this machine): say so, that is what to fix in a container.
+    setting = "SPOTSWEEP_AMQP_URL" + ("" if "amqp_url" in settings.model_fields_set else " (not set: the default)")
     return _until(time.monotonic() + timeout,
                   lambda: connect(url, heartbeat=settings.heartbeat, tls=tls, connection_attempts=1),
-                  _broker_refusal, "SPOTSWEEP_AMQP_URL", f"RabbitMQ at {redact(url)}", timeout)
+                  _broker_refusal, setting, f"RabbitMQ at {redact(url)}", timeout)
 
 
 def _database_refusal(error: RetryableError) -> str | None:

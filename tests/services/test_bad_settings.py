@@ -149,3 +149,18 @@ def test_a_bucket_the_agent_cannot_write_stops_it_with_69(bare: dict[str, str], 
     assert last.startswith("error: SPOTSWEEP_S3_BUCKET/SPOTSWEEP_S3_ACCESS_KEY: the agent cannot write to its artifact "
                            "store S3ArtifactStore(endpoint='http://127.0.0.1:"), last
     assert "AccessDenied" in last and read_only_s3["SPOTSWEEP_S3_SECRET_KEY"] not in last, last
+
+
+def test_no_broker_url_at_all_names_the_variable_and_its_default(bare: dict[str, str]) -> None:
+    """Unset, SPOTSWEEP_AMQP_URL is a broker on this machine; in a container there is none: 69, saying so.
+    Run in a network namespace of its own (``unshare -n``), where nothing listens on this machine's loopback."""
+    env = {k: v for k, v in bare.items() if k != "SPOTSWEEP_AMQP_URL"}
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a network namespace here (unshare -n): {probe.stderr.decode().strip()}")
+    done = subprocess.run(["unshare", "-n", sys.executable, "-m", "spotsweep", "agent", "--startup-timeout", "1"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 69 and last.startswith(
+        "error: SPOTSWEEP_AMQP_URL (not set: the default): RabbitMQ at amqp://guest:***@127.0.0.1:5672/%2F did not "
+        "answer within 1 s"), last
