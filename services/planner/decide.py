@@ -271,7 +271,7 @@ def _completed(trial: TrialView, run_end: RunEnd | None, base: dict[str, Any]) -
         # Successive halving promotes by resuming: the same trial, a new
         # attempt with the larger budget, from its checkpoint. Its params
         # record the budget it reached.
-        params = {**trial.params, run_end.budget_param: v.budget}
+        params = {**trial.params, **(v.params or {}), run_end.budget_param: v.budget}
         return TrialUpdate(TrialState.PENDING, n + 1, f, p, params=params, rungs=rungs, **dict(base, losses=0))
     if v.action == Action.PRUNE:
         return TrialUpdate(TrialState.PRUNED, n, f, p, rungs=rungs, error=v.reason, finished=True, **base)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from spotsweep.services.planner.decide import (
     Decision, RunEnd, SweepState, TrialView, counted_run, decide, prune, record_rungs,
 )
-from spotsweep.services.planner import flags
+from spotsweep.services.planner import exploit, flags
 from spotsweep.services.planner.launch import retry_policy
 from spotsweep.services.planner.search import Action, Search, StepDecision
 from spotsweep.services.planner.search.history import objective_values
@@ -85,6 +85,8 @@ def _run_end(uow: UnitOfWork, row: Row, event: TrialFinished, spec: SweepSpec, s
     if verdict.action == Action.PROMOTE and verdict.relaunch and verdict.budget is not None and spec.budget is not None:
         verdict = _within_budget(uow, row, event, spec, search, verdict)
     _log.info("successive halving", action=verdict.action.value, budget=verdict.budget, reason=verdict.reason)
+    if search.segmented:  # PBT: each segment's lineage, with the decision
+        exploit.record(uow, row, verdict, value, search.budget_param)
     return RunEnd(verdict, value, search.budget_param)
 
 

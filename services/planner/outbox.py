@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from spotsweep.services.planner import store
+from spotsweep.services.planner.exploit import copy_pending
 from spotsweep.services.planner.ports import PgSweeps
 from spotsweep.shared import topology
 from spotsweep.shared.broker.port import Outgoing
@@ -52,7 +53,9 @@ def trial_message(row: dict[str, Any], spec: SweepSpec, progress: bool = False) 
 
 
 def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
-    """Publish the outbox (``pending`` trials) with confirms, then mark them queued."""
+    """Publish the outbox (``pending`` trials) with confirms, then mark them queued.
+    PBT's exploit copies go first: a trial is published only once its copy is done."""
+    copy_pending(deps, sweep_id)
     published = 0
     while True:
         with deps.db.transaction() as conn:

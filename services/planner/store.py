@@ -299,6 +299,9 @@ def pending_trials(conn: Conn, sweep_id: str | None, limit: int = PENDING_PAGE) 
     SKIP LOCKED: two planners never publish the same row at the same time.
     """
     where = "t.state = 'pending'" + (" AND t.sweep_id = %s" if sweep_id else "")
+    # Not before PBT's exploit copy into its prefix is done (services/planner/exploit.py).
+    where += (" AND NOT EXISTS (SELECT 1 FROM pbt_segments p WHERE p.trial_id = t.trial_id"
+              " AND p.from_trial_id IS NOT NULL AND p.copied_at IS NULL)")
     args: tuple[Any, ...] = (sweep_id, limit) if sweep_id else (limit,)
     # The spec itself is not joined in: every row would carry (and decode) the
     # whole spec; the planner keeps parsed specs by (sweep, version) instead.

@@ -5,7 +5,8 @@ and the smoke stage, one plugin module per strategy or stopper.
   :mod:`.model`, :mod:`.asha`): ``grid``, ``random`` (or Sobol'), ``subset``
   (a balanced subset of a grid too large to run), ``tpe``/``gp``/``cmaes``/
   ``nsga2`` (Optuna's samplers), ``asha`` (asynchronous successive halving
-  that promotes a trial by resuming it with a larger budget).
+  that promotes a trial by resuming it with a larger budget), ``pbt``
+  (:mod:`.pbt`: population-based training over checkpoint copies).
 * ``early_stop`` (:mod:`.hyperband`, :mod:`.median`): ``hyperband`` (brackets
   of ASHA) or ``median`` stopping, on top of any strategy but ``asha``.
 * ``budget``, ``pricing``, ``smoke`` (:mod:`.common`).
@@ -31,6 +32,7 @@ from spotsweep.shared.spec_search.grid import GRID_CONTINUOUS, GridStrategy
 from spotsweep.shared.spec_search.hyperband import HyperbandStop
 from spotsweep.shared.spec_search.median import MedianStop
 from spotsweep.shared.spec_search.model import MODEL_TYPES, ModelStrategy
+from spotsweep.shared.spec_search.pbt import Mutation, PbtInterval, PbtStop, PbtStrategy
 from spotsweep.shared.spec_search.random_search import RandomStrategy
 from spotsweep.shared.spec_search.registry import (
     Problems,
@@ -47,7 +49,7 @@ from spotsweep.shared.spec_search.registry import (
 )
 from spotsweep.shared.spec_search.subset import SubsetStrategy
 
-for _strategy in (GridStrategy, RandomStrategy, SubsetStrategy, ModelStrategy, AshaStrategy):
+for _strategy in (GridStrategy, RandomStrategy, SubsetStrategy, ModelStrategy, AshaStrategy, PbtStrategy):
     register_strategy(_strategy)
 for _stop in (HyperbandStop, MedianStop):
     register_stop(_stop)
@@ -69,6 +71,10 @@ __all__ = [
     "HyperbandStop",
     "MedianStop",
     "ModelStrategy",
+    "Mutation",
+    "PbtInterval",
+    "PbtStop",
+    "PbtStrategy",
     "Pricing",
     "Problems",
     "RandomStrategy",

@@ -37,8 +37,10 @@ def search_problems(spec: SweepSpec, builtins: tuple[str, ...]) -> Problems:
     problems: Problems = []
     budget = budget_of(spec)
     if budget is not None and budget.param is not None:
-        where = ("strategy",) if spec.strategy.stop() is not None else ("early_stop",)
-        problems += _budget_param_problems(spec, budget.param, (*where, "budget", "param"), builtins)
+        stop = spec.strategy.stop()
+        where = ("strategy",) if stop is not None else ("early_stop",)
+        path = (stop or spec.early_stop or StopModel).budget_path
+        problems += _budget_param_problems(spec, budget.param, (*where, *path), builtins)
     problems += spec.strategy.problems(spec)
     if spec.early_stop is not None:
         problems += spec.early_stop.problems(spec)

@@ -22,7 +22,7 @@ CLI and the control plane without the planner).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Union, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Union, get_args
 
 from pydantic import Field
 
@@ -111,6 +111,8 @@ class StopModel(_Model):
     """Base of an early stopper's spec model (``early_stop:``); subclass and register it."""
 
     type: str
+    # Where the budget parameter is named, below the strategy or early_stop (for errors).
+    budget_path: ClassVar[tuple[str, ...]] = ("budget", "param")
 
     def halving_budget(self) -> BudgetParam | None:
         """The successive-halving budget the stopper works on, if any."""

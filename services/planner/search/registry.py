@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from spotsweep.services.planner.search.history import TrialRecord
 from spotsweep.services.planner.search.median import Median
 from spotsweep.services.planner.search.model import ModelSearch, Suggestion
+from spotsweep.services.planner.search.pbt import Pbt
 from spotsweep.services.planner.search.rungs import Asha, Promotion, StepDecision
 from spotsweep.shared.space import sampler_of
 from spotsweep.shared.spec import SweepSpec
@@ -103,3 +104,4 @@ for _name in MODEL_TYPES:
 register_stopper("hyperband", lambda stop, spec: Asha(stop.budget, stop.eta, stop.brackets, spec.metric.mode,
                                                       stop.promotion))
 register_stopper("median", lambda stop, spec: Median(stop, spec.metric.mode))
+register_stopper("pbt", Pbt)  # strategy pbt's segment decisions (search/pbt.py)

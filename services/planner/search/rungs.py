@@ -41,9 +41,10 @@ weighted round-robin so that any run of consecutive trials covers them all.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import numpy as np
 
@@ -67,6 +68,8 @@ class StepDecision:
     budget: int | None = None  # the next budget, for PROMOTE
     relaunch: bool = False  # PROMOTE by relaunching with the budget parameter set to ``budget``
     reason: str = ""
+    params: Mapping[str, Any] | None = None  # PROMOTE: the relaunch runs with these params (PBT's explore)
+    donor: int | None = None  # PROMOTE: it starts from this trial's checkpoint, copied first (PBT's exploit)
 
 
 @dataclass(frozen=True)

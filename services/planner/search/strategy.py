@@ -71,6 +71,12 @@ class Search:
         return budget
 
     @property
+    def segmented(self) -> bool:
+        """Whether the stopper's relaunches are segments whose lineage the
+        planner records (PBT: a segment may start from another trial's checkpoint)."""
+        return self._relaunching and bool(getattr(self.stopper, "segments", False))
+
+    @property
     def waits(self) -> bool:
         """Whether trials wait at rungs for promotions (ASHA's paper rule): the
         planner asks :meth:`promotions` whenever slots are free."""
