@@ -21,6 +21,8 @@ from spotsweep.shared.nonfinite import json_safe as json_safe  # re-exported: th
 # 2: limits on trial messages, run ids, failure kinds, trial.stop and trial.lost, progress.
 # 3: metric points as columns (version-2 bodies with a list of points still decode).
 # 4: a run shorter than one poll sends its start inside its end (``TrialFinished.started``).
+# (TrialMessage.resume_from is optional and older builds ignore it, so it needed no bump: a bump would make
+# every older agent refuse every trial message during a rolling upgrade.)
 SCHEMA_VERSION = 4
 
 
@@ -47,6 +49,29 @@ class Envelope(BaseModel):
     trial_id: str | None = None
     attempt: int | None = None
     time: datetime = Field(default_factory=_now)
+
+
+class ResumeFrom(BaseModel):
+    """What the planner knows of the trial's checkpoints when it publishes an attempt
+    (:attr:`TrialMessage.resume_from`), so the agent's start need not list them in S3.
+
+    ``folder`` None: no run of the trial has started, so the store holds no checkpoint of
+    it and a first delivery touches S3 not at all. Else the newest checkpoint an earlier
+    run committed, as the journal recorded it: a folder under the trial's own
+    ``checkpoints/`` prefix and its step. It is a hint: the agent still follows ``LATEST``
+    (a newer commit the journal has not seen yet), fetches ``folder`` when ``LATEST``'s is
+    missing, and lists the prefix only when both are."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    folder: str | None = Field(default=None, pattern=r"^\d{12}-[0-9a-f]{1,32}$")
+    step: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _step_of_folder(self) -> ResumeFrom:
+        if self.folder is not None and self.step is not None and int(self.folder[:12]) != self.step:
+            raise ValueError(f"step {self.step} is not the step of folder {self.folder!r}")
+        return self
 
 
 class TrialMessage(Envelope):
@@ -84,6 +109,9 @@ class TrialMessage(Envelope):
     # The sweep's packed workdir (``code/<sha256>.tar.gz``): the trial runs in a fresh copy of it. An agent
     # older than this field ignores it and runs the command in an empty folder (docs/trial-contract.md).
     workdir_sha256: str | None = None
+    # What the planner knows of the trial's checkpoints (:class:`ResumeFrom`). None: it does not say (a
+    # planner older than this field), and the agent lists the trial's checkpoint prefix as it always did.
+    resume_from: ResumeFrom | None = None
 
 
 class TrialStarted(Envelope):

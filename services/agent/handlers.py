@@ -107,7 +107,12 @@ def _hand_back(delivery: Delivery, msg: TrialMessage, conn: Connection) -> None:
             handback.record_handback(conn.agent.store, msg)
         delivery.nack(requeue=True)
         return
-    conn.broker.publish(Outgoing(topology.TRIALS_EXCHANGE, msg.resource_class, delivery.body, headers=dict(delivery.headers),
+    body = delivery.body
+    if delivery.redelivered and msg.resume_from is not None and msg.resume_from.folder is None:
+        # A republished copy is not marked redelivered: say "unknown" instead of "no checkpoint",
+        # as the lost run may have committed one (uploads.restore).
+        body = encode(msg.model_copy(update={"resume_from": None}))
+    conn.broker.publish(Outgoing(topology.TRIALS_EXCHANGE, msg.resource_class, body, headers=dict(delivery.headers),
                                  message_id=delivery.message_id, priority=delivery.priority))
     delivery.ack()
 

@@ -199,7 +199,7 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
                                                    f"not start: {e}")
     restored: dict[str, float] = {}
     try:
-        resume = uploads.restore(store, msg, paths.checkpoint, restored)
+        resume = uploads.restore(store, msg, paths.checkpoint, restored, redelivered)
     except PermanentError as e:
         # Not run from scratch: that would drop the progress the checkpoint
         # holds without anyone noticing. The attempt fails with the reason,

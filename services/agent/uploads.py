@@ -30,6 +30,7 @@ from spotsweep.shared.artifacts.checkpoints import (
     folder_prefix,
     log_key,
     restore_checkpoint,
+    restore_known,
     upload_checkpoint_files,
 )
 from spotsweep.shared.artifacts.port import ArtifactStore
@@ -42,13 +43,28 @@ _log = log.get("spotsweep.agent")
 S3_BACKOFF = Backoff(base=0.5, cap=8.0, attempts=5)
 
 
-def restore(store: ArtifactStore, msg: TrialMessage, directory: Path, metrics: dict[str, float]) -> int | None:
+def restore(store: ArtifactStore, msg: TrialMessage, directory: Path, metrics: dict[str, float],
+            redelivered: bool = False) -> int | None:
     """The latest checkpoint's step, restored into ``directory``; None on a fresh start.
     ``metrics`` gets the metric values reported up to that checkpoint.
+
+    ``msg.resume_from`` spares the store what the planner already knows: when no
+    run of the trial has started, a first delivery makes no S3 request at all (a
+    listing of an empty prefix used to cost every trial start a round trip); a
+    known checkpoint is fetched without a listing (:func:`restore_known`). A
+    ``redelivered`` delivery may follow a run the planner never heard of, which may
+    have committed a checkpoint: it lists, as does a message without the field.
 
     Raises :class:`RetryableError` when S3 stays unreachable: the trial goes
     back to the queue rather than restart from step 0.
     """
+    known = msg.resume_from
+    if known is not None and known.folder is None and not redelivered:
+        return None
+    if known is not None and known.folder is not None:
+        folder = known.folder
+        return retrying(lambda: restore_known(store, msg.sweep_id, msg.trial_id, folder, directory, metrics), S3_BACKOFF,
+                        what="restore checkpoint")  # type: ignore[return-value]
     return retrying(lambda: restore_checkpoint(store, msg.sweep_id, msg.trial_id, directory, metrics), S3_BACKOFF,
                     what="restore checkpoint")  # type: ignore[return-value]
 

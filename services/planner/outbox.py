@@ -17,7 +17,9 @@ from spotsweep.services.planner.exploit import copy_pending
 from spotsweep.services.planner.ports import PgSweeps
 from spotsweep.shared import topology
 from spotsweep.shared.broker.port import Outgoing
-from spotsweep.shared.messages import TrialMessage, encode
+from spotsweep.shared.artifacts.checkpoint_layout import _FOLDER_NAME, checkpoint_prefix
+from spotsweep.shared.db import Conn
+from spotsweep.shared.messages import ResumeFrom, TrialMessage, encode
 from spotsweep.shared.naming import render_argv
 from spotsweep.shared.spec import SweepSpec
 
@@ -25,7 +27,33 @@ if TYPE_CHECKING:
     from spotsweep.services.planner.handlers import PlannerDeps
 
 
-def trial_message(row: dict[str, Any], spec: SweepSpec, progress: bool = False) -> TrialMessage:
+def resume_points(conn: Conn, rows: list[dict[str, Any]]) -> dict[str, ResumeFrom]:
+    """What each row's attempt resumes from (``TrialMessage.resume_from``), so the agent need not list S3.
+
+    A trial no run of which has started (neither ``started_at`` nor ``run_id``, both
+    recorded from its first ``trial.started``) has no checkpoint: ``ResumeFrom()``. Of the
+    others, those whose checkpoint commits the collector journaled get the newest one (its
+    folder and step), checked to lie under the trial's own prefix; the rest are left out
+    (the agent lists, as it does for a checkpoint the journal has not caught up with)."""
+    fresh = {r["trial_id"] for r in rows if r.get("started_at") is None and r.get("run_id") is None}
+    known = {trial_id: ResumeFrom() for trial_id in fresh}
+    ran = [r["trial_id"] for r in rows if r["trial_id"] not in fresh]
+    if not ran:
+        return known  # the common case: first attempts, no query at all
+    saved = conn.execute(
+        "SELECT DISTINCT ON (trial_id) trial_id, sweep_id, body->>'uri' AS uri FROM trial_events"
+        " WHERE kind = 'trial.checkpoint' AND trial_id = ANY(%s)"
+        " ORDER BY trial_id, (body->>'step')::numeric DESC, recorded_at DESC", (ran,)).fetchall()
+    for row in saved:
+        uri = str(row["uri"] or "").rstrip("/")
+        folder = uri.rsplit("/", 1)[-1]
+        if _FOLDER_NAME.match(folder) and uri.endswith("/" + checkpoint_prefix(row["sweep_id"], row["trial_id"]) + folder):
+            known[row["trial_id"]] = ResumeFrom(folder=folder, step=int(folder[:12]))
+    return known
+
+
+def trial_message(row: dict[str, Any], spec: SweepSpec, progress: bool = False,
+                  resume_from: ResumeFrom | None = None) -> TrialMessage:
     params = row["params"]
     extra = {"index": row["idx"], "trial_name": row["trial_name"]}
     return TrialMessage(
@@ -49,6 +77,7 @@ def trial_message(row: dict[str, Any], spec: SweepSpec, progress: bool = False) 
         metric_mode=spec.metric.mode,
         checkpoint_keep=spec.checkpoints.keep,
         workdir_sha256=spec.workdir_sha256,
+        resume_from=resume_from,
     )
 
 
@@ -63,10 +92,12 @@ def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
             if not rows:
                 return published
             out = []
+            resume = resume_points(conn, rows)
             for row in rows:
                 spec, search = deps.stored_spec(PgSweeps(conn), row["sweep_id"], row["spec_version"])
                 deps.ensure_queue(spec.resources.resource_class)
-                msg = trial_message(row, spec, progress=search.wants_progress and row["idx"] >= 0)
+                msg = trial_message(row, spec, progress=search.wants_progress and row["idx"] >= 0,
+                                    resume_from=resume.get(row["trial_id"]))
                 out.append(
                     Outgoing(
                         topology.TRIALS_EXCHANGE,

@@ -75,6 +75,7 @@ __all__ = [
     "log_key",
     "prune_checkpoints",
     "restore_checkpoint",
+    "restore_known",
     "upload_checkpoint",
     "upload_checkpoint_files",
 ]
@@ -264,6 +265,26 @@ def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, direc
             raise PermanentError(f"every checkpoint under {prefix} is damaged{why}")
         seen = state
     raise RetryableError(f"checkpoint for trial {trial_id} kept moving while restoring it")
+
+
+def restore_known(store: ArtifactStore, sweep_id: str, trial_id: str, folder: str, directory: Path,
+                  metrics: dict[str, float] | None = None) -> int | None:
+    """:func:`restore_checkpoint` for a trial whose latest committed ``folder`` the
+    caller knows (the planner's journal, ``TrialMessage.resume_from``), without a listing:
+    the folder ``LATEST`` names (a commit newer than the caller heard of, or one copied
+    into the trial's prefix, wins as in :func:`restore_checkpoint`), else ``folder``;
+    only when neither is whole does it list, as :func:`restore_checkpoint` does."""
+    prefix = checkpoint_prefix(sweep_id, trial_id)
+    pointer = _read_pointer(store, sweep_id, trial_id)
+    tried = []
+    if pointer is not None:
+        if _restore_folder(store, prefix, pointer[1], directory, metrics):
+            return pointer[0]
+        tried.append(pointer[1])
+    if _FOLDER_NAME.match(folder) and folder not in tried and _restore_folder(store, prefix, folder, directory, metrics):
+        return _folder_order(folder)[0]
+    _log.warning("the recorded checkpoint is missing: listing the trial's checkpoints", folder=folder, trial_id=trial_id)
+    return restore_checkpoint(store, sweep_id, trial_id, directory, metrics)
 
 
 def _restore_folder(store: ArtifactStore, prefix: str, folder: str, directory: Path,
