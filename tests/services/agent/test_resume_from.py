@@ -6,13 +6,16 @@ tests/integration/test_resume_from_s3.py runs the same start over moto's S3."""
 
 from __future__ import annotations
 
+import queue
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from spotsweep.services.agent import uploads
+from spotsweep.services.agent.handlers import handle_trial
 from spotsweep.services.agent.runner import RunControls, run_trial
+from spotsweep.shared import topology
 from spotsweep.shared.artifacts.checkpoints import checkpoint_prefix, latest_checkpoint, upload_checkpoint
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.messages import ResumeFrom, TrialMessage, TrialStarted, decode, encode
@@ -127,3 +130,19 @@ def test_a_resume_point_must_be_a_checkpoint_folder_of_the_trial() -> None:
             ResumeFrom(folder=bad)
     with pytest.raises(ValueError, match="step 5 is not the step of folder"):
         ResumeFrom(folder="000000000010-ab", step=5)
+
+
+def test_a_draining_agent_republishes_a_redelivered_first_attempt_as_unknown(tmp_path: Path, delivery: Any) -> None:
+    """The copy a draining agent republishes is not marked redelivered, so it no longer says
+    "no checkpoint" (the lost run may have committed one): the next agent lists."""
+    from tests.services.agent.test_handlers import Agent, trial
+
+    agent = Agent(tmp_path)
+    back: queue.Queue[Any] = queue.Queue()
+    agent.broker.consume(topology.trials_queue("cpu"), lambda d: (back.put(d), d.ack()), prefetch=10)
+    agent.deps.agent.preempt.set()
+    fresh = trial().model_copy(update={"resume_from": ResumeFrom()})
+    for redelivered, expected in ((False, ResumeFrom()), (True, None)):
+        handle_trial(delivery(encode(fresh), redelivered=redelivered, message_id="sw.0#1"), agent.deps)
+        again = decode(back.get(timeout=2).body)
+        assert isinstance(again, TrialMessage) and again.resume_from == expected
