@@ -13,6 +13,8 @@ from dashseed import Dashboard
 from servers import free_port
 from waiting import wait_until
 
+from spotsweep.shared.db import Database
+
 pytestmark = pytest.mark.integration
 
 
@@ -42,7 +44,9 @@ def test_alive_always_ready_while_the_database_answers(dashboard: Dashboard, dat
 def test_the_dashboard_command_serves_the_probes_on_a_metrics_port_too(database_url: str, tmp_path: Path) -> None:
     port, metrics_port = free_port(), free_port()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPOTSWEEP_DATABASE_URL": database_url}
-    subprocess.run([sys.executable, "-m", "spotsweep", "migrate"], env=env, check=True, capture_output=True, timeout=60)
+    migrated = Database(database_url)
+    migrated.migrate()
+    migrated.close()
     proc = subprocess.Popen([sys.executable, "-m", "spotsweep", "dashboard", "--port", str(port), "--metrics-port",
                              str(metrics_port), "--metrics-host", "127.0.0.1"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
