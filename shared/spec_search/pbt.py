@@ -62,11 +62,15 @@ class PbtStop(StopModel):
     the planner's stopper registry runs it by this type)."""
 
     type: Literal["pbt"] = "pbt"
-    strategy: PbtStrategy
+    interval: PbtInterval
+    quantile: float
+    mutations: dict[str, Mutation]
+    resample_probability: float
+    seed: int = 0
     budget_path: ClassVar[tuple[str, ...]] = ("interval", "param")
 
     def halving_budget(self) -> BudgetParam:
-        i = self.strategy.interval
+        i = self.interval
         return BudgetParam(param=i.param, min=i.every, max=i.max)
 
 
@@ -99,8 +103,9 @@ class PbtStrategy(StrategyModel):
         return self.implied_stop
 
     @cached_property
-    def implied_stop(self) -> PbtStop:
-        return PbtStop(strategy=self)
+    def implied_stop(self) -> PbtStop:  # built once: validation asks for it several times
+        return PbtStop(interval=self.interval, quantile=self.quantile, mutations=self.mutations,
+                       resample_probability=self.resample_probability, seed=self.seed)
 
     def problems(self, spec: SweepSpec) -> Problems:
         problems: Problems = []
@@ -128,5 +133,3 @@ class PbtStrategy(StrategyModel):
         return (f" (population {self.population}, every {i.every} {i.param} up to {i.max}, quantile {self.quantile:g}, "
                 f"mutating {', '.join(self.mutations)})")
 
-
-PbtStop.model_rebuild()

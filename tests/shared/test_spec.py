@@ -208,7 +208,7 @@ BAD = [
     pytest.param(EXAMPLE.replace("mode: min", "mode: avg"), [("metric.mode", "Input should be 'min' or 'max' (got 'avg')")], id="bad-mode"),
     pytest.param(
         EXAMPLE.replace("type: random", "type: bayes"),
-        [("strategy.type", "unknown type 'bayes' (expected one of: grid, random, subset, tpe, gp, cmaes, nsga2, asha)")],
+        [("strategy.type", "unknown type 'bayes' (expected one of: grid, random, subset, tpe, gp, cmaes, nsga2, asha, pbt)")],
         id="unknown-strategy",
     ),
     pytest.param(

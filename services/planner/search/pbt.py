@@ -179,7 +179,7 @@ class Pbt:
     segments = True  # the planner records each segment's lineage (Search.segmented)
 
     def __init__(self, stop: PbtStop, spec: SweepSpec) -> None:
-        s = stop.strategy
+        s = stop
         self.seed = s.seed
         self.config = PbtConfig(s.interval.every, s.interval.max, s.quantile, dict(s.mutations),
                                 s.resample_probability, dict(spec.space), spec.metric.mode)

@@ -103,7 +103,7 @@ def test_a_registered_strategy_is_checked_and_listed_in_errors_and_the_schema(pl
     assert err.value.errors == [("strategy.trials", "required for strategy diagonal")]
     with pytest.raises(SpecError) as err:
         parse_spec({**SPEC, "strategy": {"type": "spiral"}})
-    expected = "grid, random, subset, tpe, gp, cmaes, nsga2, asha, diagonal"
+    expected = "grid, random, subset, tpe, gp, cmaes, nsga2, asha, pbt, diagonal"
     assert err.value.errors == [("strategy.type", f"unknown type 'spiral' (expected one of: {expected})")]
     schema = json.dumps(spec_json_schema())
     assert '"DiagonalStrategy"' in schema and '"ThresholdStop"' in schema and '"diagonal"' in schema
@@ -116,7 +116,7 @@ def test_taking_a_plugin_out_restores_the_spec() -> None:
     with pytest.raises(SpecError) as err:
         parse_spec({**SPEC, "early_stop": None})
     assert err.value.errors[0][1].startswith("unknown type 'diagonal' (expected one of: grid, random, subset, tpe, gp, "
-                                             "cmaes, nsga2, asha)")
+                                             "cmaes, nsga2, asha, pbt)")
     assert "DiagonalStrategy" not in json.dumps(spec_json_schema())
 
 
@@ -126,4 +126,4 @@ def test_a_type_cannot_be_registered_twice() -> None:
 
     with pytest.raises(ValueError, match="type grid is already registered"):
         register_strategy(Another)
-    assert strategy_types() == ("grid", "random", "subset", "tpe", "gp", "cmaes", "nsga2", "asha")
+    assert strategy_types() == ("grid", "random", "subset", "tpe", "gp", "cmaes", "nsga2", "asha", "pbt")
