@@ -198,8 +198,21 @@ def main() -> None:
     ap.add_argument("--resume-cost", type=float, default=0.5, help="steps lost per ASHA relaunch (restart, checkpoint load)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--grid27", action="store_true", help="only ASHA's variants on the 27-config grid (issue 21)")
+    ap.add_argument("--peers", action="store_true",
+                    help="spotsweep vs Optuna and Ray Tune at equal step budgets on held-out objectives (bench/search_peers.py)")
+    ap.add_argument("--cap", type=float, default=729, help="--peers: the step cap of every run")
+    ap.add_argument("--no-ray", action="store_true", help="--peers: leave Ray Tune out (no peer virtualenv built)")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.peers:
+        from search_peers import peers
+
+        result = peers(args.seeds, args.workers, args.cap, not args.no_ray)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"peers": result, "machine": platform.platform(),
+                                             "python": platform.python_version()}, indent=2))
+        return
     if args.grid27:
         results27 = grid27(args.seeds, args.workers)
         if args.json:
