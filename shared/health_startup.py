@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pika.exceptions as pe
 
 from spotsweep.shared import log
 from spotsweep.shared.broker import Broker, connect
-from spotsweep.shared.db import Database
 from spotsweep.shared.errors import RetryableError
 from spotsweep.shared.health import Check
 from spotsweep.shared.redact import redact
 from spotsweep.shared.settings import Settings
 from spotsweep.shared.tls import amqp_tls
+
+if TYPE_CHECKING:  # imported where used: an agent never loads psycopg
+    from spotsweep.shared.db import Database
 
 _log = log.get("spotsweep.startup")
 T = TypeVar("T")
@@ -62,6 +64,8 @@ def database_check(url: str, options: Mapping[str, str] | None = None, query: Ca
                    timeout: int = 5) -> Check:
     """Ready while a new connection to PostgreSQL answers (``query``, default ``SELECT 1``);
     a new one each time, so a connection stuck in a partition never hides the loss."""
+
+    from spotsweep.shared.db import Database
 
     def check() -> None:
         db = Database(url, connect_timeout=timeout, options=options)
