@@ -22,6 +22,15 @@ reporting every step and stopped when ``should_prune()``. A trial counts as
 found when it completed the full 81 steps; "best" is its observed final loss.
 
     python bench/search.py --seeds 3 --json bench/results/search.json
+
+The other sections (issue 21), each its own module: ``--grid27`` (ASHA's
+order and promotion rule on the 27-config grid, below), ``--peers``
+(bench/search_peers.py: against Optuna and Ray Tune at equal step budgets
+on held-out objectives), ``--pbt`` (bench/search_pbt.py: PBT vs random vs
+ASHA where a learning-rate schedule wins); ``--all`` runs every section,
+as ``make bench`` does:
+
+    python bench/search.py --all --seeds 10 --json bench/results/search.json
 """
 
 from __future__ import annotations
@@ -39,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from search_pbt import pbt_bench
+from search_peers import peers
 
 from spotsweep.services.planner.search import Action, Search, TrialRecord
 from spotsweep.shared.spec import parse_spec
@@ -193,7 +204,7 @@ def best_at(pool: Pool, spent: float) -> tuple[float, float] | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--workers", type=int, help="trials at once (default 8; 4 for --grid27 and --peers)")
     ap.add_argument("--trials-budget", type=int, default=60, help="GPU-steps budget in full trials (of 81 steps)")
     ap.add_argument("--resume-cost", type=float, default=0.5, help="steps lost per ASHA relaunch (restart, checkpoint load)")
     ap.add_argument("--json", type=Path)
@@ -202,37 +213,45 @@ def main() -> None:
                     help="spotsweep vs Optuna and Ray Tune at equal step budgets on held-out objectives (bench/search_peers.py)")
     ap.add_argument("--cap", type=float, default=729, help="--peers: the step cap of every run")
     ap.add_argument("--no-ray", action="store_true", help="--peers: leave Ray Tune out (no peer virtualenv built)")
+    ap.add_argument("--pbt", action="store_true", help="PBT vs random vs ASHA on an lr-schedule model (bench/search_pbt.py)")
+    ap.add_argument("--all", action="store_true", help="every section above, one after the other (make bench)")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if args.peers:
-        from search_peers import peers
+    sections: dict[str, Callable[[], Any]] = {
+        "strategies": lambda: strategies(args),
+        "grid27": lambda: grid27(args.seeds, args.workers or 4),
+        "peers": lambda: peers(args.seeds, args.workers or 4, args.cap, not args.no_ray),
+        "pbt": lambda: pbt_bench(args.seeds),
+    }
+    chosen = [name for name in sections if args.all or getattr(args, name, False)] or ["strategies"]
+    out: dict[str, Any] = {"machine": platform.platform(), "python": platform.python_version(), "seeds": args.seeds}
+    for name in chosen:
+        print(f"\n== {name} ==")
+        started = time.perf_counter()
+        out[name] = sections[name]()
+        print(f"({name}: {time.perf_counter() - started:.0f} s)")
+        if args.json:  # written after each section, so a long run keeps what it finished
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(out, indent=2))
 
-        result = peers(args.seeds, args.workers, args.cap, not args.no_ray)
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"peers": result, "machine": platform.platform(),
-                                             "python": platform.python_version()}, indent=2))
-        return
-    if args.grid27:
-        results27 = grid27(args.seeds, args.workers)
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"grid27": results27, "machine": platform.platform()}, indent=2))
-        return
+
+def strategies(args: argparse.Namespace) -> dict[str, Any]:
+    """The original comparison: grid, random, subset, tpe, asha and Optuna on the 432-config curve model."""
+    workers = args.workers or 8
     budget = args.trials_budget * MAX_T
     marks = [budget / 4, budget / 2, 3 * budget / 4, budget]
     grid_all = parse_spec({"name": "g", "command": ["t"], "metric": {"name": "loss"}, "space": SPACE})
     methods: dict[str, Callable[[int], Pool]] = {
-        "grid": lambda s: run_ours({"type": "grid"}, args.workers, budget, s, args.resume_cost),
-        "random": lambda s: run_ours({"type": "random", "trials": 432, "seed": s}, args.workers, budget, s, args.resume_cost),
-        "subset": lambda s: run_ours({"type": "subset", "trials": args.trials_budget, "seed": s}, args.workers, budget, s,
+        "grid": lambda s: run_ours({"type": "grid"}, workers, budget, s, args.resume_cost),
+        "random": lambda s: run_ours({"type": "random", "trials": 432, "seed": s}, workers, budget, s, args.resume_cost),
+        "subset": lambda s: run_ours({"type": "subset", "trials": args.trials_budget, "seed": s}, workers, budget, s,
                                      args.resume_cost),
-        "tpe": lambda s: run_ours({"type": "tpe", "trials": 432, "seed": s}, args.workers, budget, s, args.resume_cost),
+        "tpe": lambda s: run_ours({"type": "tpe", "trials": 432, "seed": s}, workers, budget, s, args.resume_cost),
         "asha": lambda s: run_ours({"type": "asha", "budget": {"param": "steps", "min": 1, "max": MAX_T}, "eta": 3,
-                                    "trials": 2000, "sampler": "random", "seed": s}, args.workers, budget, s, args.resume_cost),
-        "optuna tpe+hyperband": lambda s: run_optuna(args.workers, budget, s),
+                                    "trials": 2000, "sampler": "random", "seed": s}, workers, budget, s, args.resume_cost),
+        "optuna tpe+hyperband": lambda s: run_optuna(workers, budget, s),
     }
-    print(f"objective: learning-curve model with noise (sd {NOISE}), not real training; {args.workers} workers; "
+    print(f"objective: learning-curve model with noise (sd {NOISE}), not real training; {workers} workers; "
           f"budget {budget:.0f} GPU-steps = {args.trials_budget} full trials of {MAX_T} steps; 432-config space")
     optimum = min(true_loss(dict(zip(SPACE, c)), MAX_T) for c in _grid_points(grid_all))
     print(f"true optimum of the space at {MAX_T} steps: {optimum:.4f}; full grid costs {432 * MAX_T} GPU-steps")
@@ -263,12 +282,8 @@ def main() -> None:
         cells = "".join(f"{m:>12.4f}" if m is not None else f"{'-':>12}" for m in means)
         regret = f"{means[-1] - optimum:>10.4f}" if means[-1] is not None else f"{'-':>10}"
         print(f"{name:<22}{cells}{regret}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"objective": "learning-curve model with noise", "noise_sd": NOISE, "workers": args.workers,
-                                         "budget_gpu_steps": budget, "marks": marks, "true_optimum": optimum,
-                                         "machine": platform.platform(), "python": platform.python_version(),
-                                         "results": results}, indent=2))
+    return {"objective": "learning-curve model with noise", "noise_sd": NOISE, "workers": workers,
+            "budget_gpu_steps": budget, "marks": marks, "true_optimum": optimum, "results": results}
 
 
 GRID27: dict[str, Any] = {"lr": [1e-3, 3e-3, 1e-2], "batch": [32, 128, 256], "depth": [2, 6, 12]}  # 27 configs

@@ -61,6 +61,7 @@ class StepPool:
     now: float = 0.0
     events: list[tuple[float, int, Any]] = field(default_factory=list)
     found: list[tuple[float, str, float]] = field(default_factory=list)  # (trained then, config, final value)
+    ended: list[tuple[str, float, int]] = field(default_factory=list)  # every completed trial: (label, value, reached)
     _seq: int = 0
 
     def fits(self, steps: float) -> bool:
@@ -93,12 +94,27 @@ def _spec(strategy: dict[str, Any], early_stop: dict[str, Any] | None, workers: 
 
 def run_ours(strategy: dict[str, Any], objective: str, seed: int, workers: int, cap: float,
              early_stop: dict[str, Any] | None = None) -> StepPool:
-    """One sweep through spotsweep's decision objects under the step cap."""
-    search = Search(_spec(strategy, early_stop, workers))
+    """One sweep of the 81-grid through spotsweep's decision objects under the step cap."""
+
+    def value(index: int, params: dict[str, Any], reached: int) -> tuple[str, float]:
+        config = {k: params[k] for k in GRID81}
+        return key(config), observe(objective, config, reached, seed)
+
     pool = StepPool(workers, cap)
+    drive(Search(_spec(strategy, early_stop, workers)), pool, value, MAX_T)
+    return pool
+
+
+def drive(search: Search, pool: StepPool, value: Callable[[int, dict[str, Any], int], tuple[str, float]],
+          max_t: int) -> dict[int, TrialRecord]:
+    """Run a sweep's decisions in ``pool``: new trials from ``propose``, waiting ones from
+    ``promotions``, each run's end through ``on_run_end``. ``value(index, params, reached)``
+    gives a run's (label, observed value); a trial that completes at ``max_t`` is recorded
+    in ``pool.found``."""
     records: dict[int, TrialRecord] = {}
     attrs: dict[str, Any] = {}
     state = {"next": 0, "closed": False}
+    budget_param = search.budget_param or "steps"
 
     def launch() -> bool:
         if state["closed"]:
@@ -109,15 +125,15 @@ def run_ours(strategy: dict[str, Any], objective: str, seed: int, workers: int, 
                 state["closed"] = True  # as the planner: a promotion past the budget ends the sweep's launches
                 return False
             r = records[p.index]
-            records[p.index] = TrialRecord(p.index, {**r.params, "steps": p.budget}, TrialState.RUNNING, rungs=r.rungs,
-                                           attrs=r.attrs)
+            records[p.index] = TrialRecord(p.index, {**r.params, budget_param: p.budget}, TrialState.RUNNING,
+                                           rungs=r.rungs, attrs=r.attrs)
             pool.start(p.budget - p.rung, p.index)
             return True
         i = state["next"]
         if i >= search.total_trials:
             return False
         proposal = search.propose(i, list(records.values()), attrs)
-        steps = proposal.params.get("steps", MAX_T)
+        steps = proposal.params.get(budget_param, max_t)
         if not pool.fits(steps):
             state["closed"] = True
             return False
@@ -129,28 +145,33 @@ def run_ours(strategy: dict[str, Any], objective: str, seed: int, workers: int, 
 
     def done(i: int) -> None:
         r = records[i]
-        reached = r.params.get("steps", MAX_T)
-        config = {k: r.params[k] for k in GRID81}
-        value = observe(objective, config, reached, seed)
-        d = search.on_run_end(list(records.values()), r, value)
-        rungs = {**r.rungs, d.rung: value} if d.rung is not None else dict(r.rungs)
+        reached = r.params.get(budget_param, max_t)
+        label, observed = value(i, dict(r.params), reached)
+        d = search.on_run_end(list(records.values()), r, observed)
+        rungs = {**r.rungs, d.rung: observed} if d.rung is not None else dict(r.rungs)
         if d.action == Action.PROMOTE and d.budget is not None and pool.fits(d.budget - reached):
-            records[i] = TrialRecord(i, {**r.params, "steps": d.budget}, TrialState.RUNNING, rungs=rungs, attrs=r.attrs)
+            records[i] = TrialRecord(i, {**r.params, budget_param: d.budget}, TrialState.RUNNING, rungs=rungs,
+                                     attrs=r.attrs)
             pool.start(d.budget - reached, i)
             return
-        states = {Action.PAUSE: TrialState.PAUSED, Action.PRUNE: TrialState.PRUNED, Action.PROMOTE: TrialState.PRUNED}
-        records[i] = TrialRecord(i, r.params, states.get(d.action, TrialState.COMPLETED), (value,), rungs=rungs,
+        # A promotion past the cap completes the trial where it is, as the planner does past a budget cap.
+        states = {Action.PAUSE: TrialState.PAUSED, Action.PRUNE: TrialState.PRUNED}
+        records[i] = TrialRecord(i, r.params, states.get(d.action, TrialState.COMPLETED), (observed,), rungs=rungs,
                                  attrs=r.attrs)
-        if d.action == Action.COMPLETE and reached >= MAX_T:
-            pool.found.append((pool.trained, key(config), value))
+        if records[i].state == TrialState.COMPLETED:
+            pool.ended.append((label, observed, reached))
+            if reached >= max_t:
+                pool.found.append((pool.trained, label, observed))
 
     pool.run(launch, done)
-    return pool
+    return records
 
 
 def run_optuna(pruner: optuna.pruners.BasePruner, objective: str, seed: int, workers: int, cap: float) -> StepPool:
     """Optuna's TPE with ``pruner``, asked and told in the same pool, one job per step."""
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner)
+    # A fixed name: HyperbandPruner assigns brackets by a hash of the study name and the trial number.
+    study = optuna.create_study(study_name=f"bench-{objective}-{seed}", sampler=optuna.samplers.TPESampler(seed=seed),
+                                pruner=pruner)
     dists = {k: optuna.distributions.CategoricalDistribution(v) for k, v in GRID81.items()}
     pool = StepPool(workers, cap)
 
