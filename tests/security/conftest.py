@@ -19,7 +19,7 @@ from waiting import wait_until
 
 DEFINITIONS = Path(__file__).parents[2] / "deploy" / "rabbitmq" / "definitions.json"
 HOST = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
-ROLES = ("planner", "collector", "agent", "submitter")
+ROLES = ("planner", "collector", "agent", "submitter", "keda")
 
 
 def _ctl(*args: str) -> str:

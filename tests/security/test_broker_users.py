@@ -98,6 +98,14 @@ def test_each_user_does_its_job_and_is_refused_the_others(users: dict[str, str],
     with pytest.raises(PermanentError, match="403"):
         collector.consume(topology.SWEEPS_QUEUE, lambda d: None)
 
+    keda = running(users["keda"], opened)  # KEDA's scaler reads queue lengths over the management API, nothing else
+    for message in (to_trials(trial()), Outgoing("", topology.SWEEPS_QUEUE, b"{}"),
+                    Outgoing(topology.EVENTS_EXCHANGE, "trial.started.sw", b"{}")):
+        refused(keda, message)
+    for queue_name in (topology.trials_queue("gpu"), topology.SWEEPS_QUEUE, topology.COLLECTOR_QUEUE):
+        with pytest.raises(PermanentError, match="403"):
+            keda.consume(queue_name, lambda d: None)
+
 
 def test_the_agent_dead_letters_a_trial_from_any_user_but_the_planner(users: dict[str, str], opened: list[Broker],
                                                                       tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 
 BATCH = 24  # vhosts made at once (2-3 s); used ones are deleted 8 at a time, so dead letters do not pile up
@@ -58,6 +59,13 @@ class VhostPool:
                 "permissions": [{"user": "guest", "vhost": v, "configure": ".*", "write": ".*", "read": ".*"}
                                 for v in names]}
         rabbitmqctl("import_definitions", stdin=json.dumps(defs))  # a file would be read by the node's own user
+        for _ in range(300):  # the import may finish applying after the command returns: wait for guest's grants
+            granted = rabbitmqctl("list_user_permissions", "guest")
+            if all(f"\n{v}\t" in "\n" + granted for v in names):
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"RabbitMQ did not grant guest the test vhosts {names[0]}..{names[-1]} within 30 s")
         self._free.extend(reversed(names))
 
 
