@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from spotsweep.services.reporter import lineage
 from spotsweep.services.reporter.budget_line import budget_line, caps_of, spent_of
 from spotsweep.services.reporter.fit import TRIAL_MIN, fit, measured
 from spotsweep.services.reporter.safe import cell, csv_cell, printable, shown
@@ -56,6 +57,7 @@ class Report:
     cost: SweepCost | None = None  # with pricing in the spec
     every_metric: list[str] = field(default_factory=list)  # every metric any trial reported (the CSV's columns)
     budget: str | None = None  # what the sweep spent against its budget caps (:mod:`.budget_line`); None without caps
+    lineage: list[str] = field(default_factory=list)  # PBT: each trial's segments (:mod:`.lineage`)
 
     @property
     def hidden_metrics(self) -> int:
@@ -80,6 +82,7 @@ def build(db: Database, sweep_id: str, metrics: Sequence[str] = (), most: int = 
         if sweep is None:
             raise PermanentError(f"no sweep with id {printable(cap_text(sweep_id, 200))!r} (see `spotsweep ls`)")
         every = conn.execute("SELECT * FROM trial_results WHERE sweep_id = %s ORDER BY trial_name", (sweep_id,)).fetchall()
+        segments = lineage.segments(conn, sweep_id)
     rows = [r for r in every if not r.get("smoke")]  # the smoke stage is not part of the comparison
     spec = sweep["spec"] or {}
     metric = (spec.get("metric") or {}).get("name", "")
@@ -98,7 +101,8 @@ def build(db: Database, sweep_id: str, metrics: Sequence[str] = (), most: int = 
     cost = cost_of(every, int((spec.get("resources") or {}).get("gpus", 1)), pricing) if pricing else None
     budget = budget_line(caps_of(spec.get("budget")), spent_of(sweep, sweep["now"]))
     return Report(sweep["sweep_id"], sweep["name"], sweep["state"], metric, mode, params,
-                  _shown(every_metric, metric, metrics, most), ranked, unranked, configs, cost, every_metric, budget)
+                  _shown(every_metric, metric, metrics, most), ranked, unranked, configs, cost, every_metric, budget,
+                  lineage.lines([*ranked, *unranked], segments))
 
 
 def _shown(every: list[str], objective: str, chosen: Sequence[str], most: int) -> list[str]:
@@ -165,6 +169,10 @@ def print_leaderboard(report: Report, out: Console | None = None, top: int | Non
         out.print(cost_line(report.cost), highlight=False)
     if report.budget is not None:
         out.print(Text(report.budget))
+    if report.lineage:
+        out.print("[bold]Lineage[/bold] (segments of the budget; from: the checkpoint it continued from):")
+        for text in report.lineage:
+            out.print(Text(f"  {text}"))
     if report.unranked:
         out.print(f"[bold]{len(report.unranked)} trial(s) without results:[/bold]")
         for trial in report.unranked:

@@ -91,6 +91,14 @@ def test_pbt_exploits_resume_from_the_donor_and_lineage_says_so(tmp_path: Path, 
         assert abs(values.index(s["params"]["lr"]) - values.index(donor_lr)) <= 1, s
     assert any(first_step.get((s["trial_id"], s["attempt"])) == s["from_step"] + 1 for s in exploits)
 
+    # The report shows each trial's lineage: its segments and the checkpoint each continued from.
+    report = cli("report", "pbt-local", home=tmp_path / "home", cwd=tmp_path, database_url=database_url)
+    assert report.returncode == 0, report.stderr
+    assert "Lineage" in report.stdout
+    s = exploits[0]
+    assert f"{s['trial_name']}: 0-2 · " in report.stdout
+    assert f"{s['start_step']}-{s['end_step']} from {s['from_trial_name']}@{s['from_step']}" in report.stdout
+
     # The trial's checkpoint after an exploit holds the donor's history: its weights were copied.
     store = tmp_path / "home" / "artifacts"
     last = max(exploits, key=lambda s: s["segment"])  # that trial's last exploit: its checkpoint came from this donor
