@@ -6,6 +6,9 @@ the Optuna peer's storage, repeated measurement, one table and a JSON file.
 * :class:`Cluster` runs ``python -m spotsweep planner|collector|agent`` as
   separate processes with ``SPOTSWEEP_*`` settings, like a deployment would
   (artifacts in a local directory: ``SPOTSWEEP_S3_ENDPOINT`` unset).
+* :func:`moto_s3` serves S3 from moto's server on loopback (the client code
+  MinIO gets); ``Cluster(..., s3=env)`` puts the services on it, the
+  production path, instead of local artifacts.
 * :func:`summary` turns repeated runs into median, min, max and spread, so
   every table says how noisy the machine was.
 
@@ -77,6 +80,40 @@ def services() -> Iterator[Services]:
                 conn.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
 
 
+@contextmanager
+def moto_s3() -> Iterator[dict[str, str]]:
+    """moto's S3 server on a free loopback port, for as long as the block runs; yields
+    the ``SPOTSWEEP_S3_*`` settings of a fresh bucket on it (the agent creates it)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto server did not start on port {port}") from None
+                time.sleep(0.1)
+        yield {"SPOTSWEEP_S3_ENDPOINT": f"http://127.0.0.1:{port}", "SPOTSWEEP_S3_ACCESS_KEY": "testing",
+               "SPOTSWEEP_S3_SECRET_KEY": "testing-secret", "SPOTSWEEP_S3_BUCKET": f"bench-{uuid.uuid4().hex[:8]}",
+               "SPOTSWEEP_S3_REGION": "us-east-1"}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def load_1m() -> float:
+    """The 1-minute load average now: printed beside each figure, as these machines are shared."""
+    return round(os.getloadavg()[0], 2)
+
+
 def sqlalchemy_url(url: str) -> str:
     """The same database for SQLAlchemy (Optuna's RDBStorage) through psycopg 3."""
     return url.replace("postgresql://", "postgresql+psycopg://", 1)
@@ -113,7 +150,8 @@ class Cluster:
     revision instead of the working tree's (the "before" of a before/after).
     """
 
-    def __init__(self, svc: Services, db_url: str, tmp: Path, log_level: str = "INFO") -> None:
+    def __init__(self, svc: Services, db_url: str, tmp: Path, log_level: str = "INFO",
+                 s3: dict[str, str] | None = None) -> None:
         self.tmp = tmp
         self.db_url = db_url
         self.amqp_url = svc.amqp_url
@@ -123,6 +161,7 @@ class Cluster:
             "SPOTSWEEP_AMQP_URL": svc.amqp_url,
             "SPOTSWEEP_DATABASE_URL": db_url,
             "SPOTSWEEP_HOME": str(tmp / "home"),
+            **(s3 or {}),  # the SPOTSWEEP_S3_* settings: artifacts in S3, else in a local directory
         }
         self.python = [sys.executable, "-m", "spotsweep"]
         rev = os.environ.get("SPOTSWEEP_BENCH_SERVICES_REV")

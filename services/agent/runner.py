@@ -40,7 +40,7 @@ from spotsweep.services.agent.workspace import Paths
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.errors import PermanentError, RetryableError
-from spotsweep.shared.messages import Envelope, Failure, Outcome as Result, TrialFinished, TrialMessage, TrialStarted
+from spotsweep.shared.messages import CheckpointSaved, Envelope, Failure, Outcome as Result, TrialFinished, TrialMessage, TrialStarted
 
 __all__ = ["DeliveryLost", "RunControls", "RunnerConfig", "kill_all", "run_trial"]
 
@@ -139,8 +139,11 @@ class Confirms:
         self._publish = publish
         self._pending: list[Future[None]] = []
         self._started: Future[None] | None = None
+        self.checkpoints = 0  # checkpoints this run committed (and announced)
 
     def __call__(self, event: Envelope) -> None:
+        if isinstance(event, CheckpointSaved):
+            self.checkpoints += 1
         future = self._publish(event)
         if future is None:
             return
@@ -230,10 +233,12 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
             _log.info("run stopped by the planner", reason=outcome.stop_reason, **ids)
             if outcome.stop_reason == "pruned":  # over for good: its logs stay, its checkpoints go
                 uploads.logs(store, msg, streams, msg.limits.log_bytes)
-                uploads.retain(store, msg, pruned=True)
+                if not uploads.nothing_stored(msg, redelivered, resume, send.checkpoints):
+                    uploads.retain(store, msg, pruned=True)
             return None
         logs_uri, cut = uploads.logs(store, msg, streams, msg.limits.log_bytes)
-        uploads.retain(store, msg)
+        if not uploads.nothing_stored(msg, redelivered, resume, send.checkpoints):
+            uploads.retain(store, msg)
         result, failure, error = _classify(outcome, proc.returncode, lambda: _tail_text(err), msg)
     screen = outcome.screen
     if cut is not None and screen is not None:

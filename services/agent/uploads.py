@@ -182,6 +182,15 @@ def _bytes_under(staged: Path) -> int:
     return total
 
 
+def nothing_stored(msg: TrialMessage, redelivered: bool, resumed: int | None, committed: int) -> bool:
+    """Whether the store holds no checkpoint of the trial once a run ends: the planner knew
+    it had none (``resume_from``, on a first delivery), the run restored none and committed
+    none. Then retention has nothing to prune and is skipped: a no-op trial's end on the
+    S3 path cost a request for a ``LATEST`` that cannot exist."""
+    known = msg.resume_from
+    return known is not None and known.folder is None and not redelivered and resumed is None and committed == 0
+
+
 def retain(store: ArtifactStore, msg: TrialMessage, pruned: bool = False) -> None:
     """Apply the retention policy once an attempt's process is gone
     (:mod:`~spotsweep.shared.artifacts.retention`): ``pruned``, the planner

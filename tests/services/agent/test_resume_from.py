@@ -59,6 +59,14 @@ def test_a_first_attempt_starts_without_a_single_store_request(kit: Kit) -> None
     assert at_start == [0, 1]  # not one request; the older message still lists the checkpoint prefix
 
 
+def test_a_first_attempt_that_checkpoints_nothing_makes_no_request_from_start_to_end(kit: Kit) -> None:
+    """Nothing to restore, nothing to prune at its end, no output to keep: a no-op trial costs S3 nothing."""
+    counting = CountingStore(kit.store)
+    final = run_trial(kit.message("pass", resume_from=ResumeFrom()), counting, lambda e: None, kit.config, RunControls())
+    assert final is not None and final.outcome == "completed"
+    assert counting.total() == 0
+
+
 def test_a_resume_fetches_the_recorded_checkpoint_without_a_listing(store: LocalArtifactStore, tmp_path: Path) -> None:
     commit(store, tmp_path, 10)
     folder = commit(store, tmp_path, 20)
