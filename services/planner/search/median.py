@@ -5,7 +5,9 @@ the median of the values the *completed* trials reported at exactly ``s``.
 Nothing is stopped before ``startup_trials`` trials completed, before
 ``warmup_steps``, off the ``interval_steps`` grid (only the first report in
 each interval is judged), or while fewer than ``min_trials`` completed
-trials reported at ``s``. A trial whose values so far are all NaN is stopped.
+trials reported at ``s``. A trial whose values so far are all NaN or infinite
+(a diverged run, whichever sign) is stopped; other trials' non-finite values
+are left out of the median.
 
 Written against the history (each trial's ``curve``: its objective at every
 reported step), so the decision is the same after a planner restart.
@@ -66,11 +68,13 @@ class Median:
         curve = {k: v for k, v in trial.curve.items() if k < step} | {step: value}
         if not _first_in_interval(step, list(curve), stop.warmup_steps, stop.interval_steps):
             return StepDecision(Action.CONTINUE, reason=f"step {step} is not judged (interval {stop.interval_steps})")
-        finite = [sign(self.mode) * v for v in curve.values() if not math.isnan(v)]
+        # A NaN or an infinity (of either sign) is a diverged run, never its best value:
+        # non-finite values rank last in every strategy, as in every report.
+        finite = [sign(self.mode) * v for v in curve.values() if math.isfinite(v)]
         if not finite:
-            return StepDecision(Action.PRUNE, reason=f"every value up to step {step} is NaN")
+            return StepDecision(Action.PRUNE, reason=f"every value up to step {step} is NaN or infinite")
         best = min(finite)
-        others = [r.curve[step] for r in completed if step in r.curve]
+        others = [r.curve[step] for r in completed if step in r.curve and math.isfinite(r.curve[step])]
         if len(others) < stop.min_trials:
             return StepDecision(Action.CONTINUE, reason=f"{len(others)} completed trial(s) reported step {step}")
         median = float(np.nanpercentile([sign(self.mode) * v for v in others], 50))

@@ -98,3 +98,20 @@ def test_agrees_with_optuna_when_the_curve_already_holds_the_rest_of_the_event(s
         before = TrialRecord(9, {}, TrialState.RUNNING, curve={s: v for s, v in event.items() if s < step})
         ours = Median(stop, "min").decide(history, me, step, value).action == Action.PRUNE
         assert ours == _optuna_prunes(stop, history, before, step, value), (stop, step)
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_a_diverged_trial_is_stopped_whichever_sign_its_infinity_has(mode: str) -> None:
+    """-inf loss (min) or +inf score (max) is a diverged run, not the best one: it never passes the median,
+    and a completed trial that diverged is left out of the median instead of dragging it."""
+    median = Median(MedianStop(startup_trials=0), mode)
+    others = [completed(0, {1: 1.0}), completed(1, {1: 2.0}), completed(2, {1: 3.0})]
+    best_looking = -math.inf if mode == "min" else math.inf
+    for value in (best_looking, -best_looking, math.nan):
+        decided = median.decide(others, TrialRecord(3, {}, TrialState.RUNNING), 1, value)
+        assert decided.action == Action.PRUNE and "NaN or infinite" in decided.reason, (value, decided)
+    good = 1.5 if mode == "min" else 2.5  # better than the median 2 of the finite values
+    with_diverged = [*others, completed(4, {1: best_looking}), completed(5, {1: best_looking})]
+    assert median.decide(with_diverged, TrialRecord(6, {}, TrialState.RUNNING), 1, good).action == Action.CONTINUE
+    worse = 2.5 if mode == "min" else 1.5
+    assert median.decide(with_diverged, TrialRecord(6, {}, TrialState.RUNNING), 1, worse).action == Action.PRUNE
