@@ -89,8 +89,9 @@ def logs(trial: str, sweep: str | None, attempt: int | None, follow: bool, setti
             _print_new(store, sweep_id, trial_id, target, seen, printer)
         if not follow:
             if target is None:
-                print(f"trial {printable(row['trial_name'])} ({trial_id}) has no logs yet (state {row['state']})",
-                      file=sys.stderr)
+                # An ended trial's logs were uploaded before its end was reported: none means it printed nothing.
+                why = "has no logs: it printed nothing, or never ran" if row["state"] in TERMINAL else "has no logs yet"
+                print(f"trial {printable(row['trial_name'])} ({trial_id}) {why} (state {row['state']})", file=sys.stderr)
             return ExitCode.OK
         if state in TERMINAL:  # read before the logs: the agent uploads them before it reports the end
             return ExitCode.OK

@@ -17,6 +17,9 @@ from spotsweep.shared.artifacts.local import LocalArtifactStore
 SCRIPT = """
 import sys
 from spotsweep import trial
+if int(trial.params["x"]) == 2:
+    trial.report(1, loss=0.5)
+    sys.exit(0)  # a trial that prints nothing
 for step in (1, 2):
     trial.report(step, loss=1.0 / step)
     (trial.checkpoint_dir / f"w{step}.txt").write_text(str(step))
@@ -36,7 +39,7 @@ def cli(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_logs_and_checkpoint_of_a_local_sweep(tmp_path: Path) -> None:
     home = tmp_path / "home"
     spec = {"name": "local-arts", "command": ["python", "-c", SCRIPT.replace("{", "{{").replace("}", "}}")],
-            "metric": {"name": "loss"}, "space": {"x": [1]}, "trial_name": "la_{index}", "resources": {"gpus": 0}}
+            "metric": {"name": "loss"}, "space": {"x": [1, 2]}, "trial_name": "la_{index}", "resources": {"gpus": 0}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     run = cli("run", "spec.yaml", "--workers", "1", home=home, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
@@ -45,6 +48,9 @@ def test_logs_and_checkpoint_of_a_local_sweep(tmp_path: Path) -> None:
     assert logs.returncode == 0, logs.stderr
     assert "==> stdout (attempt 1) <==\nlocal step 1\nlocal step 2\n" in logs.stdout
     assert "==> stderr (attempt 1) <==\nlocal stderr\n" in logs.stdout
+    silent = cli("logs", "la_1", "--sweep", "local-arts", home=home, cwd=tmp_path)
+    assert silent.returncode == 0 and silent.stdout == "", silent
+    assert "has no logs: it printed nothing, or never ran (state completed)" in silent.stderr  # not "yet": it ended
 
     got = cli("checkpoint", "la_0", "--sweep", "local-arts", "--out", "ck", home=home, cwd=tmp_path)
     assert got.returncode == 0, got.stderr
