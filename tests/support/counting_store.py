@@ -48,5 +48,9 @@ class CountingStore(ArtifactStore):
         self.calls["delete"] += 1
         self.inner.delete(key)
 
+    def copy(self, source: str, key: str) -> str:
+        self.calls["copy"] += 1
+        return self.inner.copy(source, key)
+
     def uri(self, key: str) -> str:
         return self.inner.uri(key)  # no request: a URI is built from the key
