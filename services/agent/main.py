@@ -220,9 +220,8 @@ def check_store_settings(settings: AgentSettings) -> None:
                  "to start without it)")
 
 
-def main(settings: AgentSettings) -> int:
-    """The agent process; its knobs (flags or SPOTSWEEP_* variables) are ``settings``'s."""
-    resource_class, grace = settings.resource_class, settings.grace
+def _slots(settings: AgentSettings) -> tuple[Slots, UserPool | None]:
+    """This process hardened (a trial may run as our user), and its slots and trial users."""
     # A trial may run as this user: it must not read our /proc entries, nor inherit credentials (docs/security.md).
     harden.non_dumpable()
     harden.forget_credentials()
@@ -232,25 +231,42 @@ def main(settings: AgentSettings) -> int:
     if trial_users is not None and len(trial_users.users) < pool.count:
         _log.warning(f"--trial-user: {len(trial_users.users)} user(s) for {pool.count} slots: trials running at once "
                      "share a user and can read each other's files; give one user per slot")
-    check_store_settings(settings)
-    # --metrics-port: the probes answer (503) while we still wait for RabbitMQ below.
+    return pool, trial_users
+
+
+def _observed(settings: AgentSettings, pool: Slots) -> CurrentBroker:
+    """--metrics-port: the probes answer (503) while we still wait for RabbitMQ; the slot gauges."""
     current = CurrentBroker()
     probes(settings.metrics_host, settings.metrics_port,
-           {"rabbitmq": broker_check(current, topology.trials_queue(resource_class))})
+           {"rabbitmq": broker_check(current, topology.trials_queue(settings.resource_class))})
     exported.export(exported.AGENT)
     exported.AGENT_SLOTS.set(pool.count)
     exported.AGENT_SLOTS_BUSY.set_function(lambda: pool.busy)
+    return current
+
+
+def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -> Agent:
+    """The agent's state, over its artifact store (checked writable when it is S3)."""
     agent_id = f"{socket.gethostname()}-{os.getpid()}"
     store = with_startup_retries(lambda: open_store(settings), "open the artifact store")
     if settings.s3_endpoint:
         check_writable(store, agent_id)
-    first = first_broker(settings, settings.startup_timeout)
     workdir = settings.workdir or Path(tempfile.gettempdir()) / "spotsweep-agent"
     config = RunnerConfig(agent_id=agent_id, workdir=workdir,
                           log_upload_seconds=settings.log_upload_seconds, trial_users=trial_users,
                           trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny))
-    agent = Agent(store=store, config=config,
-                  slots=pool, health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown), grace=grace)
+    return Agent(store=store, config=config, slots=pool,
+                 health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown), grace=settings.grace)
+
+
+def main(settings: AgentSettings) -> int:
+    """The agent process; its knobs (flags or SPOTSWEEP_* variables) are ``settings``'s."""
+    resource_class, grace = settings.resource_class, settings.grace
+    pool, trial_users = _slots(settings)
+    check_store_settings(settings)
+    current = _observed(settings, pool)
+    agent = _agent(settings, pool, trial_users)
+    first = first_broker(settings, settings.startup_timeout)
     done = threading.Event()  # serve() returned: the drain deadline has nothing left to bound
     deadline_lock = threading.Lock()
     deadline: list[threading.Thread] = []
