@@ -6,6 +6,7 @@ from the donor's step."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.integration
 TRIAL = """
 import json, os, sys, time
 from spotsweep import trial
-lr, steps = float(sys.argv[1]), int(sys.argv[2])
+lr, steps, gate = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 start = trial.resume_step or 0
 state = {"w": 10.0}
 if start:
@@ -32,34 +33,45 @@ for step in range(start + 1, steps + 1):
     tmp.write_text(json.dumps(state))
     os.replace(tmp, trial.checkpoint_dir / "state.json")
     trial.checkpoint_saved(step)
+    while os.path.exists(gate):  # the test holds every run here until its agent is preempted
+        time.sleep(0.05)
 """
 LRS = [0.05, 0.1, 0.2, 0.4]
 
 
-def spec() -> dict[str, Any]:
+def spec(gate: Path) -> dict[str, Any]:
     return {"name": "pbt-services", "command": ["python", "-c", TRIAL.replace("{", "{{").replace("}", "}}"), "{lr}",
-                                                "{steps}"],
+                                                "{steps}", str(gate)],
             "metric": {"name": "loss"}, "space": {"lr": LRS}, "max_concurrent": 4,
             "strategy": {"type": "pbt", "population": 4, "interval": {"param": "steps", "every": 2, "max": 6},
                          "quantile": 0.5, "mutations": {"lr": {"values": LRS}}, "resample_probability": 0.0},
             "resources": {"gpus": 0, "class": "cpu"}}
 
 
+def _now(database_url: str) -> Any:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+
+
 def test_pbt_survives_a_preemption_and_a_planner_restart(cluster: Cluster, database_url: str) -> None:
-    sweep_id = cluster.submit(spec())
+    gate = cluster.tmp / "gate"
+    sweep_id = cluster.submit(spec(gate))
     cluster.start("planner", "planner")
     cluster.start("collector", "collector")
     agent = cluster.start("agent", "agent", "--slots", "2", "--class", "cpu")
     copied = ("SELECT count(*) FROM pbt_segments WHERE sweep_id = %s AND from_trial_id IS NOT NULL"
               " AND copied_at IS NOT NULL")
     assert wait_for(database_url, copied, (sweep_id,), lambda n: n >= 1) >= 1, cluster.logs()
-    # A trial is mid-run (it reported a step of its current attempt): preempt its agent, then kill the planner.
+    # Hold the runs after their next step, so that one is surely mid-run: preempt its agent, then kill the planner.
+    gate.touch()
     mid_run = ("SELECT count(*) FROM trials t WHERE t.sweep_id = %s AND t.state = 'running' AND EXISTS"
-               " (SELECT 1 FROM metric_points p WHERE p.trial_id = t.trial_id AND p.attempt = t.attempt)")
-    assert wait_for(database_url, mid_run, (sweep_id,), lambda n: n >= 1) >= 1, cluster.logs()
-    cluster.term("agent")  # the spot node's notice: the agent drains, its trials checkpoint and are preempted
+               " (SELECT 1 FROM metric_points p WHERE p.trial_id = t.trial_id AND p.attempt = t.attempt"
+               "  AND p.recorded_at > %s)")
+    assert wait_for(database_url, mid_run, (sweep_id, _now(database_url)), lambda n: n >= 1) >= 1, cluster.logs()
+    cluster.term("agent")  # the spot node's notice: the agent drains, its trials are stopped and come back
     cluster.kill9("planner")
     assert agent.wait(60) == 0, cluster.logs()
+    gate.unlink()
     cluster.start("planner2", "planner")
     cluster.start("agent2", "agent", "--slots", "2", "--class", "cpu")
     state = wait_for(database_url, "SELECT state FROM sweeps WHERE sweep_id = %s", (sweep_id,), lambda s: s != "running")
