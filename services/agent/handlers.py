@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from spotsweep.services.agent import handback
 from spotsweep.services.agent.runner import DeliveryLost, run_trial
@@ -246,13 +247,26 @@ def _failed(msg: TrialMessage, conn: Connection, error: str, outcome: str = "fai
 
 
 def handle_control(delivery: Delivery, conn: Connection) -> None:
+    """A control message from the planner, by its kind (any other kind is dead-lettered)."""
     msg = decode(delivery.body)
-    if isinstance(msg, CancelSweep):
-        conn.agent.cancel(msg.sweep_id)
-        _log.info("sweep cancelled: its trials on this agent stop", sweep_id=msg.sweep_id)
-    elif isinstance(msg, StopTrial):
-        conn.agent.stop(msg.run_id, msg.reason)
+    act = _CONTROLS.get(msg.kind)
+    if act is None:
+        raise DecodeError(f"expected a control message (sweep.cancel, trial.stop) on the control queue, got {msg.kind}")
+    act(msg, conn)
     delivery.ack()
+
+
+def _cancel_sweep(msg: CancelSweep, conn: Connection) -> None:
+    conn.agent.cancel(msg.sweep_id)
+    _log.info("sweep cancelled: its trials on this agent stop", sweep_id=msg.sweep_id)
+
+
+def _stop_trial(msg: StopTrial, conn: Connection) -> None:
+    conn.agent.stop(msg.run_id, msg.reason)
+
+
+# What each control message does, by its kind (a new control is a row here).
+_CONTROLS: dict[str, Callable[[Any, Connection], None]] = {"sweep.cancel": _cancel_sweep, "trial.stop": _stop_trial}
 
 
 def send_notices(conn: Connection) -> None:

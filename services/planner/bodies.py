@@ -35,7 +35,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
@@ -115,6 +115,7 @@ class Submission:
     sweep_id: str
     spec: Any
     name: object  # the spec's ``name`` as given, for a rejection's row
+    kind: ClassVar[str] = "sweep.submit"  # as the typed message's, for the planner's table of handlers
 
 
 class UndecodableSubmission(DecodeError):

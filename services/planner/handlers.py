@@ -171,12 +171,8 @@ def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
         if not isinstance(command, Submission):
             raise PermanentError(f"{command.kind} of {command.sweep_id}: {refused}")
         _reject(deps, command.sweep_id, safe_name(command.name) or command.sweep_id, refused)
-    elif isinstance(command, CancelSweep):
-        _cancel(command.sweep_id, deps)
-    elif isinstance(command, ExtendSweep):
-        _extend(command, deps)
     else:
-        _submit(command, deps)
+        _COMMANDS[command.kind](command, deps)
     delivery.ack()
 
 
@@ -312,3 +308,9 @@ def _cancel(sweep_id: str, deps: PlannerDeps) -> None:
     broadcast_cancel(deps, sweep_id)
 
 
+# What each command of the sweeps queue does, by its kind (a new command is a row here).
+_COMMANDS: dict[str, Callable[[Any, PlannerDeps], None]] = {
+    Submission.kind: _submit,
+    "sweep.cancel": lambda command, deps: _cancel(command.sweep_id, deps),
+    "sweep.extend": _extend,
+}

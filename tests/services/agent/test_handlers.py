@@ -24,6 +24,7 @@ from spotsweep.shared.artifacts.checkpoint_layout import loss_prefix
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.broker.memory import MemoryBroker
+from spotsweep.shared.errors import DecodeError
 from spotsweep.shared.messages import StopTrial, TrialFinished, TrialMessage, TrialStarted, decode, encode, unpack
 
 
@@ -141,6 +142,14 @@ def test_stop_messages_reach_the_runs_they_name(agent: Agent, delivery: Any) -> 
     stop = StopTrial(sweep_id="sw", trial_id="sw.0", attempt=1, run_id="r1", reason="duplicate")
     handle_control(delivery(encode(stop)), agent.deps)
     assert agent.deps.agent.stop_reason("r1") == "duplicate" and agent.deps.agent.stop_reason("r2") is None
+
+
+def test_a_message_of_another_kind_on_the_control_queue_is_refused_not_run(agent: Agent, delivery: Any) -> None:
+    """Only cancels and stops are controls: a trial posted to the control exchange never runs there."""
+    trial = TrialMessage(sweep_id="sw", trial_id="sw.0", attempt=1, trial_name="t0", index=0, params={},
+                         argv=["true"], metric="loss", resource_class="gpu")
+    with pytest.raises(DecodeError, match="expected a control message .* got trial"):
+        handle_control(delivery(encode(trial)), agent.deps)
 
 
 def test_a_draining_agent_acks_its_last_trial_before_the_handler_returns(agent: Agent, delivery: Any) -> None:
