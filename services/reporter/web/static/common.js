@@ -32,8 +32,11 @@ const SS = {
   },
   // The API keeps non-finite values as the strings "NaN", "Infinity", "-Infinity": charts draw them as gaps.
   num(v) { return typeof v === "number" ? v : null; },
+  // Non-finite values read as the CLI, the report and the CSV write them: nan, inf, -inf.
+  NONFINITE: {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"},
   fmt(v) {
     if (v === null || v === undefined) return "";
+    if (typeof v === "string" && Object.hasOwn(SS.NONFINITE, v)) return SS.NONFINITE[v];
     if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toPrecision(6).replace(/\.?0+(e|$)/, "$1");
     if (typeof v === "object") return JSON.stringify(v);
     return String(v);

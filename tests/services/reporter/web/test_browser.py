@@ -100,6 +100,21 @@ def test_a_trial_page_opens_from_the_leaderboard_with_its_curves(dashboard: Dash
     assert page.errors == []
 
 
+def test_non_finite_values_read_as_the_cli_writes_them_and_rank_last(dashboard: Dashboard, page: Any) -> None:
+    small_sweep(dashboard.db)
+    diverged = add_trial(dashboard.db, "web-test-1", 12, "exp_diverged", {"lr": 0.3, "opt": "sgd", "layers": 2},
+                         metrics={"val_loss": "-Infinity"})  # a diverged loss, stored as the trial contract writes it
+    page.goto(f"{dashboard.url}/sweeps/web-test-1")
+    refreshed(page)
+    row = page.locator(f"#leaderboard tbody tr[data-trial='{diverged}']").inner_text()
+    assert "-inf" in row and "Infinity" not in row, row
+    order = page.locator("#leaderboard tbody tr").evaluate_all("rs => rs.map(r => [r.dataset.trial, r.innerText])")
+    at = [t for t, _ in order].index(diverged)
+    ranks = [text.split("\t", 1)[0] for _, text in order]
+    assert ranks[at] == "" and all(ranks[:at]) and not any(ranks[at:]), order  # unranked, after every ranked trial
+    assert page.errors == []
+
+
 def test_a_trial_named_like_a_script_tag_is_text(dashboard: Dashboard, page: Any, tmp_path: Path) -> None:
     ids = small_sweep(dashboard.db)
     for trial in (ids[HOSTILE], ids["exp_failed"]):
