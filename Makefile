@@ -65,7 +65,7 @@ BENCH_ARGS_latency := --trials 8 --repeat 1
 BENCH_ARGS_recovery := --repeat 1
 BENCH_ARGS_memory := --big 100000 --slots 2
 BENCH_ARGS_ingest := --points 20000
-BENCH_ARGS_search := --seeds 1
+BENCH_ARGS_search := --all --seeds 1 --no-ray
 else
 BENCH_ARGS_dispatch := --trials 1000 --agents 2 --slots 4 --repeat 3
 BENCH_ARGS_ingest_e2e := --trials 4 --lines 25000 --peer-points 2000 --repeat 3
@@ -73,7 +73,9 @@ BENCH_ARGS_latency := --trials 40 --repeat 2
 BENCH_ARGS_recovery := --repeat 2
 BENCH_ARGS_memory := --big 1000000 --slots 8
 BENCH_ARGS_ingest := --points 200000
-BENCH_ARGS_search := --seeds 3
+# search: every section, Ray Tune's real runs included (its virtualenv is built under build/peers/ray
+# when missing): about 25 minutes on 2 cores, most of it Ray's.
+BENCH_ARGS_search := --all --seeds 10
 endif
 BENCHMARKS := dispatch ingest_e2e latency recovery memory ingest search
 
