@@ -250,7 +250,8 @@ def ray_python(build: bool = True) -> tuple[Path | None, str]:
         if proc.returncode != 0:
             shutil.rmtree(RAY_VENV, ignore_errors=True)
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            return None, f"Ray Tune skipped: {' '.join(cmd[-2:])} failed ({tail[0]})"
+            shown = " ".join([Path(cmd[0]).name, *cmd[1:]])
+            return None, f"Ray Tune skipped: `{shown}` failed ({tail[0]})"
     return python, f"Ray Tune from {RAY_VENV} (built now)"
 
 
