@@ -171,7 +171,7 @@ def pbt_bench(seeds: int) -> dict[str, Any]:
     print(f"{'method':<24}{'true loss':>10}{'sd':>8}{'IQR':>16}{'vs const':>10}{'steps':>7}{'done':>6}{'beat const':>12}")
     out: dict[str, Any] = {"best_constant": {"loss": constant, **config}, "cap": CAP, "methods": {}}
     for name, fn in methods().items():
-        runs = []
+        runs: list[dict[str, Any]] = []
         for seed in range(seeds):
             pool, histories = fn(seed)
             picked = min(pool.ended, key=lambda f: f[1])[0] if pool.ended else None
@@ -180,7 +180,7 @@ def pbt_bench(seeds: int) -> dict[str, Any]:
             at_max = sum(reached >= MAX_T for _, _, reached in pool.ended)
             runs.append({"seed": seed, "true_loss": loss, "steps": pool.committed, "completed": at_max,
                          "lr_first": lrs[0] if lrs else None, "lr_last": lrs[-1] if lrs else None})
-        losses = [r["true_loss"] for r in runs]
+        losses: list[float] = [r["true_loss"] for r in runs]
         q = statistics.quantiles(losses, n=4, method="inclusive") if len(losses) > 1 else [losses[0]] * 3
         mean = statistics.fmean(losses)
         sd = statistics.stdev(losses) if len(losses) > 1 else 0.0

@@ -172,7 +172,8 @@ def run_optuna(pruner: optuna.pruners.BasePruner, objective: str, seed: int, wor
     # A fixed name: HyperbandPruner assigns brackets by a hash of the study name and the trial number.
     study = optuna.create_study(study_name=f"bench-{objective}-{seed}", sampler=optuna.samplers.TPESampler(seed=seed),
                                 pruner=pruner)
-    dists = {k: optuna.distributions.CategoricalDistribution(v) for k, v in GRID81.items()}
+    dists: dict[str, optuna.distributions.BaseDistribution] = {
+        k: optuna.distributions.CategoricalDistribution(v) for k, v in GRID81.items()}
     pool = StepPool(workers, cap)
 
     def launch() -> bool:
