@@ -249,9 +249,10 @@ def _failed(msg: TrialMessage, conn: Connection, error: str, outcome: str = "fai
 def handle_control(delivery: Delivery, conn: Connection) -> None:
     """A control message from the planner, by its kind (any other kind is dead-lettered)."""
     msg = decode(delivery.body)
-    act = _CONTROLS.get(msg.kind)
+    kind = str(getattr(msg, "kind", "?"))  # every decoded message has one; the envelope type does not say so
+    act = _CONTROLS.get(kind)
     if act is None:
-        raise DecodeError(f"expected a control message (sweep.cancel, trial.stop) on the control queue, got {msg.kind}")
+        raise DecodeError(f"expected a control message (sweep.cancel, trial.stop) on the control queue, got {kind}")
     act(msg, conn)
     delivery.ack()
 
