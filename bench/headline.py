@@ -11,7 +11,8 @@ services of ``--before`` (before/after of a change; default: none).
 
 Every round runs each system once, in turn; ``--repeat`` rounds; each figure is the
 median with its range and the 1-minute load average at its start (these machines
-are shared: read the ratios of one round, not absolute rates).
+are shared: read the ratios of one round, not absolute rates). PostgreSQL is
+checkpointed before every measured run, so none pays for the writes of the one before.
 
     python bench/headline.py --trials 400 --repeat 3 --before dca6807^
 """
@@ -60,12 +61,14 @@ def spotsweep_run(svc: harness.Services, tmp: Path, label: str, s3: dict[str, st
         for i in range(args.agents):
             c.agent(f"agent{i}", args.slots)
         dispatch.run_spotsweep(c, max(16, args.agents * args.slots), concurrent, 300)  # warm-up
+        harness.settle()
         load = harness.load_1m()
         run = dispatch.run_spotsweep(c, args.trials, concurrent, 600)
     return {"seconds": run["seconds"], "n": args.trials, "workers": args.agents * args.slots, "load": load}
 
 
 def optuna_run(storage: str, name: str, workers: int, n: int) -> dict[str, Any]:
+    harness.settle()
     load = harness.load_1m()
     res = optuna_peer.run(storage, name, n, workers, dispatch.trivial)
     counts = optuna_peer.count_trials(storage, name)
@@ -91,6 +94,7 @@ def ray_python(build: bool) -> tuple[Path | None, str]:
 
 
 def ray_run(python: Path, mode: str, workers: int, n: int) -> dict[str, Any]:
+    harness.settle()
     load = harness.load_1m()
     job = json.dumps({"n": n, "workers": workers, "mode": mode})
     done = subprocess.run([str(python), str(Path(__file__).with_name("ray_dispatch.py"))], input=job, text=True,
@@ -128,7 +132,11 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=4, help="slots per agent")
     ap.add_argument("--optuna-workers", default="1,2,4,8")
     ap.add_argument("--before", help="git revision of the services for the S3 path's 'before' row")
-    ap.add_argument("--ray-trials", type=int, default=100, help="trials per Ray Tune run (0: no Ray)")
+    ap.add_argument("--ray-trials", type=int, default=100, help="trials per tuned Ray Tune run (0: no Ray)")
+    ap.add_argument("--ray-default-trials", type=int, default=20,
+                    help="trials per Ray Tune run at its defaults (a new actor per trial: seconds each here)")
+    ap.add_argument("--ray-workers", type=int, default=os.cpu_count() or 2,
+                    help="Ray's CPUs (default: the machine's; 8 on 2 cores ran 6x slower, tuned)")
     ap.add_argument("--no-build-ray", action="store_true", help="skip Ray Tune unless its virtualenv exists")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", type=Path)
@@ -158,8 +166,8 @@ def main() -> None:
             if args.before:
                 add("spotsweep s3 before", spotsweep_run(svc, tmp, "s3before", s3, args.before, args))
             if ray is not None:
-                for mode in ("default", "tuned"):
-                    add(f"ray {mode}", ray_run(ray, mode, slots, args.ray_trials))
+                add("ray default", ray_run(ray, "default", args.ray_workers, args.ray_default_trials))
+                add("ray tuned", ray_run(ray, "tuned", args.ray_workers, args.ray_trials))
     best_w = max(workers, key=lambda w: statistics.median(rate(x) for x in runs[f"optuna {w}"]))
     best = runs[f"optuna {best_w}"]
     # The best configuration of each round, too: the headline must not hinge on which one won overall.
@@ -182,8 +190,8 @@ def main() -> None:
         rows.append(row("spotsweep", f"S3, services at {args.before}", runs["spotsweep s3 before"]))
     rows += [row("optuna", f"{w} workers" + (" (best)" if w == best_w else ""), runs[f"optuna {w}"]) for w in workers]
     if ray is not None:
-        rows += [row("ray tune", f"{mode}, {slots} CPUs, {args.ray_trials} trials", runs[f"ray {mode}"])
-                 for mode in ("default", "tuned")]
+        rows += [row("ray tune", f"{mode}, {args.ray_workers} CPUs, {n} trials", runs[f"ray {mode}"])
+                 for mode, n in (("default", args.ray_default_trials), ("tuned", args.ray_trials))]
     print(harness.table(f"headline: {args.trials} no-op trials per run, {args.repeat} rounds, load = 1-min load average "
                         f"at each run's start", ["system", "configuration", "trials/s", "range", "overhead ms/trial",
                                                  "load per round"], rows))
