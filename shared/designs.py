@@ -28,6 +28,7 @@ import functools
 import itertools
 import math
 import random
+import threading
 
 Design = tuple[tuple[int, ...], ...]
 _REPAIR_TRIES = 10_000  # swaps tried to make one duplicate row distinct
@@ -216,3 +217,63 @@ def sobol_point(dims: int, seed: int, index: int) -> list[float]:
     if index:
         engine.fast_forward(index)
     return [float(u) for u in engine.random(1)[0]]
+
+
+class _SobolCells:
+    """The distinct grid cells a scrambled Sobol' stream visits, in order of first visit.
+
+    Over a finite space, Sobol' points land in the same cell again (a repeat is a
+    wasted GPU run): configuration ``c`` is the ``c``-th *new* cell. The stream is
+    continued lazily, never recomputed; when it stops finding new cells (the last
+    few of a small grid take long to hit), the rest come from a seeded permutation
+    of the grid, so ``c`` up to the grid's size always has an answer. Written here
+    because scipy's ``qmc`` has no draw without replacement over levels.
+    """
+
+    def __init__(self, sizes: tuple[int, ...], seed: int) -> None:
+        from scipy.stats import qmc  # imported on use: only sobol needs scipy's import time
+
+        self.sizes, self.seed, self.total = sizes, seed, math.prod(sizes)
+        self._engine = qmc.Sobol(len(sizes), scramble=True, rng=seed)
+        self._cells: list[tuple[int, ...]] = []
+        self._seen: set[tuple[int, ...]] = set()
+        self._drawn = 0
+        self._lock = threading.Lock()
+
+    def cell(self, index: int) -> tuple[int, ...]:
+        """The levels (one per dimension) of configuration ``index`` (< the grid's size)."""
+        if not 0 <= index < self.total:
+            raise IndexError(f"configuration {index} of a {self.total}-point grid")
+        with self._lock:
+            while len(self._cells) <= index and self._drawn < 8 * (index + 1) + 1024:
+                batch = self._engine.random(256)
+                self._drawn += len(batch)
+                for u in batch:
+                    self._add(tuple(min(int(x * n), n - 1) for x, n in zip(u, self.sizes)))
+            if len(self._cells) <= index:
+                self._fill(index + 1)
+            return self._cells[index]
+
+    def _add(self, cell: tuple[int, ...]) -> None:
+        if cell not in self._seen:
+            self._seen.add(cell)
+            self._cells.append(cell)
+
+    def _fill(self, count: int) -> None:
+        from spotsweep.shared.permutation import IndexPermutation
+
+        order = IndexPermutation(self.total, f"sobol-fill:{self.seed}")
+        for i in range(self.total):
+            if len(self._cells) >= count:
+                return
+            rest, levels = order(i), []
+            for n in reversed(self.sizes):
+                rest, level = divmod(rest, n)
+                levels.append(level)
+            self._add(tuple(reversed(levels)))
+
+
+@functools.lru_cache(maxsize=32)
+def sobol_cells(sizes: tuple[int, ...], seed: int) -> _SobolCells:
+    """The distinct Sobol' cells of a grid of ``sizes`` levels, seeded (one per sweep)."""
+    return _SobolCells(sizes, seed)

@@ -24,7 +24,9 @@ configuration differ only in ``seed``).
   configuration ``c`` is sampled from ``random.Random`` seeded with
   ``(strategy.seed, c)``, so it depends on nothing else. With ``sampler:
   sobol`` it is point ``c`` of a scrambled Sobol' sequence seeded with
-  ``strategy.seed`` (each coordinate in [0, 1) mapped onto its dimension).
+  ``strategy.seed`` (each coordinate in [0, 1) mapped onto its dimension);
+  over a finite space, the ``c``-th distinct cell the sequence visits
+  (:func:`.designs.sobol_cells`), so no config repeats there either.
 - subset: configuration ``c`` is row ``c`` of a balanced design of
   ``strategy.trials`` grid points (:func:`.designs.balanced_subset`, built
   once per spec and cached: O(trials x dims), never the grid).
@@ -49,7 +51,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from spotsweep.shared.designs import balanced_subset, extend_subset, sobol_point
+from spotsweep.shared.designs import balanced_subset, extend_subset, sobol_cells, sobol_point
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.permutation import IndexPermutation
 from spotsweep.shared.spec import GRID_CONTINUOUS, Choice, IntRange, LogUniform, Param, SweepSpec, Uniform
@@ -162,6 +164,10 @@ def _unit(param: Param, u: float) -> Any:
 
 
 def _sobol_params(spec: SweepSpec, seed: int, config: int) -> dict[str, Any]:
+    if enumerable(spec):  # finite: the config-th distinct cell the stream visits, never a repeated config
+        sizes = tuple(_size(key, param) for key, param in spec.space.items())
+        levels = sobol_cells(sizes, seed).cell(config)
+        return {key: _value_at(param, level) for (key, param), level in zip(spec.space.items(), levels)}
     point = sobol_point(len(spec.space), seed, config)
     return {key: _unit(param, u) for (key, param), u in zip(spec.space.items(), point)}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import itertools
 import math
 from typing import Any
@@ -290,6 +292,23 @@ def test_sobol_points_are_lazy_deterministic_and_cover_evenly() -> None:
     decades = [int(math.log10(p["wd"]) + 5) for p in points]
     assert all(80 <= decades.count(d) <= 91 for d in range(3))  # log-uniform: a third per decade
     assert params_at(make(RANDOM_SPACE, {"type": "random", "trials": 256, "seed": 5, "sampler": "sobol"}), 0) != points[0]
+
+
+def test_sobol_over_a_finite_space_never_repeats_a_config_and_stays_balanced() -> None:
+    """Sobol' points land in the same cell of a list space again: each config is the next *new* cell
+    (a repeat is a wasted run), the same after a planner restart, and the first 2^k still balanced."""
+    from spotsweep.shared.designs import sobol_cells
+
+    dyadic = {"a": [1, 2, 3, 4], "b": [1, 2, 3, 4], "c": ["x", "y", "z", "w"]}
+    spec = make(dyadic, {"type": "random", "trials": 64, "seed": 3, "sampler": "sobol"})
+    configs = [tuple(params_at(spec, i).values()) for i in range(64)]
+    assert len(set(configs)) == 64  # the whole grid, each once
+    assert all(sorted(Counter(c[d] for c in configs[:16]).values()) == [4, 4, 4, 4] for d in range(3))
+    sobol_cells.cache_clear()  # a restarted planner: nothing cached, the same configs
+    assert [tuple(params_at(spec, i).values()) for i in range(64)] == configs
+    odd = {"a": [1, 2, 3], "b": list(range(5)), "c": {"type": "int", "low": 0, "high": 6}}  # 3 x 5 x 7, not dyadic
+    spec = make(odd, {"type": "random", "trials": 105, "seed": 9, "sampler": "sobol"})
+    assert len({tuple(params_at(spec, i).values()) for i in range(105)}) == 105
 
 
 def test_model_strategies_are_not_static() -> None:
