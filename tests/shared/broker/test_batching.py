@@ -2,46 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pika
 import pytest
 
 from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.dispatch import QUEUE_HEADER, REASON_HEADER
-from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
-from spotsweep.shared.broker.rabbit import RabbitBroker
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.topology import COLLECTOR_QUEUE, DEAD_LETTER_QUEUE, EVENTS_EXCHANGE, service_queues
 
 pytestmark = pytest.mark.timeout(60)
 
 QUEUES = service_queues()
-
-
-@pytest.fixture(params=["memory", "rabbit"])
-def broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
-    if request.param == "memory":
-        b: Broker = MemoryBroker()
-    else:
-        host = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
-        url = f"amqp://guest:guest@{host}:5672/{request.getfixturevalue('rabbit_vhost')}"
-        conn = pika.BlockingConnection(pika.URLParameters(url))
-        for spec in QUEUES:  # the session vhost is shared: start from empty queues
-            conn.channel().queue_delete(spec.name)
-        conn.close()
-        b = RabbitBroker(url)
-    thread = threading.Thread(target=b.run, daemon=True)
-    thread.start()
-    b.declare(QUEUES)
-    yield b
-    b.stop(drain=False)
-    thread.join(10)
 
 
 class Recorder:

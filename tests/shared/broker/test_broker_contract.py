@@ -3,25 +3,22 @@
 Each test gets ``connect``: a factory of *connections* to one broker (a fresh
 MemoryServer, or RabbitMQ), each with a thread running ``run()`` and the
 service topology declared. A second connection stands in for a second process
-(a restarted agent, another service). For speed, RabbitMQ tests share the
-session's vhost and start by deleting the service queues (a vhost per test
-costs ~2 s of rabbitmqctl); private queues die with their connections.
+(a restarted agent, another service); RabbitMQ tests get a vhost of their
+own (tests/shared/broker/conftest.py).
 """
 
 from __future__ import annotations
 
-import os
 import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pika
 import pytest
 from waiting import wait_until
 
-from spotsweep.shared.broker.memory import MemoryBroker, MemoryServer, topic_matches
+from spotsweep.shared.broker.memory import topic_matches
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing, ack_all
 from spotsweep.shared.broker.rabbit import RabbitBroker
 from spotsweep.shared.errors import PermanentError, RetryableError
@@ -42,50 +39,6 @@ pytestmark = pytest.mark.timeout(60)
 
 Connect = Callable[..., Broker]
 QUEUES = service_queues(("gpu", "cpu"))
-
-
-def fresh_rabbit(vhost: str) -> str:
-    """The session vhost's URL, with the service queues of earlier tests deleted."""
-    host = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
-    url = f"amqp://guest:guest@{host}:5672/{vhost}"
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        ch = conn.channel()
-        for spec in QUEUES:
-            ch.queue_delete(spec.name)
-    finally:
-        conn.close()
-    return url
-
-
-@pytest.fixture(params=["memory", "rabbit"])
-def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
-    opened: list[tuple[Broker, threading.Thread]] = []
-    if request.param == "memory":
-        server = MemoryServer()
-        make: Connect = lambda **kw: MemoryBroker(server)  # noqa: E731
-    else:
-        url = fresh_rabbit(request.getfixturevalue("rabbit_vhost"))
-        make = lambda **kw: RabbitBroker(url, **kw)  # noqa: E731
-
-    def factory(**kw: object) -> Broker:
-        broker = make(**kw)
-        thread = threading.Thread(target=broker.run, daemon=True)
-        thread.start()
-        broker.declare(QUEUES)
-        opened.append((broker, thread))
-        return broker
-
-    yield factory
-    for broker, thread in opened:
-        broker.stop(drain=False)
-        thread.join(10)
-        assert not thread.is_alive(), "run() did not return after stop()"
-
-
-@pytest.fixture()
-def broker(connect: Connect) -> Broker:
-    return connect()
 
 
 class Inbox:
@@ -375,9 +328,8 @@ def test_handler_may_publish(broker: Broker) -> None:
 # -- RabbitMQ specifics -----------------------------------------------------
 
 
-def test_rabbit_publish_without_run(rabbit_vhost: str) -> None:
+def test_rabbit_publish_without_run(rabbit_url: str) -> None:
     """The CLI path: publish from the constructing thread, never run(), stop."""
-    rabbit_url = fresh_rabbit(rabbit_vhost)
     cli = RabbitBroker(rabbit_url)
     cli.declare(QUEUES)
     send(cli, "", SWEEPS_QUEUE, b"from the cli")

@@ -10,21 +10,17 @@ and hands the deliveries not yet started back to the queue.
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 
-import pika
 import pytest
 import structlog
 from structlog.testing import LogCapture
 
 from spotsweep.shared.broker.dispatch import QUEUE_HEADER, REASON_HEADER, Settle, settlement
-from spotsweep.shared.broker.memory import MemoryBroker, MemoryServer
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
-from spotsweep.shared.broker.rabbit import RabbitBroker
 from spotsweep.shared.errors import DecodeError, PermanentError, RetryableError
 from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.topology import DEAD_LETTER_QUEUE, SWEEPS_QUEUE, service_queues
@@ -32,6 +28,7 @@ from spotsweep.shared.topology import DEAD_LETTER_QUEUE, SWEEPS_QUEUE, service_q
 pytestmark = pytest.mark.timeout(60)
 
 QUEUES = service_queues()
+Connect = Callable[..., Broker]  # the ``connect`` fixture (conftest.py)
 QUICK = Backoff(base=0.001, cap=0.001, attempts=3)
 
 # -- the policy, with plain values ----------------------------------------------
@@ -57,38 +54,6 @@ def test_a_reason_is_bounded() -> None:
 
 
 # -- through both adapters --------------------------------------------------------
-
-Connect = Callable[[], Broker]
-
-
-@pytest.fixture(params=["memory", "rabbit"])
-def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
-    opened: list[tuple[Broker, threading.Thread]] = []
-    if request.param == "memory":
-        server = MemoryServer()
-        make: Connect = lambda: MemoryBroker(server)  # noqa: E731
-    else:
-        host = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
-        url = f"amqp://guest:guest@{host}:5672/{request.getfixturevalue('rabbit_vhost')}"
-        with pika.BlockingConnection(pika.URLParameters(url)) as conn:
-            ch = conn.channel()
-            for spec in QUEUES:  # the session vhost is shared: start from empty queues
-                ch.queue_delete(spec.name)
-        make = lambda: RabbitBroker(url)  # noqa: E731
-
-    def factory() -> Broker:
-        broker = make()
-        thread = threading.Thread(target=broker.run, daemon=True)
-        thread.start()
-        broker.declare(QUEUES)
-        opened.append((broker, thread))
-        return broker
-
-    yield factory
-    for broker, thread in opened:
-        broker.stop(drain=False)
-        thread.join(10)
-
 
 def dead_letters(broker: Broker) -> queue.Queue[Delivery]:
     dead: queue.Queue[Delivery] = queue.Queue()

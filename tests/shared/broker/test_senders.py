@@ -9,18 +9,14 @@ with several real RabbitMQ users: tests/security/test_broker_users.py.
 
 from __future__ import annotations
 
-import os
 import queue
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pika
 import pytest
 
 from spotsweep.shared.broker.dispatch import REASON_HEADER, Throttle, refused_sender
-from spotsweep.shared.broker.memory import MemoryBroker, MemoryServer
+from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
-from spotsweep.shared.broker.rabbit import RabbitBroker
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.topology import DEAD_LETTER_QUEUE, SWEEPS_QUEUE, service_queues
 
@@ -53,35 +49,6 @@ def test_refusals_are_logged_once_per_period_per_queue_with_a_count() -> None:
 
 
 # -- through both adapters ---------------------------------------------------------
-
-
-@pytest.fixture(params=["memory", "rabbit"])
-def connect(request: pytest.FixtureRequest) -> Iterator[Connect]:
-    opened: list[tuple[Broker, threading.Thread]] = []
-    if request.param == "memory":
-        server = MemoryServer()
-        make: Connect = lambda: MemoryBroker(server, user="guest")  # noqa: E731
-    else:
-        host = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
-        url = f"amqp://guest:guest@{host}:5672/{request.getfixturevalue('rabbit_vhost')}"
-        with pika.BlockingConnection(pika.URLParameters(url)) as conn:
-            ch = conn.channel()
-            for spec in QUEUES:  # the session vhost is shared: start from empty queues
-                ch.queue_delete(spec.name)
-        make = lambda: RabbitBroker(url)  # noqa: E731
-
-    def factory() -> Broker:
-        broker = make()
-        thread = threading.Thread(target=broker.run, daemon=True)
-        thread.start()
-        broker.declare(QUEUES)
-        opened.append((broker, thread))
-        return broker
-
-    yield factory
-    for broker, thread in opened:
-        broker.stop(drain=False)
-        thread.join(10)
 
 
 def collect(broker: Broker, queue_name: str, **kw: object) -> queue.Queue[Delivery]:
