@@ -112,7 +112,7 @@ def moto_s3() -> Iterator[dict[str, str]]:
 def settle() -> None:
     """Flush PostgreSQL's dirty buffers (``CHECKPOINT``) before a measured run, so that no
     system pays for the writes of the one measured before it (Optuna's commits wait on
-    the disk, and a checkpoint flushing a spotsweep run's writes slowed them 2-3x here)."""
+    the disk)."""
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute("CHECKPOINT")
 
