@@ -66,6 +66,7 @@ BENCH_ARGS_recovery := --repeat 1
 BENCH_ARGS_memory := --big 100000 --slots 2
 BENCH_ARGS_ingest := --points 20000
 BENCH_ARGS_search := --all --seeds 1 --no-ray
+BENCH_ARGS_goodput := --quick
 else
 BENCH_ARGS_dispatch := --trials 1000 --agents 2 --slots 4 --repeat 3
 BENCH_ARGS_ingest_e2e := --trials 4 --lines 25000 --peer-points 2000 --repeat 3
@@ -76,8 +77,10 @@ BENCH_ARGS_ingest := --points 200000
 # search: every section, Ray Tune's real runs included (its virtualenv is built under build/peers/ray
 # when missing): about 25 minutes on 2 cores, most of it Ray's.
 BENCH_ARGS_search := --all --seeds 10
+# goodput: clean and preempted runs at checkpoints every 0.5, 1 and 2 (scaled) minutes: about 8 minutes.
+BENCH_ARGS_goodput :=
 endif
-BENCHMARKS := dispatch ingest_e2e latency recovery memory ingest search
+BENCHMARKS := dispatch ingest_e2e latency recovery memory ingest search goodput
 
 bench: setup
 	$(BIN)/pip install --quiet -e '.[bench]'
