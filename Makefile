@@ -67,6 +67,7 @@ BENCH_ARGS_memory := --big 100000 --slots 2
 BENCH_ARGS_ingest := --points 20000
 BENCH_ARGS_search := --all --seeds 1 --no-ray
 BENCH_ARGS_goodput := --quick
+BENCH_ARGS_headline := --trials 40 --repeat 1 --no-build-ray
 else
 BENCH_ARGS_dispatch := --trials 1000 --agents 2 --slots 4 --repeat 3
 BENCH_ARGS_ingest_e2e := --trials 4 --lines 25000 --peer-points 2000 --repeat 3
@@ -79,8 +80,10 @@ BENCH_ARGS_ingest := --points 200000
 BENCH_ARGS_search := --all --seeds 10
 # goodput: clean and preempted runs at checkpoints every 0.5, 1 and 2 (scaled) minutes: about 8 minutes.
 BENCH_ARGS_goodput :=
+# headline: spotsweep on the S3 path against Optuna at 1, 2, 4, 8 workers and Ray Tune, best against best.
+BENCH_ARGS_headline := --trials 400 --repeat 3
 endif
-BENCHMARKS := dispatch ingest_e2e latency recovery memory ingest search goodput
+BENCHMARKS := headline dispatch ingest_e2e latency recovery memory ingest search goodput
 
 bench: setup
 	$(BIN)/pip install --quiet -e '.[bench]'
