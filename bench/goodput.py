@@ -110,7 +110,7 @@ def one_run(c: harness.Cluster, args: argparse.Namespace, run_no: int, interval:
     bugs += tr.mismatches + [f"{n} trial(s) {s}" for s, n in states.items() if s == "failed"]
     return {"run": run_no, "interval_min": interval, "ckpt_every": ckpt_every, "faulted": faulted, "sweep": sweep_id,
             "slot_seconds": slot_s, **steps, "goodput": steps["useful"] / slot_s,
-            "scratch_goodput": steps["scratch_useful"] / slot_s, "kills": len(pool.kills), "preemptions": rows,
+            "scratch_goodput": steps["scratch_useful"] / slot_s, "kills": len(pool.kills), "preemptions": rows, "boot_s": pool.boots(),
             "bugs": bugs, "states": states, "load_1m": harness.load_1m()}
 
 

@@ -2,9 +2,10 @@
 held by one agent at a time; a preempted agent is replaced at once by a fresh one.
 
 Each position draws its agents' lifetimes (seconds from *ready*, exponential with
-the mean asked) and the kind of each preemption (SIGTERM with a drain, or kill -9
-of the agent and its trials without notice) from its own seeded stream, so every
-faulted run sees the same schedule whatever its checkpoint interval. A clean pool
+the mean asked) from its own seeded stream, and alternates the kind of preemption
+(SIGTERM with a drain, or kill -9 of the agent and its trials without notice) in
+the share asked, so every faulted run sees the same schedule whatever its
+checkpoint interval, and the mix is the one asked, not a small sample's. A clean pool
 never preempts. :meth:`Pool.tick` is polled by the benchmark's loop: it notes
 agents that became ready or finished draining, and preempts the ones whose
 lifetime is up.
@@ -45,7 +46,9 @@ class Pool:
         self.rngs = [random.Random(seed * 1009 + p) for p in range(positions)]
         self.agents: list[Agent] = []
         self.kills: list[Kill] = []
+        self.successors: list[Agent] = []  # the fresh agent that took each kill's position
         self.generation = 0
+        self.drawn: dict[int, int] = {}  # position -> lifetimes drawn so far
         self.live: dict[int, Agent] = {}  # position -> its current agent
         for p in range(positions):
             self._start(p)
@@ -68,6 +71,13 @@ class Pool:
             self.tick(preempt=False)
             time.sleep(0.02)
 
+    def _kind(self, position: int) -> str:
+        """The kind of this position's next preemption: kill -9 for exactly ``kill9_share`` of them
+        (spread evenly, each position starting at another phase), SIGTERM for the rest."""
+        i = self.drawn[position] = self.drawn.get(position, -1) + 1
+        phase = position / len(self.rngs)
+        return "kill9" if int((i + 1) * self.kill9_share + phase) > int(i * self.kill9_share + phase) else "sigterm"
+
     def tick(self, preempt: bool) -> None:
         now = time.time()
         for a in self.agents:
@@ -78,13 +88,13 @@ class Pool:
                 if self.mean_life is not None:
                     rng = self.rngs[a.position]
                     a.dies_at = now + rng.expovariate(1.0 / self.mean_life)
-                    a.how = "kill9" if rng.random() < self.kill9_share else "sigterm"
+                    a.how = self._kind(a.position)
         if not preempt:
             return
         for position, a in list(self.live.items()):
             if a.dies_at is not None and now >= a.dies_at and a.gone is None:
                 self.preempt(a)
-                self._start(position)
+                self.successors.append(self._start(position))
 
     def preempt(self, a: Agent) -> None:
         proc = a.proc
@@ -103,6 +113,10 @@ class Pool:
                 if a.proc.poll() is None:
                     kill9(a.proc.pid)
                 a.gone = max(t_end, time.time()) if a.ready is not None else None
+
+    def boots(self) -> list[float | None]:
+        """Per kill: seconds until its replacement was ready (None: not by the window's end)."""
+        return [None if a.ready is None else a.ready - k.at for k, a in zip(self.kills, self.successors)]
 
     def lives(self) -> list[tuple[float | None, float | None]]:
         return [(a.ready, a.gone) for a in self.agents]

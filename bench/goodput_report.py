@@ -7,7 +7,8 @@ less its useful steps, in seconds of clean work, per preemption). Of that, the
 steps lost scale with the time unit (a step here is ``60 / minute_s`` times
 shorter than at real scale) and the rest (drain, requeue, dispatch, restore,
 process start) does not, so at real scale a preemption every ``preempt_every``
-minutes costs ``(L_steps * 60 / minute_s + L_fixed) / (preempt_every * 60 * slots)``.
+minutes costs ``(L_steps * 60 / minute_s + L_fixed) / (preempt_every * 60 * slots)``
+(and a restart-from-scratch system the same with its own lost steps).
 """
 
 from __future__ import annotations
@@ -59,14 +60,20 @@ def summarise(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
         cost = (g * fault["slot_seconds"] - fault["useful"]) / g / n  # slot-seconds per preemption
         cost_steps = sum(r.get("lost", 0) for r in rows) * args.step_s / n
         scale = 60.0 / args.minute_s
-        projected = 1 - (cost_steps * scale + (cost - cost_steps)) / (args.preempt_every * 60 * args.slots)
+        budget = args.preempt_every * 60 * args.slots  # slot-seconds between two preemptions of an agent
+        projected = 1 - (cost_steps * scale + (cost - cost_steps)) / budget
+        scratch_steps = sum(r.get("scratch_lost", 0) for r in rows) * args.step_s / n
+        scratch_projected = 1 - (scratch_steps * scale + (cost - cost_steps)) / budget
         out["intervals"].append({
             "interval_min": interval, "ckpt_every": fault["ckpt_every"], "clean_goodput": g,
             "faulted_goodput": fault["goodput"], "ratio": fault["goodput"] / g,
             "scratch_ratio": fault["scratch_goodput"] / g, "kills": fault["kills"], "interrupted": len(rows),
             "cost_slot_s": cost, "cost_steps_slot_s": cost_steps, "projected_ratio": projected,
+            "scratch_projected_ratio": scratch_projected,
             "sigterm": by_how(rows, "sigterm"), "kill9": by_how(rows, "kill9"), "all": by_how(rows, None)})
     every = [r for run in runs if run["faulted"] for r in run["preemptions"]]
+    boots = [b for run in runs if run["faulted"] for b in run["boot_s"] if b is not None]
+    out["replacement_ready_s"] = _pcts(boots)
     out["pooled"] = {"sigterm": by_how(every, "sigterm"), "kill9": by_how(every, "kill9"), "all": by_how(every, None)}
     return out
 
@@ -83,11 +90,12 @@ def tables(s: dict[str, Any], args: argparse.Namespace) -> str:
              _f(i["clean_goodput"]), _f(i["faulted_goodput"]), f"{i['ratio']:.1%}", f"{i['scratch_ratio']:.1%}",
              _f(i["sigterm"]["recovery_s"]["p50"]), _f(i["kill9"]["recovery_s"]["p50"]),
              _f(i["all"]["recovery_s"]["p99"]), _f(i["sigterm"]["lost_mean"], ".1f"), _f(i["kill9"]["lost_mean"], ".1f"),
-             _f(i["all"]["scratch_lost_mean"], ".1f"), _f(i["cost_slot_s"]), f"{i['projected_ratio']:.1%}"]
+             _f(i["all"]["scratch_lost_mean"], ".1f"), _f(i["cost_slot_s"]), f"{i['projected_ratio']:.1%}",
+             f"{i['scratch_projected_ratio']:.1%}"]
             for i in s["intervals"]]
     first = harness.table(head, ["checkpoint", "preempt", "runs hit", "clean g", "faulted g", "faulted/clean",
                                  "scratch/clean", "rec p50 TERM s", "rec p50 -9 s", "rec p99 s", "lost TERM",
-                                 "lost -9", "lost scratch", "cost slot-s", "projected"], rows)
+                                 "lost -9", "lost scratch", "cost slot-s", "projected", "scratch proj."], rows)
     p = s["pooled"]
     pooled = harness.table("every faulted run pooled: recovery (kill -> trial.started elsewhere) and steps lost per run hit",
                            ["preemption", "n", "rec p50 s", "rec p99 s", "rec max s", "not back", "drain p50 s",
@@ -97,4 +105,7 @@ def tables(s: dict[str, Any], args: argparse.Namespace) -> str:
                              _f(p[how]["drain_s"]["p50"]),
                              _f(p[how]["lost_mean"], ".1f"), p[how]["lost_max"], _f(p[how]["scratch_lost_mean"], ".1f")]
                             for how in ("sigterm", "kill9", "all")])
-    return first + "\n\n" + pooled
+    b = s["replacement_ready_s"]
+    boot = (f"a replacement agent was ready {_f(b['p50'])} s (p50), {_f(b['p99'])} s (p99) after the kill "
+            f"(n={b['n']}): with every other slot busy, a trial cannot run again sooner")
+    return first + "\n\n" + pooled + "\n" + boot
