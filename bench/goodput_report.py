@@ -103,7 +103,7 @@ def tables(s: dict[str, Any], args: argparse.Namespace) -> str:
                            [[how, p[how]["recovery_s"]["n"], _f(p[how]["recovery_s"]["p50"]),
                              _f(p[how]["recovery_s"]["p99"]), _f(p[how]["recovery_s"]["max"]), p[how]["not_back"],
                              _f(p[how]["drain_s"]["p50"]),
-                             _f(p[how]["lost_mean"], ".1f"), p[how]["lost_max"], _f(p[how]["scratch_lost_mean"], ".1f")]
+                             _f(p[how]["lost_mean"], ".1f"), _f(p[how]["lost_max"], "d"), _f(p[how]["scratch_lost_mean"], ".1f")]
                             for how in ("sigterm", "kill9", "all")])
     b = s["replacement_ready_s"]
     boot = (f"a replacement agent was ready {_f(b['p50'])} s (p50), {_f(b['p99'])} s (p99) after the kill "
