@@ -19,6 +19,7 @@ import pytest
 import structlog
 from structlog.testing import LogCapture
 
+from spotsweep.shared.broker import dispatch
 from spotsweep.shared.broker.dispatch import QUEUE_HEADER, REASON_HEADER, Settle, settlement
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing
 from spotsweep.shared.errors import DecodeError, PermanentError, RetryableError
@@ -162,14 +163,18 @@ def test_drain_finishes_running_handlers_and_returns_the_rest(connect: Connect) 
 
 @contextlib.contextmanager
 def captured() -> Iterator[list[dict]]:
-    """Log lines as dicts with their bound context (the queue, the message id),
-    as a service renders them."""
-    saved, cap = structlog.get_config(), LogCapture()
-    structlog.configure(processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level, cap])
+    """The dispatcher's log lines as dicts with their bound context (the queue, the
+    message id), as a service renders them. Its own logger is swapped: a module's
+    logger is cached on first use (shared/log.py), so reconfiguring structlog would
+    not reach it once another test has logged through it."""
+    cap = LogCapture()
+    saved = dispatch._log
+    dispatch._log = structlog.wrap_logger(
+        None, processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level, cap])
     try:
         yield cap.entries
     finally:
-        structlog.configure(**saved)
+        dispatch._log = saved
 
 
 @pytest.mark.parametrize("slow_after", [0.1, None])
