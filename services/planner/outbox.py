@@ -81,6 +81,16 @@ def trial_message(row: dict[str, Any], spec: SweepSpec, progress: bool = False,
     )
 
 
+def publish_priority(sweep_priority: int, attempt: int) -> int:
+    """A later attempt (a preempted or lost run resuming from its checkpoint, a
+    promotion, a retry) goes one level above its sweep's new trials: put back
+    behind every fresh trial queued meanwhile, a trial stopped by a spot notice
+    waited up to (max_concurrent - slots) / slots trial lengths to resume
+    (measured by bench/goodput.py). Within 0..9, the queues' range (the spec
+    bounds a sweep's priority to it)."""
+    return min(topology.MAX_PRIORITY, sweep_priority + (1 if attempt > 1 else 0))
+
+
 def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
     """Publish the outbox (``pending`` trials) with confirms, then mark them queued.
     PBT's exploit copies go first: a trial is published only once its copy is done."""
@@ -105,7 +115,7 @@ def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
                         encode(msg),
                         headers={"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt},
                         message_id=f"{msg.trial_id}#{msg.attempt}",
-                        priority=spec.priority,  # the spec bounds it to the queues' 0..9
+                        priority=publish_priority(spec.priority, msg.attempt),
                     )
                 )
             deps.broker.publish_many(out)

@@ -27,8 +27,10 @@ class Harness:
         self.deps = PlannerDeps(db=self.db, broker=self.broker)
         self.trials: queue.Queue[TrialMessage] = queue.Queue()
         self.control: queue.Queue[Envelope] = queue.Queue()
+        self.priorities: dict[str, int] = {}  # message id -> the priority it was published at
 
         def take(d: Any) -> None:
+            self.priorities[d.message_id] = d.priority
             self.trials.put(decode(d.body))  # type: ignore[arg-type]
             d.ack()
 

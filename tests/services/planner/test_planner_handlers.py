@@ -171,6 +171,20 @@ def test_final_metrics_are_the_last_value_of_each_name_over_attempts(h: Any, del
     assert (row["attempts"], row["preemptions"]) == (2, 1)
 
 
+def test_a_preempted_trial_resumes_ahead_of_its_sweeps_new_trials(h: Any, delivery: Any) -> None:
+    """Its next attempt is published one priority level above the sweep's fresh trials (capped at 9)."""
+    submit(h, delivery, {**SPEC, "max_concurrent": 1, "priority": 3})
+    first = h.published(1)[0]
+    assert h.priorities[f"{first.trial_id}#1"] == 3
+    h.start(first)
+    finish(h, delivery, first, "preempted")
+    second = h.published(1)[0]
+    assert (second.trial_id, second.attempt, h.priorities[f"{second.trial_id}#2"]) == (first.trial_id, 2, 4)
+    from spotsweep.services.planner.outbox import publish_priority
+
+    assert [publish_priority(p, a) for p, a in ((0, 1), (0, 2), (8, 5), (9, 2))] == [0, 1, 9, 9]
+
+
 def test_a_diverged_final_metric_is_stored_not_dead_lettered(h: Any, delivery: Any) -> None:
     import math
 
