@@ -81,6 +81,16 @@ def record_of(records: Sequence[TrialRecord], index: int) -> TrialRecord | None:
     return records[at] if at < len(records) and records[at].index == index else None
 
 
+# Budget units a PBT trial did not train: each exploit resumed from a donor's checkpoint at
+# ``from_step`` where the trial itself had reached ``start_step`` (pbt_segments, migration 0007).
+# Evaluated only for a pbt sweep (``%(pbt)s``): other sweeps skip the lookup per trial.
+INHERITED = ("CASE WHEN %(pbt)s THEN (SELECT COALESCE(sum(p.from_step - p.start_step), 0)::float8 FROM pbt_segments p"
+             " WHERE p.trial_id = trials.trial_id AND p.from_step IS NOT NULL) ELSE 0 END")
+# The same per exploit, as [[start_step, units inherited], ...], for a trial in flight (:class:`Flying`).
+EXPLOITS = ("CASE WHEN %(pbt)s THEN (SELECT jsonb_agg(jsonb_build_array(p.start_step, p.from_step - p.start_step))"
+            " FROM pbt_segments p WHERE p.trial_id = trials.trial_id AND p.from_step IS NOT NULL) END")
+
+
 def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,
           ended: tuple[str, float | None] | None = None) -> Usage:
     """What the sweep used so far, with the clock read from PostgreSQL (one clock for every planner).
@@ -94,7 +104,7 @@ def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None =
     its trials' lifetimes, so the time between its end and an ``extend``
     does not count against ``wall_time``.
     """
-    args = {"sweep": sweep_id, "param": budget_param or ""}
+    args = {"sweep": sweep_id, "param": budget_param or "", "pbt": getattr(spec.strategy, "type", "") == "pbt"}
     row = conn.execute(
         "SELECT count(*) FILTER (WHERE idx >= 0) AS launched, COALESCE(sum(run_seconds), 0) AS done_s,"
         " COALESCE(array_agg(run_seconds) FILTER (WHERE state = 'completed' AND idx >= 0), '{}') AS durations,"
@@ -102,7 +112,7 @@ def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None =
         "   AND idx >= 0 AND jsonb_typeof(params -> %(param)s) = 'number'), '{}') AS reached,"
         # trial_steps of the trials not in flight: the budget reached, or the highest step reported
         " COALESCE(sum(CASE WHEN jsonb_typeof(params -> %(param)s) IS DISTINCT FROM 'number' THEN greatest(last_step, 0)"
-        "   WHEN started_at IS NULL THEN 0 ELSE (params ->> %(param)s)::float8 END)"
+        f"   WHEN started_at IS NULL THEN 0 ELSE (params ->> %(param)s)::float8 - {INHERITED} END)"
         "   FILTER (WHERE state NOT IN ('pending', 'queued', 'running')), 0)::float8 AS steps,"
         " COALESCE(array_agg(greatest(last_step, 0)::float8) FILTER (WHERE state = 'completed' AND idx >= 0), '{}') AS reported"
         " FROM trials WHERE sweep_id = %(sweep)s", args,
@@ -112,7 +122,7 @@ def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None =
         "SELECT trial_id, run_seconds, rungs, CASE WHEN jsonb_typeof(params -> %(param)s) = 'number'"
         "   THEN (params ->> %(param)s)::float8 END AS budget,"
         " CASE WHEN state = 'running' AND run_started_at IS NOT NULL"
-        "   THEN extract(epoch FROM now() - run_started_at)::float8 ELSE 0 END AS ran, last_step"
+        f"   THEN extract(epoch FROM now() - run_started_at)::float8 ELSE 0 END AS ran, last_step, {EXPLOITS} AS exploits"
         " FROM trials WHERE sweep_id = %(sweep)s AND state IN ('pending', 'queued', 'running')", args,
     ).fetchall()
     elapsed = _running_seconds(conn, sweep_id) if spec.budget is not None and spec.budget.wall_time else 0.0
@@ -121,7 +131,8 @@ def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None =
                                                       [(float(s), float(u)) for s, u in row["reached"]], elapsed,
                                                       float(row["steps"]), [float(x) for x in row["reported"]]),
                     [Flying(r["trial_id"], float(r["run_seconds"]), _floats(r["rungs"]), r["budget"], float(r["ran"]),
-                            float(r["last_step"])) for r in flying])
+                            float(r["last_step"]), [(float(a), float(b)) for a, b in r["exploits"] or ()])
+                     for r in flying])
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,13 @@ class Flying:
     budget: float | None  # its budget parameter, when numeric
     ran: float  # seconds its current run has been running
     last_step: float = 0.0  # the highest step it reported so far
+    exploits: list[tuple[float, float]] = field(default_factory=list)  # PBT: (budget it exploited at, units copied)
+
+    def inherited(self, reached: float) -> tuple[float, float]:
+        """Budget units its exploits copied rather than trained: ``(before, now)``, those of
+        the segments that ended below ``reached`` and that of the segment in flight."""
+        before = sum(units for start, units in self.exploits if start < reached)
+        return before, sum(units for _, units in self.exploits) - before
 
 
 def usage_of(spec: SweepSpec, budget_param: str | None, ended: tuple[str, float | None] | None, totals: Totals,
@@ -166,12 +184,15 @@ def usage_of(spec: SweepSpec, budget_param: str | None, ended: tuple[str, float 
             if f.budget is not None:
                 reached.append((f.run_seconds + ran, float(f.budget)))
             used += ran
-            steps += trial_steps(budget, max(f.rungs, default=0), f.last_step, in_flight=False, started=True)[0]
+            trained = trial_steps(budget, max(f.rungs, default=0), f.last_step, in_flight=False, started=True)[0]
+            steps += trained - sum(f.inherited(trained))
             continue
         used += ran
         units = None if f.budget is None else float(f.budget) - max(f.rungs, default=0)
         runs.append((units, ran))
         trained, left = trial_steps(budget, max(f.rungs, default=0), f.last_step, in_flight=True, started=True)
+        before, now = f.inherited(trained)  # a segment that resumed from a donor trains from the donor's step
+        trained, left = trained - before, None if left is None else max(0.0, left - now)
         steps += trained
         stepping.append((trained, left))
     per_unit = estimate_unit_seconds(reached) if budget_param is not None else None

@@ -12,7 +12,9 @@ that interval or below; nothing waits for a generation to fill.
   **explored**: each mutated param is drawn afresh from the space with
   ``resample_probability``, else multiplied by one of ``factor`` (kept
   inside a range's bounds, on an int range's grid) or moved to a neighbour
-  in ``values``.
+  in ``values``. Only a donor at or past this trial's interval is copied
+  (one behind would make it train again steps it trained; with none, it
+  continues), and the next segment starts at the donor's interval.
 * Otherwise **continue** from its own checkpoint with its own params.
 * At ``max``: **complete**.
 
@@ -81,6 +83,7 @@ class PbtDecision:
     budget: int | None = None  # the next segment's budget (continue, exploit)
     donor: int | None = None  # exploit: whose checkpoint and params
     params: dict[str, Any] = field(default_factory=dict)  # exploit: the explored params (space keys)
+    start: int | None = None  # exploit: the donor's latest interval, where the next segment starts
     reason: str = ""
 
 
@@ -112,16 +115,18 @@ def decide(config: PbtConfig, population: Sequence[Member], event: SegmentEnd, r
     if event.index not in bottom or event.index in top:
         return PbtDecision("continue", following, reason=f"ranked {place} of {n} at step {event.step}: not in the "
                            f"bottom {k}")
-    # A donor that reached max has nothing left to train from its checkpoint: not copied.
-    donors = [i for i in top if max(by_index[i].values, default=0) < config.max]
+    # A donor that reached max has nothing left to train from its checkpoint, and one behind this
+    # trial would make it train again the steps it already trained: neither is copied.
+    donors = [i for i in top if event.step <= max(by_index[i].values, default=0) < config.max]
     if not donors:
-        return PbtDecision("continue", following, reason=f"ranked {place} of {n} at step {event.step}, but the top "
-                           f"{k} reached max {config.max}: nothing to exploit")
+        return PbtDecision("continue", following, reason=f"ranked {place} of {n} at step {event.step}, but none of the "
+                           f"top {k} is between step {event.step} and max {config.max}: nothing to exploit")
     donor = rng.choice(donors)
     params = explore(config, dict(by_index[donor].params), rng)
     # It resumes from the donor's latest checkpoint, at least at the donor's latest interval: one segment on from there.
-    budget = min(max(event.step, max(by_index[donor].values, default=0)) + config.every, config.max)
-    return PbtDecision("exploit", budget, donor, params,
+    start = max(by_index[donor].values)
+    budget = min(start + config.every, config.max)
+    return PbtDecision("exploit", budget, donor, params, start,
                        reason=f"{event.value:.6g} ranked {place} of {n} at step {event.step} (bottom {k}): exploits "
                               f"trial {donor} (top {k})")
 
@@ -201,4 +206,4 @@ class Pbt:
         if d.action == "complete":
             return StepDecision(Action.COMPLETE, step, reason=d.reason)
         return StepDecision(Action.PROMOTE, step, d.budget, relaunch=True, reason=d.reason,
-                            params=d.params or None, donor=d.donor)
+                            params=d.params or None, donor=d.donor, start=d.start)

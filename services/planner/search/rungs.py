@@ -70,6 +70,7 @@ class StepDecision:
     reason: str = ""
     params: Mapping[str, Any] | None = None  # PROMOTE: the relaunch runs with these params (PBT's explore)
     donor: int | None = None  # PROMOTE: it starts from this trial's checkpoint, copied first (PBT's exploit)
+    start: int | None = None  # PROMOTE: the budget the relaunch resumes at, when not ``rung`` (the donor's interval)
 
 
 @dataclass(frozen=True)
