@@ -212,6 +212,7 @@ def main() -> None:
     ap.add_argument("--peers", action="store_true",
                     help="spotsweep vs Optuna and Ray Tune at equal step budgets on held-out objectives (bench/search_peers.py)")
     ap.add_argument("--cap", type=float, default=729, help="--peers: the step cap of every run")
+    ap.add_argument("--methods", help="--peers: only these of spotsweep's and Optuna's methods, comma-separated by name")
     ap.add_argument("--no-ray", action="store_true", help="--peers: leave Ray Tune out (no peer virtualenv built)")
     ap.add_argument("--pbt", action="store_true", help="PBT vs random vs ASHA on an lr-schedule model (bench/search_pbt.py)")
     ap.add_argument("--all", action="store_true", help="every section above, one after the other (make bench)")
@@ -220,7 +221,8 @@ def main() -> None:
     sections: dict[str, Callable[[], Any]] = {
         "strategies": lambda: strategies(args),
         "grid27": lambda: grid27(args.seeds, args.workers or 4),
-        "peers": lambda: peers(args.seeds, args.workers or 4, args.cap, not args.no_ray),
+        "peers": lambda: peers(args.seeds, args.workers or 4, args.cap, not args.no_ray,
+                               [m.strip() for m in args.methods.split(",")] if args.methods else None),
         "pbt": lambda: pbt_bench(args.seeds),
     }
     chosen = [name for name in sections if args.all or getattr(args, name, False)] or ["strategies"]

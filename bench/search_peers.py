@@ -308,12 +308,19 @@ def print_table(rows: list[dict[str, Any]], cap: float) -> None:
           "all; done: trials that trained all 27 steps; best: seeds whose pick is the optimum")
 
 
-def peers(seeds: int, workers: int, cap: float, with_ray: bool) -> dict[str, Any]:
-    """Every method on every objective and seed; prints the table, returns everything for the JSON."""
+def peers(seeds: int, workers: int, cap: float, with_ray: bool, methods: list[str] | None = None) -> dict[str, Any]:
+    """Every method (or those named in ``methods``) on every objective and seed; prints the
+    table, returns everything for the JSON."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     objectives = list(OBJECTIVES)
     runs: list[dict[str, Any]] = []
-    for name, fn in our_methods().items():
+    chosen = our_methods()
+    unknown = sorted(set(methods or ()) - set(chosen))
+    if unknown:
+        raise SystemExit(f"--methods: no method {', '.join(map(repr, unknown))}; there are {', '.join(map(repr, chosen))}")
+    for name, fn in chosen.items():
+        if methods and name not in methods:
+            continue
         for objective in objectives:
             for seed in range(seeds):
                 started = time.perf_counter()

@@ -157,7 +157,18 @@ def _key(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 def _state(record: TrialRecord, objectives: int) -> tuple[OptunaState, list[float] | None]:
     """Our trial state as Optuna's: in flight -> RUNNING (what constant liar sees);
     completed without the objective(s), with a NaN (Optuna's tell fails such a
-    trial) or an infinite one (a diverged run), or failed -> FAIL (samplers skip it)."""
+    trial) or an infinite one (a diverged run), or failed -> FAIL (samplers skip it).
+
+    A trial that successive halving relaunches (a budget parameter) is known by
+    its rung values before it ends: waiting at a rung (``paused``) or promoted and
+    in flight, it is PRUNED for the sampler, which ranks it by its value at its
+    highest step, as Optuna's own pruners leave a trial that stopped there. As
+    RUNNING, constant liar would count the promoted ones, the best so far, as
+    the worst, and as FAIL the waiting ones would tell nothing: TPE then steered
+    away from its best configs (bench/search.py --peers, docs/benchmarks.md)."""
+    if record.rungs and (record.state in IN_FLIGHT or record.state == TrialState.PAUSED):
+        top = max(record.rungs)
+        return (OptunaState.PRUNED if math.isfinite(record.rungs[top]) else OptunaState.FAIL), None
     if record.state in IN_FLIGHT:
         return OptunaState.RUNNING, None
     if record.state == TrialState.PRUNED:

@@ -165,3 +165,26 @@ def test_a_completed_trial_with_a_nan_objective_is_a_failed_one_for_the_sampler(
                TrialRecord(4, base[1].params, TrialState.COMPLETED, (math.inf,))]
     assert [t.state.name for t in search.study(history, 5).get_trials()[3:]] == ["FAIL", "FAIL"]
     assert search.suggest(history, 5).params  # and suggesting still works
+
+
+def test_successive_halving_trials_are_ranked_by_their_rungs_not_lied_about() -> None:
+    """Under early_stop hyperband, a trial waiting at a rung and a promoted one in flight
+    are known by their rung values: TPE sees them as pruned there (ranked by their highest
+    rung), not as running (constant liar would count the promoted ones, the best so far, as
+    the worst) nor as failed (telling nothing). A fresh trial in flight is still running."""
+    search = ModelSearch(make("tpe"))
+    params = {"x": 1.0, "lr": 0.01, "n": 7, "c": "a"}
+    history = [
+        TrialRecord(0, params, TrialState.PAUSED, rungs={3: 0.5}),
+        TrialRecord(1, params, TrialState.RUNNING, rungs={3: 0.2, 9: 0.1}),  # promoted to 27, in flight
+        TrialRecord(2, params, TrialState.RUNNING),  # its first run
+        TrialRecord(3, params, TrialState.PAUSED, rungs={3: math.nan}),  # diverged at its rung
+        TrialRecord(4, params, TrialState.COMPLETED, (0.05,), rungs={3: 0.2, 9: 0.1}),
+    ]
+    trials = search.study(history, 5).get_trials(deepcopy=False)
+    seen = [(t.state.name, t.intermediate_values) for t in trials]
+    assert seen[0] == ("PRUNED", {3: 0.5})
+    assert seen[1] == ("PRUNED", {3: 0.2, 9: 0.1})
+    assert seen[2] == ("RUNNING", {})
+    assert seen[3][0] == "FAIL"
+    assert trials[4].state.name == "COMPLETE" and trials[4].values == [0.05]
