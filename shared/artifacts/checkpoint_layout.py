@@ -101,6 +101,14 @@ def read_manifest(store: ArtifactStore, prefix: str, folder: str) -> tuple[dict[
     """A folder's ``MANIFEST``: its files with their sizes, and the metrics the
     trial had reported when it took the checkpoint (empty for older uploads).
     NotFound if the folder has no manifest."""
+    sizes, metrics, _ = read_manifest_hashes(store, prefix, folder)
+    return sizes, metrics
+
+
+def read_manifest_hashes(store: ArtifactStore, prefix: str, folder: str,
+                         scheme: str | None = None) -> tuple[dict[str, int], dict[str, float], dict[str, str]]:
+    """:func:`read_manifest` and each file's content hash, when the MANIFEST has them in
+    ``scheme`` (an older upload has none: empty; so is a MANIFEST of another scheme)."""
     key = f"{prefix}{folder}/{MANIFEST}"
     raw = store.get_bytes(key)
     try:
@@ -117,7 +125,10 @@ def read_manifest(store: ArtifactStore, prefix: str, folder: str) -> tuple[dict[
     except (ValueError, KeyError, TypeError) as e:
         raise PermanentError(f"checkpoint manifest {key} is corrupt: {e}") from e
     _safe_paths(list(sizes), key)
-    return sizes, {k: float(v) for k, v in metrics.items()}
+    hashes = data.get("hashes")
+    if scheme is None or data.get("hash") != scheme or not isinstance(hashes, dict):
+        hashes = {}  # hashes only save uploads: unusable ones are ignored, never an error
+    return sizes, {k: float(v) for k, v in metrics.items()}, {k: v for k, v in hashes.items() if isinstance(v, str)}
 
 
 def _read_pointer(store: ArtifactStore, sweep_id: str, trial_id: str) -> tuple[int, str] | None:

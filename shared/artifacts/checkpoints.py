@@ -13,9 +13,12 @@ died while its uploads still run, and the trial's new owner), so the layout
 never lets two writers share a folder or undo each other's commit:
 
 * Every upload writes into a folder of its own and writes that folder's
-  ``MANIFEST`` (each file's path and size) after all of its files. A folder is
-  *complete* iff its ``MANIFEST`` exists; a node preempted mid-upload leaves an
-  incomplete folder that nothing reads.
+  ``MANIFEST`` (each file's path, size and content hash) after all of its
+  files. A folder is *complete* iff its ``MANIFEST`` exists; a node preempted
+  mid-upload leaves an incomplete folder that nothing reads. Files go in
+  parallel and by parts (:mod:`.transfer`); a file unchanged since the folder
+  ``LATEST`` names is copied from it inside the store, never referenced: every
+  folder holds all of its files, so pruning one never damages another.
 * ``LATEST`` is written after the ``MANIFEST`` and names the folder: the
   commit, but only a hint. :func:`restore_checkpoint` uses the folder it names
   if that folder's ``MANIFEST`` and files are all there, and otherwise the
@@ -38,7 +41,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -52,6 +55,7 @@ from spotsweep.shared.artifacts.checkpoint_layout import (
     _folders,
     _listed_whole,
     read_manifest,
+    read_manifest_hashes,
     _read_pointer,
     checkpoint_prefix,
     folder_prefix,
@@ -59,7 +63,8 @@ from spotsweep.shared.artifacts.checkpoint_layout import (
 )
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
-from spotsweep.shared.artifacts.safe_files import Walk, fd_path, regular_files
+from spotsweep.shared.artifacts.safe_files import Walk, regular_files
+from spotsweep.shared.artifacts.transfer import HASH, Previous, download_files, upload_files
 from spotsweep.shared.errors import PermanentError, RetryableError
 
 _log = log.get("spotsweep.artifacts")
@@ -105,10 +110,13 @@ def upload_checkpoint(
 
 
 def upload_checkpoint_files(store: ArtifactStore, sweep_id: str, trial_id: str, step: int, directory: Path,
-                            metrics: dict[str, float] | None = None) -> str:
+                            metrics: dict[str, float] | None = None, cancel: Callable[[], bool] | None = None) -> str:
     """Upload every file under ``directory`` into a new folder, then its
     ``MANIFEST``, without committing (``LATEST`` is untouched); return the
-    folder's name."""
+    folder's name. Files go in parallel, large ones by parts; a file unchanged
+    since the committed folder is copied from it inside the store (:mod:`.transfer`).
+    ``cancel``: polled between requests; once it says so the upload is abandoned
+    (:class:`~.workers.TransferCancelled`) and the folder stays incomplete."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise PermanentError(f"checkpoint step must be a non-negative int, got {step!r}")
     directory = Path(directory)
@@ -116,23 +124,38 @@ def upload_checkpoint_files(store: ArtifactStore, sweep_id: str, trial_id: str, 
         raise PermanentError(f"checkpoint directory {str(directory)!r} does not exist (or is a link)")
     folder = f"{step:012d}-{uuid.uuid4().hex[:12]}"
     prefix = folder_prefix(sweep_id, trial_id, folder)
-    sizes: dict[str, int] = {}
     walk = Walk()
     # Never through a link: a trial's link to /etc/passwd must not upload it (safe_files).
-    for entry in regular_files(directory, walk):
-        sizes[entry.rel] = entry.stat.st_size
-        store.put_file(prefix + FILES + entry.rel, Path(fd_path(entry.fd)))
+    sizes, sent = upload_files(store, prefix + FILES, regular_files(directory, walk),
+                               _previous(store, sweep_id, trial_id), cancel)
     if walk.skipped:
         _log.warning(f"checkpoint step {step}: not uploaded, not regular files: {walk.summary()}", trial_id=trial_id)
     if not sizes:
         # Committing an empty checkpoint would replace a good one with nothing.
         raise PermanentError(f"checkpoint directory {str(directory)!r} holds no files")
-    doc: dict[str, Any] = {"step": step, "files": sizes}
+    doc: dict[str, Any] = {"step": step, "files": sizes, "hash": HASH, "hashes": sent.hashes}
     if metrics:
         doc["metrics"] = metrics
     manifest = json.dumps(doc, sort_keys=True).encode()
     store.put_bytes(prefix + MANIFEST, manifest)  # last: the folder is complete
+    if sent.copied:
+        _log.info("checkpoint files unchanged since the last commit: copied in the store, not sent", step=step,
+                  copied=len(sent.copied), trial_id=trial_id)
     return folder
+
+
+def _previous(store: ArtifactStore, sweep_id: str, trial_id: str) -> Previous | None:
+    """The committed folder ``LATEST`` names, to copy unchanged files from; None when
+    there is none or it cannot be read (then every file is sent)."""
+    prefix = checkpoint_prefix(sweep_id, trial_id)
+    try:
+        pointer = _read_pointer(store, sweep_id, trial_id)
+        if pointer is None:
+            return None
+        sizes, _, hashes = read_manifest_hashes(store, prefix, pointer[1], HASH)
+    except (NotFound, PermanentError):
+        return None
+    return Previous(f"{prefix}{pointer[1]}/{FILES}", sizes, hashes) if hashes else None
 
 
 def commit_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, folder: str) -> None:
@@ -308,19 +331,14 @@ def _restore_folder(store: ArtifactStore, prefix: str, folder: str, directory: P
 
 def _restore_files(store: ArtifactStore, prefix: str, sizes: dict[str, int], directory: Path) -> bool:
     """Download the files ``sizes`` names into a staging folder beside
-    ``directory`` and move them into it only once every one arrived whole;
-    False (and ``directory`` untouched) if one is missing or has the wrong size."""
+    ``directory`` (in parallel, large ones by ranges: :mod:`.transfer`) and move
+    them into it only once every one arrived whole; False (and ``directory``
+    untouched) if one is missing or has the wrong size."""
     directory.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.restore-", dir=directory.parent))
     try:
-        for rel, size in sizes.items():
-            target = staging.joinpath(*PurePosixPath(rel).parts)
-            try:
-                store.get_file(prefix + rel, target)
-            except NotFound:
-                return False
-            if target.stat().st_size != size:
-                return False
+        if not download_files(store, prefix, sizes, staging):
+            return False
         for rel in sizes:
             final = directory.joinpath(*PurePosixPath(rel).parts)
             final.parent.mkdir(parents=True, exist_ok=True)

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import builtins
 
+import glob
+import hashlib
 import os
+import re
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +32,7 @@ from spotsweep.shared.errors import PermanentError
 
 # Temporary files carry this suffix so ``list`` can skip writes in flight.
 _TMP_SUFFIX = ".spotsweep-tmp"
+_UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 class LocalArtifactStore(ArtifactStore):
@@ -80,6 +85,42 @@ class LocalArtifactStore(ArtifactStore):
             _write_atomically(target, lambda f: shutil.copyfileobj(src, f, 1024 * 1024))
         return self.uri(key)
 
+    # -- multipart: each part a temporary file beside the target, joined at completion --
+
+    def _part(self, key: str, upload_id: str, number: int) -> Path:
+        if not _UPLOAD_ID.match(upload_id) or number < 1:
+            raise PermanentError(f"not an upload of this store: {upload_id!r} part {number}")
+        target = self._path(key)
+        return target.with_name(f".{target.name}.{upload_id}.{number}{_TMP_SUFFIX}")
+
+    def start_multipart(self, key: str) -> str:
+        self._path(key).parent.mkdir(parents=True, exist_ok=True)
+        return uuid.uuid4().hex
+
+    def put_part(self, key: str, upload_id: str, number: int, data: bytes) -> str:
+        _write_atomically(self._part(key, upload_id, number), lambda f: f.write(data))
+        return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+    def complete_multipart(self, key: str, upload_id: str, etags: builtins.list[str]) -> None:
+        parts = [self._part(key, upload_id, n) for n in range(1, len(etags) + 1)]
+        missing = [str(p) for p in parts if not p.is_file()]
+        if missing or not parts:
+            raise PermanentError(f"multipart upload {upload_id} of {key!r}: parts missing ({len(missing)} of {len(parts)})")
+
+        def join(f: BinaryIO) -> None:
+            for part in parts:
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, f, 1024 * 1024)
+
+        _write_atomically(self._path(key), join)
+        self.abort_multipart(key, upload_id)
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        target = self._path(key)
+        self._part(key, upload_id, 1)  # checks the id
+        for part in target.parent.glob(f".{glob.escape(target.name)}.{upload_id}.*{_TMP_SUFFIX}"):
+            part.unlink(missing_ok=True)
+
     def delete(self, key: str) -> None:
         # Empty folders are left behind on purpose: removing them would race a
         # concurrent writer that has just created the folder for a new file.
@@ -103,6 +144,16 @@ class LocalArtifactStore(ArtifactStore):
             raise NotFound(key) from e
         with src:
             _write_atomically(Path(path), lambda f: shutil.copyfileobj(src, f, 1024 * 1024))
+
+    def get_range(self, key: str, offset: int, length: int) -> tuple[bytes, int]:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            raise NotFound(key) from e
+        try:
+            return os.pread(fd, length, offset), os.fstat(fd).st_size
+        finally:
+            os.close(fd)
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()

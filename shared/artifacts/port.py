@@ -70,6 +70,35 @@ class ArtifactStore(ABC):
         without a copy of their own."""
         return self.put_bytes(key, self.get_bytes(source))
 
+    def get_range(self, key: str, offset: int, length: int) -> tuple[bytes, int]:
+        """Bytes ``offset`` to ``offset + length`` of ``key`` (fewer, or none, past its end)
+        and the object's whole size; :class:`NotFound` if absent. Adapters that can
+        read a range without the rest override this (checkpoint restores then fetch a
+        large file's parts in parallel, :mod:`.transfer`); this default reads it all."""
+        data = self.get_bytes(key)
+        return data[offset:offset + length], len(data)
+
+    # Multipart uploads: a large file's parts sent in parallel, the object appearing whole
+    # only at ``complete_multipart`` (parts numbered from 1; each but the last at least
+    # 5 MiB, as S3 asks). Adapters without them leave these as they are: uploads then
+    # send the file whole (:mod:`.transfer` checks whether ``start_multipart`` is overridden).
+
+    def start_multipart(self, key: str) -> str:
+        """Begin an upload to ``key``; its id."""
+        raise NotImplementedError
+
+    def put_part(self, key: str, upload_id: str, number: int, data: bytes) -> str:
+        """Store part ``number`` of the upload; its ETag, for :meth:`complete_multipart`."""
+        raise NotImplementedError
+
+    def complete_multipart(self, key: str, upload_id: str, etags: builtins.list[str]) -> None:
+        """Make ``key`` the parts' concatenation, in order (``etags[i]`` is part ``i + 1``'s)."""
+        raise NotImplementedError
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        """Drop the upload and its parts; ``key`` is left as it was."""
+        raise NotImplementedError
+
     def exists(self, key: str) -> bool:
         try:
             self.get_bytes(key)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import builtins
 
 import io
+import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +30,9 @@ from typing import TYPE_CHECKING, NoReturn
 import urllib3
 from minio import Minio
 from minio.commonconfig import CopySource
+from minio.datatypes import Part
 from minio.error import InvalidResponseError, S3Error, ServerError
+from urllib3.util import Retry, Timeout
 from pydantic import SecretStr
 
 from spotsweep.shared import log
@@ -40,6 +44,10 @@ if TYPE_CHECKING:
     from spotsweep.shared.settings import Settings
 
 _log = log.get(__name__)
+
+# Connections kept per endpoint: checkpoint transfers run 16 requests at once
+# (transfer.py), beside log uploads; minio's default pool keeps 10 and drops the rest.
+POOL_SIZE = 32
 
 # S3 error codes that mean "busy or broken right now", whatever the status.
 _RETRYABLE_CODES = frozenset({"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout"})
@@ -68,6 +76,13 @@ def parse_endpoint(endpoint: str, secure: bool | None) -> tuple[str, bool]:
     return host, secure
 
 
+def _ca_certs() -> str:
+    """The certificates minio's default pool trusts: ``SSL_CERT_FILE``, else certifi's bundle."""
+    import certifi
+
+    return os.environ.get("SSL_CERT_FILE") or certifi.where()
+
+
 class S3ArtifactStore(ArtifactStore):
     """Artifacts as objects in one bucket, created on first use if missing."""
 
@@ -88,6 +103,12 @@ class S3ArtifactStore(ArtifactStore):
         self.bucket = bucket
         # Kept only to scrub them from messages; never formatted anywhere.
         self._secrets = [s for s in (_reveal(access_key), _reveal(secret_key)) if s]
+        if http_client is None:  # minio's own default pool, timeouts and retries, with room for parallel transfers
+            http_client = urllib3.PoolManager(timeout=Timeout(connect=300, read=300), maxsize=POOL_SIZE,
+                                              retries=Retry(total=5, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]),
+                                              cert_reqs="CERT_REQUIRED", ca_certs=_ca_certs())
+        elif http_client.connection_pool_kw.get("maxsize", 1) < POOL_SIZE:
+            http_client.connection_pool_kw["maxsize"] = POOL_SIZE
         try:
             self._client = Minio(
                 self.endpoint,
@@ -208,11 +229,61 @@ class S3ArtifactStore(ArtifactStore):
                 response.release_conn()
 
     def get_file(self, key: str, path: Path) -> None:
-        # fget_object downloads to "<path>.part.minio" and renames when done,
-        # so a reader of ``path`` never sees a partial download.
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with self._translate("download", key):
-            self._client.fget_object(self.bucket, key, str(path))
+        # One GET into a temporary file renamed over ``path`` when whole (a reader never
+        # sees a partial download); fget_object asked for a HEAD first, a round trip more.
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as out, self._translate("download", key):
+                response = self._client.get_object(self.bucket, key)
+                try:
+                    for chunk in response.stream(1 << 20):
+                        out.write(chunk)
+                finally:
+                    response.close()
+                    response.release_conn()
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def get_range(self, key: str, offset: int, length: int) -> tuple[bytes, int]:
+        with self._translate("ranged get", key):
+            try:
+                response = self._client.get_object(self.bucket, key, offset=offset, length=length)
+            except S3Error as e:
+                if e.code != "InvalidRange":
+                    raise
+                return b"", self._client.stat_object(self.bucket, key).size or 0  # the range starts past the end
+            try:
+                data = response.read()
+                total = response.headers.get("Content-Range", "").rpartition("/")[2]
+            finally:
+                response.close()
+                response.release_conn()
+        return data, int(total) if total.isdigit() else offset + len(data)
+
+    # minio has no public call for one part at a time (its put_object runs the whole
+    # upload itself, which a draining agent could not abandon between parts): these
+    # use the client's own request methods for the S3 calls of the same names.
+
+    def start_multipart(self, key: str) -> str:
+        with self._translate("create multipart upload", key):
+            return self._client._create_multipart_upload(self.bucket, key, {})
+
+    def put_part(self, key: str, upload_id: str, number: int, data: bytes) -> str:
+        with self._translate(f"upload part {number}", key):
+            return self._client._upload_part(self.bucket, key, data, None, upload_id, number)
+
+    def complete_multipart(self, key: str, upload_id: str, etags: builtins.list[str]) -> None:
+        with self._translate("complete multipart upload", key):
+            self._client._complete_multipart_upload(self.bucket, key, upload_id,
+                                                    [Part(n, etag) for n, etag in enumerate(etags, 1)])
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        with self._translate("abort multipart upload", key):
+            self._client._abort_multipart_upload(self.bucket, key, upload_id)
 
     def exists(self, key: str) -> bool:
         try:

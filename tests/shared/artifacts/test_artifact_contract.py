@@ -197,6 +197,40 @@ def test_large_file_round_trip(store: ArtifactStore, tmp_path: Path) -> None:
     assert dest.read_bytes() == data
 
 
+def test_get_range_reads_part_of_an_object_and_tells_its_size(store: ArtifactStore) -> None:
+    data = bytes(range(256)) * 100
+    store.put_bytes("r/obj", data)
+    assert store.get_range("r/obj", 0, 10) == (data[:10], len(data))
+    assert store.get_range("r/obj", 25_000, 1_000) == (data[25_000:], len(data))  # short past the end
+    assert store.get_range("r/obj", len(data), 10) == (b"", len(data))  # nothing past the end
+    with pytest.raises(NotFound):
+        store.get_range("r/absent", 0, 10)
+
+
+def test_multipart_upload_appears_whole_only_when_completed(store: ArtifactStore) -> None:
+    parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), b"tail"]
+    upload = store.start_multipart("mp/model.pt")
+    etags = [""] * 3
+    for n in (3, 1, 2):  # in any order, as parallel workers send them
+        etags[n - 1] = store.put_part("mp/model.pt", upload, n, parts[n - 1])
+    assert store.list("mp/") == []  # nothing to read until it is complete
+    store.complete_multipart("mp/model.pt", upload, etags)
+    assert store.get_bytes("mp/model.pt") == b"".join(parts)
+    assert store.list("mp/") == ["mp/model.pt"]
+
+
+def test_an_aborted_multipart_upload_leaves_the_key_as_it_was(store: ArtifactStore) -> None:
+    store.put_bytes("mp/k", b"old")
+    upload = store.start_multipart("mp/k")
+    store.put_part("mp/k", upload, 1, b"new part")
+    store.abort_multipart("mp/k", upload)
+    assert store.get_bytes("mp/k") == b"old"
+    assert store.list("mp/") == ["mp/k"]
+    # Gone with its parts (S3: NoSuchUpload; moto answers 500, so any refusal counts).
+    with pytest.raises((PermanentError, RetryableError, NotFound)):
+        store.complete_multipart("mp/k", upload, ["x"])
+
+
 # -- S3 only --------------------------------------------------------------------
 
 

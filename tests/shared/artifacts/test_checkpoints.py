@@ -4,6 +4,7 @@ the same trial at once (a zombie and the trial's new owner)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -98,7 +99,9 @@ def test_latest_names_the_newest(store: ArtifactStore, tmp_path: Path) -> None:
     assert pointer == {"step": 20, "folder": folder_of(uri)}
     manifest = json.loads(store.get_bytes(f"{PREFIX}{folder_of(uri)}/MANIFEST"))
     sizes = {rel: len(data) for rel, data in read_tree(tmp_path / "c20").items()}
-    assert manifest == {"step": 20, "files": sizes}
+    hashes = {rel: hashlib.sha256(hashlib.sha256(data).digest()).hexdigest()  # files under 8 MiB: one chunk
+              for rel, data in read_tree(tmp_path / "c20").items()}
+    assert manifest == {"step": 20, "files": sizes, "hash": "sha256/8MiB-chunks", "hashes": hashes}
     restored = tmp_path / "restored"
     assert restore_checkpoint(store, SWEEP, TRIAL, restored) == 20
     assert read_tree(restored) == read_tree(tmp_path / "c20")
