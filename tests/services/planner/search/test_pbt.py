@@ -104,17 +104,17 @@ def test_an_exploit_goes_one_interval_past_the_donor_and_never_copies_a_finished
     assert (d.action, d.donor, d.budget) == ("exploit", 0, 30)  # the donor's checkpoint is at 20 or later
     done = [member(0, {10: 1.0, 30: 0.1}), member(1, {10: 9.0})]
     d = decide(config(quantile=0.5), done, end(1, 9.0), random.Random(0))
-    assert d.action == "continue" and "between step 10 and max 30" in d.reason
+    assert d.action == "continue" and "reached max 30" in d.reason
 
 
-def test_a_donor_behind_the_trial_is_never_copied() -> None:
-    # 0 leads at its step 10 but 2 has reached 20: copying 0's checkpoint would make 2 train steps 10-20 again
-    pop = [member(0, {10: 1.0}), member(1, {10: 2.0, 20: 1.5}), member(2, {10: 3.0, 20: 9.0}), member(3, {10: 4.0})]
+def test_a_donor_behind_the_trial_is_copied_and_the_segment_starts_at_its_step() -> None:
+    # 0 leads at its step 10 while 2 has reached 20: 2 resumes from 0's checkpoint at 10 and runs to 30
+    pop = [member(0, {10: 1.0}), member(1, {10: 2.0}), member(2, {10: 3.0, 20: 9.0}), member(3, {10: 4.0})]
     runs = [decide(config(quantile=0.5), pop, SegmentEnd(2, 20, 9.0, pop[2].params), random.Random(s)) for s in range(30)]
-    assert {(d.action, d.donor, d.budget) for d in runs} == {("exploit", 1, 30)}
-    alone = [member(0, {10: 1.0}), member(1, {10: 2.0}), member(2, {10: 3.0, 20: 9.0}), member(3, {10: 4.0})]
-    d = decide(config(quantile=0.5), alone, SegmentEnd(2, 20, 9.0, alone[2].params), random.Random(0))
-    assert (d.action, d.budget, d.donor) == ("continue", 30, None) and "none of the top 2" in d.reason
+    assert {(d.action, d.start, d.budget) for d in runs} == {("exploit", 10, 30)} and {d.donor for d in runs} == {0, 1}
+    ahead = [member(0, {10: 1.0, 20: 0.5}), member(1, {10: 9.0})]
+    d = decide(config(quantile=0.5), ahead, end(1, 9.0), random.Random(0))
+    assert (d.action, d.donor, d.start, d.budget) == ("exploit", 0, 20, 30)
 
 
 def test_a_diverged_member_ranks_last_and_is_never_a_donor() -> None:
