@@ -121,3 +121,20 @@ def test_extend_names_a_bad_max_steps() -> None:
     with pytest.raises(SpecError) as info:
         extended(spec, budget={"max_steps": 0})
     assert info.value.errors == [("budget.max_steps", "must be a positive integer (got 0)")]
+
+
+def test_a_pbt_trial_in_flight_counts_what_it_trained_across_exploits_ahead_and_behind() -> None:
+    """Trained 0-2, exploited a donor ahead at 4 (steps 2-4 copied, not trained), trained
+    4-6, then exploited a donor behind at 4 and runs to 8: 4 trained so far, 4 to go
+    (4-6 again, then 6-8)."""
+    from spotsweep.services.planner.searching import Flying, Totals, usage_of
+
+    spec = parse_spec({**BASE, "command": [*BASE["command"], "--steps", "{steps}"], "space": {"x": [1, 2]},
+                       "budget": {"max_steps": 100},
+                       "strategy": {"type": "pbt", "population": 2, "interval": {"param": "steps", "every": 2, "max": 8},
+                                    "quantile": 0.5, "mutations": {"x": {"values": [1, 2]}}}})
+    flying = Flying("t", 0.0, {2: 5.0, 6: 3.0}, 8.0, 0.0, 0.0, exploits=[(2.0, 2.0), (6.0, -2.0)])
+    used = usage_of(spec, "steps", None, Totals(1, 0.0, [], [], 0.0), [flying])
+    assert (used.steps, used.committed_steps) == (4.0, 4.0)
+    ended = usage_of(spec, "steps", ("t", 1.0), Totals(1, 0.0, [], [], 0.0), [flying])
+    assert ended.steps == 8.0 - 2.0 + 2.0  # its budget, less what it copied, plus what it trained again
