@@ -68,6 +68,7 @@ BENCH_ARGS_ingest := --points 20000
 BENCH_ARGS_search := --all --seeds 1 --no-ray
 BENCH_ARGS_goodput := --quick
 BENCH_ARGS_headline := --trials 40 --repeat 1 --no-build-ray
+BENCH_ARGS_trainer := --quick --modes eager compile+dyn
 BENCH_ARGS_scale := --quick
 else
 BENCH_ARGS_dispatch := --trials 1000 --agents 2 --slots 4 --repeat 3
@@ -83,10 +84,13 @@ BENCH_ARGS_search := --all --seeds 10
 BENCH_ARGS_goodput :=
 # headline: spotsweep on the S3 path against Optuna at 1, 2, 4, 8 workers and Ray Tune, best against best.
 BENCH_ARGS_headline := --trials 400 --repeat 3
+# trainer: tokens/s and MFU of the tiny DeepSeek-MoE model, eager and compiled (size small on a CPU: a few
+# minutes on 2 cores, most of it cold compilation; on a GPU: small, grid and wide, see bench/trainer_gpu.sh).
+BENCH_ARGS_trainer :=
 # scale: 100, 250, 500 and 1,000 slots (agents of 20) of 1-5 s trials, 20 per slot: about 13 minutes.
 BENCH_ARGS_scale :=
 endif
-BENCHMARKS := headline dispatch ingest_e2e latency recovery memory ingest search goodput scale
+BENCHMARKS := headline dispatch ingest_e2e latency recovery memory ingest search goodput scale trainer
 
 bench: setup
 	$(BIN)/pip install --quiet -e '.[bench]'
