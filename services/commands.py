@@ -189,7 +189,8 @@ def cancel(sweep_id: str, settings: Settings) -> str:
 
         return resume.cancel(sweep_id, settings)
     with _sweep_database(settings, sweep_id).transaction() as conn:
-        row = conn.execute("SELECT state FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+        # The public view, not the table: a submitter's database login may be the reader role.
+        row = conn.execute("SELECT state FROM sweep_results WHERE sweep_id = %s", (sweep_id,)).fetchone()
     if row is None:
         raise _unknown(sweep_id)
     _postable(sweep_id)
@@ -201,7 +202,8 @@ def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any
     """Ask the planner for ``trials`` more trials and/or new budget caps; checked here
     first, so a mistake is reported to the person typing, not only in the planner's log."""
     with _sweep_database(settings, sweep_id).transaction() as conn:
-        row = conn.execute("SELECT spec, spec_version, state FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+        row = conn.execute("SELECT spec, spec_version, state FROM sweep_results WHERE sweep_id = %s",
+                           (sweep_id,)).fetchone()
     if row is None or row["spec"] is None:
         raise _unknown(sweep_id)
     if row["state"] not in ("running", "completed"):

@@ -100,6 +100,28 @@ def test_status_ls_and_report_work_as_the_reader(logins: tuple[str, str, str], t
         assert "permission denied" not in out.stderr
 
 
+def test_cancel_and_extend_check_the_sweep_as_the_reader(logins: tuple[str, str, str], rabbit_url: str,
+                                                          tmp_path: Path) -> None:
+    """A submitter whose database login is the reader role: `cancel` and `extend` check the
+    sweep through the public view and post their command (not `permission denied`)."""
+    import pika
+
+    from spotsweep.shared import topology
+
+    sweep_id, reader, _ = logins
+    env = {**os.environ, "SPOTSWEEP_DATABASE_URL": reader, "SPOTSWEEP_AMQP_URL": rabbit_url,
+           "SPOTSWEEP_HOME": str(tmp_path / "home")}
+    for args in (("extend", sweep_id, "--max-steps", "100"), ("cancel", sweep_id)):
+        out = spotsweep(env, *args)
+        assert out.returncode == 0, (args, out.stdout, out.stderr)
+    posted = []
+    with pika.BlockingConnection(pika.URLParameters(rabbit_url)) as conn:
+        channel = conn.channel()
+        while (got := channel.basic_get(topology.sweeps_queue().name, auto_ack=True))[0] is not None:
+            posted.append(got[1].headers["kind"])
+    assert posted == ["extend", "cancel"]
+
+
 def test_the_writer_writes_and_migrates(logins: tuple[str, str, str]) -> None:
     sweep_id, _, writer = logins
     from spotsweep.shared.db import migrator

@@ -6,7 +6,9 @@
 -- from a donor's checkpoint at pbt_segments.from_step where the trial had reached
 -- start_step. Before, a pbt trial counted the highest step it reported, which
 -- charged it every step of each donor it copied.
--- The view is 0005's with those two changes; its columns are unchanged.
+-- The view is 0005's with those two changes and one new column, last:
+-- spec_version (bumped by each `spotsweep extend`), so that `cancel` and
+-- `extend` check a sweep through the public view as the reader role may.
 
 CREATE OR REPLACE VIEW sweep_results AS
 SELECT s.sweep_id, s.name, s.state, s.error, s.note, s.created_at, s.finished_at,
@@ -20,7 +22,7 @@ SELECT s.sweep_id, s.name, s.state, s.error, s.note, s.created_at, s.finished_at
        p.gpu_hour * COALESCE(a.run_seconds, 0) * c.gpus / 3600 AS cost,
        p.on_demand_gpu_hour * COALESCE(a.run_seconds, 0) * c.gpus / 3600 AS on_demand_cost,
        s.total_trials AS planned, s.spec,
-       COALESCE(a.paused, 0) AS paused, COALESCE(a.steps, 0) AS steps
+       COALESCE(a.paused, 0) AS paused, COALESCE(a.steps, 0) AS steps, s.spec_version
 FROM sweeps s
 CROSS JOIN LATERAL (
     SELECT COALESCE(s.spec->'metric'->>'name', s.spec->'metric'->0->>'name', '') AS metric,
