@@ -10,6 +10,13 @@ temporary folder, which is then renamed into place. A reader never sees a
 half-made tree; two agents on one node racing for one hash both end with
 the same one.
 
+The cache does not grow without end on an agent that serves sweep after
+sweep: once a new tree is made, the least recently used ones past the
+newest :data:`KEEP_TREES` are deleted, but only those no run has used for
+:data:`IDLE_S` (a run copies its tree right after using it, so a tree a slot
+may still be copying is never deleted), and so are temporary folders a
+killed agent left.
+
 A missing or corrupt archive is a :class:`PermanentError` (the attempt fails
 with it: every retry would meet the same archive); an unreachable store is
 the store's :class:`RetryableError` (the trial goes back to the queue).
@@ -25,6 +32,7 @@ import shutil
 import tarfile
 import tempfile
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -36,6 +44,8 @@ from spotsweep.shared.errors import PermanentError
 _log = log.get("spotsweep.agent")
 _locks: dict[str, threading.Lock] = {}
 _locks_lock = threading.Lock()
+KEEP_TREES = 8  # code trees kept past their use: a few sweeps at once per node
+IDLE_S = 600.0  # and any tree a run used this recently
 
 
 def working_dir(store: ArtifactStore, cache: Path, sha256: str | None, in_place: Path | None, run: Path) -> Path:
@@ -52,10 +62,10 @@ def fetch(store: ArtifactStore, cache: Path, sha256: str) -> Path:
     """The cached tree of ``code/<sha256>.tar.gz``, downloaded and checked on first use."""
     tree = cache / sha256
     if tree.is_dir():
-        return tree
+        return _used(tree)
     with _lock(sha256):
         if tree.is_dir():  # another slot made it meanwhile
-            return tree
+            return _used(tree)
         cache.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=cache, prefix=f".{sha256[:12]}-") as tmp:
             archive, unpacked = Path(tmp) / "code.tar.gz", Path(tmp) / "tree"
@@ -73,7 +83,40 @@ def fetch(store: ArtifactStore, cache: Path, sha256: str) -> Path:
                 if not tree.is_dir():  # not a racing agent's finished copy: a real failure
                     raise
         _log.info("code archive fetched", key=key)
+    evict(cache, spare=sha256)
     return tree
+
+
+def _used(tree: Path) -> Path:
+    """``tree``, marked as just used (its mtime: what :func:`evict` ranks by)."""
+    try:
+        os.utime(tree)
+    except OSError:  # evicted this instant by another agent on the node: the caller's copy fails and retries
+        pass
+    return tree
+
+
+def evict(cache: Path, spare: str, keep: int | None = None, idle: float = IDLE_S, now: float | None = None) -> list[str]:
+    """Delete the trees past the ``keep`` (:data:`KEEP_TREES`) most recently used that no run
+    used for ``idle`` seconds, and temporary folders as old, never ``spare`` (the tree just
+    made); returns the names deleted."""
+    now = time.time() if now is None else now
+    keep = KEEP_TREES if keep is None else keep
+    entries = []
+    for path in cache.iterdir():
+        try:
+            entries.append((path.stat().st_mtime, path))
+        except OSError:
+            continue  # deleted meanwhile
+    trees = sorted(((m, p) for m, p in entries if not p.name.startswith(".")), reverse=True)
+    doomed = [p for m, p in trees[keep:] if m < now - idle and p.name != spare]
+    doomed += [p for m, p in entries if p.name.startswith(".") and m < now - idle]
+    for path in doomed:
+        with _lock(path.name):
+            shutil.rmtree(path, ignore_errors=True)
+    if doomed:
+        _log.info("code cache: unused trees deleted", count=len(doomed), kept=min(len(trees), keep))
+    return sorted(p.name for p in doomed)
 
 
 def _lock(sha256: str) -> threading.Lock:

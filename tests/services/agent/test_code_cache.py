@@ -151,3 +151,38 @@ def test_a_bad_archive_fails_the_attempt_with_the_reason_and_an_unreachable_stor
     with pytest.raises(RetryableError):
         run_trial(message("1" * 64, ["python", "train.py"]), Away(tmp_path / "s2"), lambda e: None, config,
                   RunControls())
+
+
+def test_the_cache_keeps_the_recently_used_trees_and_deletes_the_rest(tmp_path: Path) -> None:
+    import os
+    import time
+
+    cache = tmp_path / "cache"
+    now = time.time()
+    for i in range(12):  # tree i was last used i hours ago; trees 10 and 11 a minute ago
+        (cache / f"t{i:02d}").mkdir(parents=True)
+        age = 60 if i >= 10 else 3600 * i
+        os.utime(cache / f"t{i:02d}", (now - age, now - age))
+    (cache / ".t99-crashed").mkdir()  # a killed agent's half-made tree
+    os.utime(cache / ".t99-crashed", (now - 7200, now - 7200))
+    deleted = code_cache.evict(cache, spare="t09", keep=4, now=now)
+    # kept: the 4 most recently used (t10, t11, t00, t01) and the spared t09; t02-t08, unused for hours, and the
+    # crashed folder go
+    assert deleted == [".t99-crashed", *[f"t{i:02d}" for i in range(2, 9)]]
+    assert sorted(p.name for p in cache.iterdir()) == ["t00", "t01", "t09", "t10", "t11"]
+
+
+def test_a_new_tree_evicts_old_ones_and_a_used_one_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(code_cache, "KEEP_TREES", 1)
+    store = LocalArtifactStore(tmp_path / "store")
+    cache = tmp_path / "cache"
+    old = published(store, tmp_path / "a", {"train.py": "print('a')\n"})
+    code_cache.fetch(store, cache, old)
+    os.utime(cache / old, (1, 1))  # unused for decades
+    new = published(store, tmp_path / "b", {"train.py": "print('b')\n"})
+    code_cache.fetch(store, cache, new)
+    assert [p.name for p in cache.iterdir()] == [new]
+    code_cache.fetch(store, cache, old)  # needed again: fetched again
+    assert sorted(p.name for p in cache.iterdir()) == sorted([old, new])  # new was used just now: kept
