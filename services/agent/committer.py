@@ -12,11 +12,14 @@ checkpoint get a snapshot of their own.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
 from spotsweep.services.agent import uploads
+from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.lines import Checkpoint, Points
 from spotsweep.services.agent.pump import MetricPump
 from spotsweep.services.agent.screen import Screen
@@ -28,11 +31,45 @@ from spotsweep.shared.messages import CheckpointSaved, Envelope, TrialMessage
 _log = log.get("spotsweep.agent")
 
 
+class DrainClock:
+    """When the node began going away, as this run saw it, and whether a checkpoint upload must give up.
+
+    An upload in flight when the preemption arrives goes on (the supervisor's loop
+    waits for it, so the trial gets its SIGTERM after it), but only until ``grace``
+    seconds after the preemption was first seen: past that the upload is abandoned
+    between two requests, its folder stays incomplete, and the trial is reported
+    preempted and resumes from the previous complete checkpoint, before the
+    agent's drain deadline (``--grace`` + ``--after-grace``) would cut it off as
+    lost. A hard stop or a lost delivery abandons it at once. Polled from the
+    upload's threads and the supervisor's loop."""
+
+    def __init__(self, control: RunControls, grace: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._control, self._grace, self._clock = control, grace, clock
+        self._since: float | None = None
+        self._lock = threading.Lock()
+
+    def since(self) -> float | None:
+        """When the preemption was first seen (now, if it is seen for the first time); None before."""
+        if self._since is None and self._control.preempt.is_set():
+            with self._lock:
+                if self._since is None:
+                    self._since = self._clock()
+        return self._since
+
+    def out_of_time(self) -> bool:
+        """Whether a checkpoint upload must be abandoned now."""
+        if self._control.kill.is_set() or self._control.lost.is_set():
+            return True
+        since = self.since()
+        return since is not None and self._clock() - since > self._grace
+
+
 class LineReader:
     """Routes a run's screened lines: points to the pump, checkpoints to the store."""
 
     def __init__(self, msg: TrialMessage, tail: Tail, screen: Screen, pump: MetricPump, store: ArtifactStore,
-                 ckpt_dir: Path, publish: Callable[[Envelope], None], confirm: Callable[[], None]) -> None:
+                 ckpt_dir: Path, publish: Callable[[Envelope], None], confirm: Callable[[], None],
+                 cancel: Callable[[], bool] | None = None) -> None:
         self._msg = msg
         self._tail = tail
         self._screen = screen
@@ -42,6 +79,7 @@ class LineReader:
         self._publish = publish
         self._confirm = confirm  # blocks until every event published so far is on the broker
         self._pending: deque[Item] = deque()
+        self._cancel = cancel  # a DrainClock's out_of_time: abandon an upload the node has no time left for
 
     def consume(self, items: list[Item]) -> None:
         """Take lines read from the metrics file, committing each checkpoint they announce."""
@@ -82,7 +120,7 @@ class LineReader:
     def _commit(self, step: int, staged: Path, newer: int | None) -> int | None:
         self._confirm()  # the points the snapshot's state has passed are on the broker before it is committed
         msg = self._msg
-        uri = uploads.checkpoint(self._store, msg, step, staged, dict(self._pump.final))
+        uri = uploads.checkpoint(self._store, msg, step, staged, dict(self._pump.final), self._cancel)
         if uri is not None:
             self._publish(CheckpointSaved(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, step=step,
                                           uri=uri))

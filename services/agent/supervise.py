@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from spotsweep.services.agent.committer import LineReader
+from spotsweep.services.agent.committer import DrainClock, LineReader
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.monitor import RunMonitor
 from spotsweep.services.agent.pump import MetricPump
@@ -109,7 +109,8 @@ def supervise(
     confirm: Callable[[], None] = getattr(publish, "wait", lambda: None)
     pump = MetricPump(msg, run_id, publish, config.batch_points, config.batch_seconds, restored)
     screen = Screen(msg.limits, known=pump.final, trial_id=msg.trial_id)
-    reader = LineReader(msg, tail, screen, pump, store, ckpt_dir, publish, confirm)
+    drain_clock = DrainClock(control, control.grace)  # an upload in flight at a preemption: until the grace, no longer
+    reader = LineReader(msg, tail, screen, pump, store, ckpt_dir, publish, confirm, drain_clock.out_of_time)
     monitor = RunMonitor(msg, run_id, proc.pid, publish, pump.take_samples, config.sample_seconds)
     pump.watch = monitor.points
     # Running time left to this trial over all its attempts (timeout.total).
@@ -132,6 +133,8 @@ def supervise(
             if exited:
                 break
             state, action = decide(state, control.signals(run_id), now, limits)
+            if action == "term" and (seen := drain_clock.since()) is not None:
+                state = replace(state, term_sent_at=min(now, seen))  # the grace began when the drain did, mid-upload or not
             _act(proc, action)
             wait(0 if tail.behind else config.poll_seconds)  # behind: read on at once, still minding the limits above
     finally:

@@ -17,6 +17,7 @@ import stat
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import IO, BinaryIO
@@ -34,6 +35,7 @@ from spotsweep.shared.artifacts.checkpoints import (
     upload_checkpoint_files,
 )
 from spotsweep.shared.artifacts.port import ArtifactStore
+from spotsweep.shared.artifacts.workers import TransferCancelled
 from spotsweep.shared.artifacts.safe_files import Entry, Walk, regular_files, same_file
 from spotsweep.shared.errors import SpotsweepError
 from spotsweep.shared.messages import TrialMessage
@@ -143,13 +145,17 @@ def stage(directory: Path, tries: int = 3) -> Path:
 
 
 def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
-               metrics: dict[str, float] | None = None) -> str | None:
+               metrics: dict[str, float] | None = None, cancel: Callable[[], bool] | None = None) -> str | None:
     """Upload a staged checkpoint (with the metrics reported so far), commit it,
     prune older ones as ``msg.checkpoint_keep`` says and remove the stage; its
     URI, or None when it could not be uploaded. A prune that fails is logged:
-    the checkpoint is committed, and the next prune deletes what this one left."""
+    the checkpoint is committed, and the next prune deletes what this one left.
+    ``cancel``: once it says so (a draining node out of grace, :class:`.committer.DrainClock`)
+    the upload is abandoned uncommitted; a resume takes the previous complete checkpoint."""
     def upload() -> str:
-        folder = upload_checkpoint_files(store, msg.sweep_id, msg.trial_id, step, staged, metrics)
+        if cancel is not None and cancel():
+            raise TransferCancelled("no time left to upload it")
+        folder = upload_checkpoint_files(store, msg.sweep_id, msg.trial_id, step, staged, metrics, cancel)
         commit_checkpoint(store, msg.sweep_id, msg.trial_id, folder)
         return folder
 
@@ -158,6 +164,11 @@ def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
         folder: str = retrying(upload, S3_BACKOFF, what="upload checkpoint")  # type: ignore[assignment]
         exported.CHECKPOINT_UPLOAD_SECONDS.observe(time.monotonic() - began)
         exported.CHECKPOINT_UPLOAD_BYTES.inc(size)
+    except TransferCancelled:
+        _log.warning("checkpoint abandoned: the node is going away and its upload could not finish within the grace; "
+                     "the trial resumes from its previous complete checkpoint", step=step, bytes=size,
+                     seconds=round(time.monotonic() - began, 1), trial_id=msg.trial_id)
+        return None
     except (SpotsweepError, OSError) as e:  # an upload problem is never charged to the trial
         _log.error("checkpoint not uploaded; the trial goes on", step=step, error=str(e), trial_id=msg.trial_id)
         return None
