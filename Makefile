@@ -70,6 +70,7 @@ BENCH_ARGS_goodput := --quick
 BENCH_ARGS_headline := --trials 40 --repeat 1 --no-build-ray
 BENCH_ARGS_trainer := --quick --modes eager compile+dyn
 BENCH_ARGS_scale := --quick
+BENCH_ARGS_checkpoint := --quick
 else
 BENCH_ARGS_dispatch := --trials 1000 --agents 2 --slots 4 --repeat 3
 BENCH_ARGS_ingest_e2e := --trials 4 --lines 25000 --peer-points 2000 --repeat 3
@@ -89,8 +90,11 @@ BENCH_ARGS_headline := --trials 400 --repeat 3
 BENCH_ARGS_trainer :=
 # scale: 100, 250, 500 and 1,000 slots (agents of 20) of 1-5 s trials, 20 per slot: about 13 minutes.
 BENCH_ARGS_scale :=
+# checkpoint: 256 MiB and 2 GiB checkpoints and 5,000 one-byte files, spotsweep against minio and boto3 on
+# loopback and +20 ms, hashing, unchanged files, a preemption mid-upload: about 10 minutes.
+BENCH_ARGS_checkpoint := --rounds 2
 endif
-BENCHMARKS := headline dispatch ingest_e2e latency recovery memory ingest search goodput scale trainer
+BENCHMARKS := headline dispatch ingest_e2e latency recovery memory ingest search goodput scale trainer checkpoint
 
 bench: setup
 	$(BIN)/pip install --quiet -e '.[bench]'

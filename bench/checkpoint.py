@@ -1,0 +1,252 @@
+"""Large checkpoints inside a spot notice (issue 23 section 3).
+
+Upload and restore throughput of spotsweep's checkpoint path (upload_checkpoint_files +
+commit, restore_checkpoint, over the S3 adapter) against the raw ``minio`` client
+(``fput_object``/``fget_object`` one file after the other, its defaults) and boto3's
+transfer manager at its defaults (``upload_file``/``download_file`` per file: 8 MiB
+parts, 10 threads), on loopback to moto's S3 server and through bench/s3_proxy.py
+adding 20 ms of round trip (10 ms each way, bandwidth not limited), the same proxy
+for every client. Clients are interleaved (their order rotates every round); objects
+are deleted after each transfer (moto keeps them in memory). Checkpoints: several
+incompressible files of 256 MiB and 2 GiB in all, and 5,000 one-byte files.
+
+Then: what hashing costs per GiB; a checkpoint whose large files did not change since
+the last commit (copied in the store); and a graceful preemption arriving while a
+2 GiB checkpoint is being uploaded with a 25 s notice (grace 20 s + 5 s after), through
+the agent's real runner: whether the upload finished within the grace or was abandoned
+(the trial resuming from the previous checkpoint), and how long each took.
+
+    python bench/checkpoint.py [--quick] [--json bench/results/checkpoint.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import boto3
+import harness
+from minio import Minio
+from s3_proxy import DelayProxy
+
+from spotsweep.services.agent.runner import RunControls, RunnerConfig, run_trial
+from spotsweep.shared.artifacts.checkpoints import commit_checkpoint, restore_checkpoint, upload_checkpoint_files
+from spotsweep.shared.artifacts.s3 import S3ArtifactStore
+from spotsweep.shared.artifacts.transfer import CHUNK
+from spotsweep.shared.messages import CheckpointSaved, TrialMessage
+
+MiB = 1 << 20
+CLIENTS = ("spotsweep", "minio", "boto3")
+
+
+def make_checkpoint(root: Path, total: int, files: int) -> Path:
+    """``files`` files of random bytes, ``total`` bytes in all (or ``files`` one-byte files when total == files)."""
+    root.mkdir(parents=True, exist_ok=True)
+    each = total // files
+    for i in range(files):
+        with open(root / f"part-{i:05d}.bin", "wb") as f:
+            left = each
+            while left:
+                n = min(left, 64 * MiB)
+                f.write(os.urandom(n))
+                left -= n
+    return root
+
+
+class Clients:
+    """The three clients, on one endpoint (loopback or the proxy), into one bucket."""
+
+    def __init__(self, endpoint: str, env: dict[str, str]) -> None:
+        key, secret, self.bucket = env["SPOTSWEEP_S3_ACCESS_KEY"], env["SPOTSWEEP_S3_SECRET_KEY"], env["SPOTSWEEP_S3_BUCKET"]
+        self.store = S3ArtifactStore(endpoint, key, secret, self.bucket, region="us-east-1")
+        self.minio = Minio(endpoint.removeprefix("http://"), key, secret, secure=False, region="us-east-1")
+        self.boto = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret,
+                                 region_name="us-east-1")
+
+    def upload(self, client: str, src: Path, prefix: str) -> None:
+        files = sorted(p for p in src.rglob("*") if p.is_file())
+        if client == "spotsweep":
+            sweep, trial = prefix.split("/")[:2]
+            folder = upload_checkpoint_files(self.store, sweep, trial, 1, src)
+            commit_checkpoint(self.store, sweep, trial, folder)
+        elif client == "minio":
+            for p in files:
+                self.minio.fput_object(self.bucket, f"{prefix}/{p.relative_to(src)}", str(p))
+        else:
+            for p in files:
+                self.boto.upload_file(str(p), self.bucket, f"{prefix}/{p.relative_to(src)}")
+
+    def restore(self, client: str, prefix: str, dest: Path) -> None:
+        if client == "spotsweep":
+            sweep, trial = prefix.split("/")[:2]
+            assert restore_checkpoint(self.store, sweep, trial, dest) == 1
+            return
+        for key in self.store.list(prefix + "/"):
+            target = dest / key[len(prefix) + 1:]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if client == "minio":
+                self.minio.fget_object(self.bucket, key, str(target))
+            else:
+                self.boto.download_file(self.bucket, key, str(target))
+
+    def clear(self, prefix: str) -> None:
+        keys = self.store.list(prefix + "/") + self.store.list(f"sweeps/{prefix.split('/')[0]}/")
+        for key in keys:
+            self.store.delete(key)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    began = time.perf_counter()
+    fn()
+    return time.perf_counter() - began
+
+
+def throughput(env: dict[str, str], links: dict[str, str], sets: dict[str, tuple[Path, int]], rounds: int,
+               tmp: Path) -> list[dict[str, Any]]:
+    """MB/s of each client, link and checkpoint, interleaved; the best of ``rounds``."""
+    best: dict[tuple[str, str, str, str], float] = {}
+    for r in range(rounds):
+        order = CLIENTS[r % 3:] + CLIENTS[:r % 3]
+        for link, endpoint in links.items():
+            clients = Clients(endpoint, env)
+            for name, (src, _size) in sets.items():
+                for client in order:
+                    prefix = f"b{uuid.uuid4().hex[:8]}/{client}"
+                    up = timed(partial(clients.upload, client, src, prefix))
+                    dest = tmp / f"restore-{uuid.uuid4().hex[:6]}"
+                    down = timed(partial(clients.restore, client, prefix, dest))
+                    shutil.rmtree(dest, ignore_errors=True)
+                    clients.clear(prefix)
+                    for op, s in (("upload", up), ("restore", down)):
+                        k = (link, name, client, op)
+                        best[k] = min(best.get(k, s), s)
+                    print(f"  round {r + 1} {link:8} {name:12} {client:9} up {up:6.2f} s  down {down:6.2f} s  "
+                          f"(load {harness.load_1m()})", flush=True)
+    rows = []
+    for (link, name, client, op), s in sorted(best.items()):
+        size = sets[name][1]
+        boto = best[(link, name, "boto3", op)]
+        rows.append({"link": link, "checkpoint": name, "client": client, "op": op, "seconds": round(s, 3),
+                     "MB_s": round(size / s / 1e6, 1), "vs_boto3": round(boto / s, 2)})
+    return rows
+
+
+def hash_cost(path: Path) -> float:
+    """Seconds of one core per GiB for the MANIFEST's hash (SHA-256 of each 8 MiB chunk, then of those)."""
+    size = path.stat().st_size
+    began = time.process_time()
+    with open(path, "rb") as f:
+        digests = [hashlib.sha256(chunk).digest() for chunk in iter(lambda: f.read(CHUNK), b"")]
+    hashlib.sha256(b"".join(digests)).hexdigest()
+    return (time.process_time() - began) / (size / (1 << 30))
+
+
+def unchanged(env: dict[str, str], endpoint: str, src: Path, tmp: Path) -> dict[str, float]:
+    """A second checkpoint of the trial with one file of several changed: seconds, against the first."""
+    clients = Clients(endpoint, env)
+    sweep, trial = f"u{uuid.uuid4().hex[:6]}", "t"
+    first = timed(lambda: commit_checkpoint(clients.store, sweep, trial, upload_checkpoint_files(clients.store, sweep, trial, 1, src)))
+    second_src = tmp / "changed"
+    shutil.copytree(src, second_src)
+    victim = sorted(second_src.iterdir())[0]
+    victim.write_bytes(os.urandom(victim.stat().st_size))  # an adapter: the rest (a frozen base) unchanged
+    second = timed(lambda: commit_checkpoint(clients.store, sweep, trial, upload_checkpoint_files(clients.store, sweep, trial, 2, second_src)))
+    shutil.rmtree(second_src)
+    clients.clear(sweep)
+    return {"first_s": round(first, 2), "one_file_changed_s": round(second, 2)}
+
+
+PREEMPT_SCRIPT = """
+import os, shutil, signal, sys, time
+from spotsweep import trial
+src = os.environ["SRC"]
+for name in sorted(os.listdir(src)):
+    os.link(os.path.join(src, name), trial.checkpoint_dir / name)
+trial.checkpoint_saved(1)
+open(os.environ["ANNOUNCED"], "w").close()
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+time.sleep(600)
+"""
+
+
+def preemption(env: dict[str, str], endpoint: str, src: Path, tmp: Path, grace: float) -> dict[str, Any]:
+    """The agent's runner: a trial announces a checkpoint of ``src``; the preemption comes right after."""
+    clients = Clients(endpoint, env)
+    announced = tmp / f"announced-{uuid.uuid4().hex[:6]}"
+    msg = TrialMessage(sweep_id=f"p{uuid.uuid4().hex[:6]}", trial_id="t", attempt=1, trial_name="t", index=0, params={},
+                       argv=["python", "-c", PREEMPT_SCRIPT], metric="loss",
+                       env={"SRC": str(src), "ANNOUNCED": str(announced)})
+    control = RunControls(grace=grace)
+    events: list[Any] = []
+    saved_at: list[float] = []
+
+    def publish(event: Any) -> None:
+        events.append(event)
+        if isinstance(event, CheckpointSaved):
+            saved_at.append(time.monotonic())
+
+    result: list[Any] = []
+    runner = threading.Thread(target=lambda: result.append(run_trial(msg, clients.store, publish,
+                                                                     RunnerConfig("bench", tmp / "agent"), control)))
+    runner.start()
+    while not announced.exists():
+        time.sleep(0.01)
+    began = time.monotonic()
+    control.preempt.set()
+    runner.join()
+    ended = time.monotonic()
+    clients.clear(msg.sweep_id)
+    return {"outcome": result[0].outcome, "committed": bool(saved_at),
+            "commit_after_notice_s": round(saved_at[0] - began, 2) if saved_at else None,
+            "run_over_after_notice_s": round(ended - began, 2), "grace_s": grace}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smoke size: 16 MiB and 200 tiny files, one round")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--files", type=int, default=4, help="files per large checkpoint")
+    ap.add_argument("--tiny", type=int, default=5000, help="one-byte files of the small-files checkpoint")
+    ap.add_argument("--delay-ms", type=float, default=10.0, help="added each way by the proxy")
+    ap.add_argument("--notice", type=float, default=25.0, help="seconds of preemption notice (grace: 5 s less)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    sizes = {"16 MiB": 16 * MiB} if args.quick else {"256 MiB": 256 * MiB, "2 GiB": 2048 * MiB}
+    tiny, rounds = (200, 1) if args.quick else (args.tiny, args.rounds)
+    with harness.moto_s3() as env, tempfile.TemporaryDirectory(prefix="bench-ckpt-") as t:
+        tmp = Path(t)
+        sets = {name: (make_checkpoint(tmp / name.replace(" ", ""), size, args.files), size) for name, size in sizes.items()}
+        sets[f"{tiny} x 1 B"] = (make_checkpoint(tmp / "tiny", tiny, tiny), tiny)
+        Clients(env["SPOTSWEEP_S3_ENDPOINT"], env)  # creates the bucket
+        port = int(env["SPOTSWEEP_S3_ENDPOINT"].rsplit(":", 1)[1])
+        with DelayProxy(port, args.delay_ms / 1000) as proxy:
+            links = {"loopback": env["SPOTSWEEP_S3_ENDPOINT"], f"+{2 * args.delay_ms:g} ms": proxy.endpoint}
+            rows = throughput(env, links, sets, rounds, tmp)
+            largest, (src, _) = list(sets.items())[len(sizes) - 1]
+            cost = hash_cost(next(src.iterdir()))
+            dedupe = unchanged(env, proxy.endpoint, src, tmp)
+            preempt = preemption(env, proxy.endpoint, src, tmp, max(1.0, args.notice - 5))
+    print(harness.table(f"Checkpoint transfer, best of {rounds} (MB/s; vs boto3 = boto3's time / this client's time)",
+                        ["link", "checkpoint", "op", "client", "s", "MB/s", "vs boto3"],
+                        [[r["link"], r["checkpoint"], r["op"], r["client"], r["seconds"], r["MB_s"], r["vs_boto3"]]
+                         for r in rows]))
+    print(f"hash (sha256 of 8 MiB chunks): {cost:.2f} s of one core per GiB")
+    print(f"{largest}, one of {args.files} files changed since the last commit: {dedupe}")
+    print(f"preemption {args.notice:g} s notice while {largest} uploads: {preempt}")
+    out = harness.write_json("checkpoint", {"args": vars(args), "rows": rows, "hash_s_per_gib": round(cost, 3),
+                                            "unchanged": dedupe, "preemption": preempt}, args.json)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
