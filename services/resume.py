@@ -49,6 +49,21 @@ def _sweep(db: Database, sweep_id: str, settings: Settings) -> dict[str, object]
     return dict(row)
 
 
+def _ran_here(sweep_id: str, settings: Settings) -> None:
+    """Refuse to resume a sweep no `spotsweep run` with this ``SPOTSWEEP_HOME`` started.
+
+    With ``SPOTSWEEP_DATABASE_URL`` the database may hold sweeps submitted to the
+    planner: their trials in flight run on agents, and the planner requeues what a
+    lost agent held. Resuming one here would requeue those trials as orphans and run
+    them a second time beside the agents. A local run leaves its lock file in
+    ``SPOTSWEEP_HOME/runs`` (kept after it ends), which a submitted sweep never has."""
+    if settings.database_url is None or (settings.home / "runs" / f"{sweep_id}.lock").exists():
+        return
+    raise PermanentError(f"sweep {_named(sweep_id)} was not started by `spotsweep run` with this SPOTSWEEP_HOME "
+                         f"({settings.home}): a sweep submitted to the planner goes on by itself (its planner requeues "
+                         "what a lost agent held), and `resume` would run its trials a second time here")
+
+
 def resume(sweep_id: str, settings: LocalSettings, workers: int, csv: Path | None, console: Console | None = None,
            dashboard: int | None = None) -> int:
     """Finish an interrupted local sweep; a sweep that already ended is said so (exit 0)."""
@@ -56,6 +71,7 @@ def resume(sweep_id: str, settings: LocalSettings, workers: int, csv: Path | Non
     db = local.database(settings)
     db.migrate()  # local mode's database is this user's: brought up to date, as `run` does
     row = _sweep(db, sweep_id, settings)
+    _ran_here(sweep_id, settings)
     if row["state"] != "running":
         console.print(f"sweep {sweep_id} already ended: {row['state']}; nothing to resume "
                       f"(see `spotsweep report {sweep_id}`)")
