@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from spotsweep.services.reporter.safe import printable
 from spotsweep.services.trial_lookup import TERMINAL, find_trial, trial_state
 from spotsweep.shared.artifacts import ArtifactStore, open_store
-from spotsweep.shared.artifacts.browse import STREAMS, download_checkpoint, log_attempts, read_log
+from spotsweep.shared.artifacts.browse import STREAMS, download_checkpoint, log_attempts
+from spotsweep.shared.artifacts.checkpoint_layout import log_key
+from spotsweep.shared.artifacts.port import NotFound
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.runtime import ExitCode
@@ -26,17 +29,54 @@ from spotsweep.shared.settings import Settings
 
 ANCHOR = 4096  # bytes of what was shown last that locate it again in a log cut at its front
 FOLLOW_SECONDS = 2.0
+WINDOW = 1 << 20  # the first tail read when a log's front was cut; grown 4x until the anchor is in it
 
 
-def fresh(seen: bytes, now: bytes) -> bytes:
-    """What of the log ``now`` was not in ``seen`` (the same log, fetched before).
-    A bounded log loses its front as it grows (``limits.log_bytes``): then the
-    end of ``seen`` is found in ``now`` and what follows it is new. Pure."""
-    if now.startswith(seen):
-        return now[len(seen):]
-    anchor = seen[-ANCHOR:]
-    at = now.rfind(anchor) if anchor else -1
-    return now[at + len(anchor):] if at >= 0 else now
+@dataclass(frozen=True)
+class Seen:
+    """How far a followed log was shown: its size then and its last :data:`ANCHOR` bytes."""
+
+    size: int
+    tail: bytes
+
+
+def read_new(store: ArtifactStore, key: str, seen: Seen | None) -> tuple[bytes, Seen]:
+    """What log ``key`` holds past ``seen``, reading only that (ranged GETs), and the new
+    :class:`Seen`. Raises :class:`NotFound` while there is no log.
+
+    ``--follow`` polls every few seconds a log that can reach ``limits.log_bytes``
+    (64 MiB): reading it whole each time cost that much per poll. A log grows at its
+    end, so the bytes from the last anchor on are read; one whose front the agent cut
+    (the bound) moved the anchor towards its start by an unknown amount, so growing
+    windows at its end are read until the anchor is in one (usually the first)."""
+    if seen is None:
+        data = store.get_bytes(key)
+        return data, Seen(len(data), data[-ANCHOR:])
+    start = seen.size - len(seen.tail)
+    data, total = _read_from(store, key, start)
+    if data.startswith(seen.tail):
+        new = data[len(seen.tail):]
+        return new, Seen(start + len(data), (seen.tail + new)[-ANCHOR:])
+    window = WINDOW
+    while True:
+        begin = max(0, total - window)
+        chunk, total = _read_from(store, key, begin)
+        at = chunk.rfind(seen.tail) if seen.tail else -1
+        if at >= 0 or begin == 0:  # found, or the whole log read: without the anchor all of it is new
+            new = chunk[at + len(seen.tail):] if at >= 0 else chunk
+            return new, Seen(begin + len(chunk), chunk[-ANCHOR:])
+        window *= 4
+
+
+def _read_from(store: ArtifactStore, key: str, offset: int, chunk: int = 8 << 20) -> tuple[bytes, int]:
+    """``key`` from ``offset`` to its end, in ranged reads of ``chunk`` bytes, and its size."""
+    parts: list[bytes] = []
+    while True:
+        data, total = store.get_range(key, offset, chunk)
+        parts.append(data)
+        offset += len(data)
+        if not data or offset >= total:
+            return b"".join(parts), total
 
 
 class Printer:
@@ -76,7 +116,7 @@ def logs(trial: str, sweep: str | None, attempt: int | None, follow: bool, setti
             have = ", ".join(map(str, known)) or "none yet"
             raise PermanentError(f"--attempt: trial {row['trial_name']} has no log of attempt {attempt} "
                                  f"(attempts with logs: {have})")
-    seen: dict[str, bytes] = {}
+    seen: dict[str, Seen] = {}
     shown: int | None = None
     while True:
         if follow:
@@ -98,14 +138,14 @@ def logs(trial: str, sweep: str | None, attempt: int | None, follow: bool, setti
         time.sleep(poll)
 
 
-def _print_new(store: ArtifactStore, sweep_id: str, trial_id: str, attempt: int, seen: dict[str, bytes],
+def _print_new(store: ArtifactStore, sweep_id: str, trial_id: str, attempt: int, seen: dict[str, Seen],
                printer: Printer) -> None:
     for name in STREAMS:
-        data = read_log(store, sweep_id, trial_id, attempt, name)
-        if data is None:
+        try:
+            new, seen[name] = read_new(store, log_key(sweep_id, trial_id, attempt, name), seen.get(name))
+        except NotFound:
             continue
-        printer.write(f"{name} (attempt {attempt})", fresh(seen.get(name, b""), data))
-        seen[name] = data
+        printer.write(f"{name} (attempt {attempt})", new)
 
 
 def checkpoint(trial: str, sweep: str | None, out: Path, step: int | None, settings: Settings,
