@@ -219,9 +219,11 @@ def main() -> None:
     ap.add_argument("--tiny", type=int, default=5000, help="one-byte files of the small-files checkpoint")
     ap.add_argument("--delay-ms", type=float, default=10.0, help="added each way by the proxy")
     ap.add_argument("--notice", type=float, default=25.0, help="seconds of preemption notice (grace: 5 s less)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[256, 2048], help="large checkpoints, MiB")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    sizes = {"16 MiB": 16 * MiB} if args.quick else {"256 MiB": 256 * MiB, "2 GiB": 2048 * MiB}
+    sizes = {"16 MiB": 16 * MiB} if args.quick else {
+        (f"{m // 1024} GiB" if m % 1024 == 0 else f"{m} MiB"): m * MiB for m in args.sizes}
     tiny, rounds = (200, 1) if args.quick else (args.tiny, args.rounds)
     with harness.moto_s3() as env, tempfile.TemporaryDirectory(prefix="bench-ckpt-") as t:
         tmp = Path(t)

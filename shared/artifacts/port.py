@@ -8,6 +8,7 @@ local mode and unit tests). One contract suite runs against both.
 from __future__ import annotations
 
 import builtins
+import os
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -77,6 +78,17 @@ class ArtifactStore(ABC):
         large file's parts in parallel, :mod:`.transfer`); this default reads it all."""
         data = self.get_bytes(key)
         return data[offset:offset + length], len(data)
+
+    def get_range_into(self, key: str, offset: int, length: int, fd: int) -> tuple[int, int]:
+        """:meth:`get_range` written into the open file ``fd`` at ``offset`` (``os.pwrite``) as it
+        arrives: the bytes written and the object's whole size. Adapters that stream a range
+        override this, and checkpoint restores then fetch a large file's ranges in parallel
+        with little memory (:mod:`.transfer`); this default holds the range in memory."""
+        data, total = self.get_range(key, offset, length)
+        written = 0
+        while written < len(data):
+            written += os.pwrite(fd, data[written:], offset + written)
+        return written, total
 
     # Multipart uploads: a large file's parts sent in parallel, the object appearing whole
     # only at ``complete_multipart`` (parts numbered from 1; each but the last at least

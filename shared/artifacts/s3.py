@@ -264,6 +264,27 @@ class S3ArtifactStore(ArtifactStore):
                 response.release_conn()
         return data, int(total) if total.isdigit() else offset + len(data)
 
+    def get_range_into(self, key: str, offset: int, length: int, fd: int) -> tuple[int, int]:
+        written = 0
+        with self._translate("ranged get", key):
+            try:
+                response = self._client.get_object(self.bucket, key, offset=offset, length=length)
+            except S3Error as e:
+                if e.code != "InvalidRange":
+                    raise
+                return 0, self._client.stat_object(self.bucket, key).size or 0  # the range starts past the end
+            try:
+                for chunk in response.stream(1 << 20):
+                    view = memoryview(chunk)
+                    while view:
+                        n = os.pwrite(fd, view, offset + written)
+                        written, view = written + n, view[n:]
+                total = response.headers.get("Content-Range", "").rpartition("/")[2]
+            finally:
+                response.close()
+                response.release_conn()
+        return written, int(total) if total.isdigit() else offset + written
+
     # minio has no public call for one part at a time (its put_object runs the whole
     # upload itself, which a draining agent could not abandon between parts): these
     # use the client's own request methods for the S3 calls of the same names.

@@ -3,9 +3,12 @@
 On a remote object store every request costs a round trip, so the files go
 :data:`~.workers.WORKERS` at a time (a checkpoint of 20,000 one-byte files
 took 175 s one PUT at a time) and a large file goes as a multipart upload of
-:data:`CHUNK`-sized parts in parallel, coming back as parallel ranged GETs
-written into place by offset (``pwrite``). Stores without parts or ranges
-(wrappers in tests, adapters of other kinds) get whole-file calls.
+:data:`CHUNK`-sized parts in parallel. It comes back as parallel ranged GETs,
+as many as keep every worker busy (a few large ranges rather than many
+small ones: moto, for one, copies the whole object for every range it
+serves), each streamed into place by offset (``pwrite``) with little memory.
+Stores without parts or ranges (wrappers in tests, adapters of other kinds)
+get whole-file calls.
 
 Each file's content hash (:func:`tree hash <_combine>`: SHA-256 over the
 SHA-256 of each 8 MiB chunk, so the chunks hash in parallel, and from the
@@ -14,8 +17,8 @@ hash equal those of the same path in the previous committed folder (a frozen
 base model under LoRA adapters) is copied inside the store (S3 CopyObject)
 instead of sent again: the new folder still holds its own copy, so pruning
 the old one never takes a file from it. CopyObject stops at 5 GiB: larger
-files are sent again. Hashing costs about 0.6 s of one core per GiB
-(``bench/checkpoint.py``); files under :data:`DEDUPE_MIN` are not worth a
+files are sent again. Hashing costs 0.6-1.3 s of one core per GiB
+(``bench/checkpoint.py``; SHA-256 with the CPU's SHA extensions); files under :data:`DEDUPE_MIN` are not worth a
 comparison (a PUT costs what a copy does) but are hashed all the same.
 """
 
@@ -58,7 +61,7 @@ def _parts_of(store: ArtifactStore) -> bool:
 
 
 def _ranges_of(store: ArtifactStore) -> bool:
-    return type(store).get_range is not ArtifactStore.get_range
+    return type(store).get_range_into is not ArtifactStore.get_range_into
 
 
 def _spans(size: int) -> list[tuple[int, int]]:
@@ -263,6 +266,7 @@ def download_files(store: ArtifactStore, prefix: str, sizes: dict[str, int], sta
     batch, fds = Batch(workers, name="ckpt-down"), Fds()
     made: set[Path] = set()
     ranged = _ranges_of(store)
+    large = sum(1 for size in sizes.values() if size > CHUNK)
     try:
         for rel, size in sizes.items():
             target = staging.joinpath(*PurePosixPath(rel).parts)
@@ -270,7 +274,7 @@ def download_files(store: ArtifactStore, prefix: str, sizes: dict[str, int], sta
                 target.parent.mkdir(parents=True, exist_ok=True)
                 made.add(target.parent)
             if ranged and size > CHUNK:
-                _ranged(store, batch, fds, prefix + rel, target, size)
+                _ranged(store, batch, fds, prefix + rel, target, size, _range_size(size, large, workers))
             else:
                 batch.add(partial(_whole, store, prefix + rel, target, size))
         batch.wait()
@@ -291,20 +295,27 @@ def _whole(store: ArtifactStore, key: str, target: Path, size: int) -> None:
         raise _Damaged(key)
 
 
-def _ranged(store: ArtifactStore, batch: Batch, fds: Fds, key: str, target: Path, size: int) -> None:
+def _range_size(size: int, large: int, workers: int) -> int:
+    """Bytes per ranged GET of one of ``large`` large files: enough ranges to keep every
+    worker busy, but none under :data:`CHUNK` (each range is a request; a range streams
+    into the file, so a large one costs no memory)."""
+    ranges = max(1, -(-workers // max(large, 1)))
+    return max(CHUNK, -(-size // ranges))
+
+
+def _ranged(store: ArtifactStore, batch: Batch, fds: Fds, key: str, target: Path, size: int, step: int) -> None:
     """Parallel ranged GETs into a file of the right size, each written at its offset."""
     fd = fds.add(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
     os.ftruncate(fd, size)
-    spans = _spans(size)
+    spans = [(off, min(step, size - off)) for off in range(0, size, step)]
     left = [len(spans)]
     lock = threading.Lock()
 
     def fetch(off: int, length: int) -> None:
         try:
-            data, total = _retry(lambda: store.get_range(key, off, length), "download a checkpoint part")
-            if total != size or len(data) != length:
+            written, total = _retry(lambda: store.get_range_into(key, off, length, fd), "download a checkpoint part")
+            if total != size or written != length:
                 raise _Damaged(key)
-            os.pwrite(fd, data, off)
         finally:
             with lock:
                 left[0] -= 1

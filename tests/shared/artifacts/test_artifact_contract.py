@@ -207,6 +207,22 @@ def test_get_range_reads_part_of_an_object_and_tells_its_size(store: ArtifactSto
         store.get_range("r/absent", 0, 10)
 
 
+def test_get_range_into_writes_a_range_at_its_offset(store: ArtifactStore, tmp_path: Path) -> None:
+    data = os.urandom(3 * MiB + 5)
+    store.put_bytes("r/big", data)
+    target = tmp_path / "out.bin"
+    fd = os.open(target, os.O_RDWR | os.O_CREAT)
+    try:
+        os.ftruncate(fd, len(data))
+        assert store.get_range_into("r/big", 2 * MiB, 2 * MiB, fd) == (MiB + 5, len(data))  # short past the end
+        assert store.get_range_into("r/big", 0, 2 * MiB, fd) == (2 * MiB, len(data))
+    finally:
+        os.close(fd)
+    assert target.read_bytes() == data
+    with pytest.raises(NotFound):
+        store.get_range_into("r/absent", 0, 10, 0)
+
+
 def test_multipart_upload_appears_whole_only_when_completed(store: ArtifactStore) -> None:
     parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), b"tail"]
     upload = store.start_multipart("mp/model.pt")
