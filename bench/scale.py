@@ -24,7 +24,7 @@ Per slot count it reports:
 * memory: planner's and collector's RSS and peak, each agent's RSS and USS;
 * RabbitMQ's connections and channels on the vhost (``rabbitmqctl``, mid-run).
 
-    python bench/scale.py                          # 100, 250, 500, 1000 slots: about 12 minutes on 2 cores
+    python bench/scale.py                          # 100, 250, 500, 1000 slots: about 13 minutes on 2 cores
     python bench/scale.py --slots 100,1000 --rounds 10
     python bench/scale.py --quick                  # 20 and 40 slots, 2 rounds: about a minute
 """
@@ -103,11 +103,13 @@ def sample(vhost: str, pids: dict[str, int]) -> dict[str, Any]:
             "tree_scan": scale_probe.tree_scan(), "load_1m": harness.load_1m()}
 
 
-def idle_cpu(pids: dict[str, int], db_url: str, seconds: float) -> dict[str, float]:
-    """Cores each part uses with every slot idle (no trial anywhere), over ``seconds``."""
-    before = scale_probe.cpu(pids, db_url)
+def idle_cpu(pids: dict[str, int], db_url: str, seconds: float) -> dict[str, Any]:
+    """Cores each part uses with every slot idle (no trial anywhere), over ``seconds``,
+    and the busiest processes on the machine then."""
+    before, procs = scale_probe.cpu(pids, db_url), scale_probe.processes()
     time.sleep(seconds)
-    return {k: v / seconds for k, v in scale_probe.cpu_delta(before, scale_probe.cpu(pids, db_url)).items()}
+    cores = {k: v / seconds for k, v in scale_probe.cpu_delta(before, scale_probe.cpu(pids, db_url)).items()}
+    return cores | {"busiest": scale_probe.busiest(procs, scale_probe.processes(), pids.values())}
 
 
 def runs_of(db_url: str, sweep_id: str) -> tuple[list[tuple[str, float, float]], int]:
@@ -138,11 +140,11 @@ def measure(svc: harness.Services, s3: dict[str, str], tmp: Path, slots: int, ar
         idle = idle_cpu(pids, c.db_url, args.idle)
         harness.settle()
         load = harness.load_1m()
-        before = scale_probe.cpu(pids, c.db_url)
+        before, procs = scale_probe.cpu(pids, c.db_url), scale_probe.processes()
         sweep_id, posted = harness.submit(c.amqp_url, spec(n, low, high, concurrent, args.seed))
         ideal = n / offered
         mid = wait(c, sweep_id, 300 + 5 * ideal, min(ideal / 2, 30), svc.vhost, pids)
-        after = scale_probe.cpu(pids, c.db_url)
+        after, busiest = scale_probe.cpu(pids, c.db_url), scale_probe.busiest(procs, scale_probe.processes(), pids.values())
         end_memory = scale_probe.memory(pids)
         runs, total = runs_of(c.db_url, sweep_id)
         row = harness.wait_sweep(c.db_url, sweep_id, 10)
@@ -159,6 +161,8 @@ def measure(svc: harness.Services, s3: dict[str, str], tmp: Path, slots: int, ar
     filled = starts[min(slots, n) - 1]
     steady = sum(filled < s <= drained for s in starts) / (drained - filled) if drained > filled else float("nan")
     cpu_s = scale_probe.cpu_delta(before, after)
+    # The agent samples a run's resources 1 s after its start, then every 5 s (services/agent/resources.py).
+    samples = sum(1 + int((e - s - 1) // 5) for _, s, e in runs if e - s >= 1) / n
     return {
         "slots": slots, "agents": len(sizes), "agent_slots": sizes, "trials": n, "sleep": [low, high],
         "load_1m": load, "boot_s": boot, "seconds": seconds,
@@ -168,8 +172,8 @@ def measure(svc: harness.Services, s3: dict[str, str], tmp: Path, slots: int, ar
                    "max": max(gaps) * 1000, "n": len(gaps)},
         "cpu_s": cpu_s, "cpu_ms_per_trial": {k: v / n * 1000 for k, v in cpu_s.items()},
         "cores": {k: v / seconds for k, v in cpu_s.items()},
-        "idle_cores": idle, "agents_ms_per_busy_slot_s": cpu_s["agents"] * 1000 / busy,
-        "broker": mid["broker"], "tree_scan": mid["tree_scan"], "load_1m_mid": mid["load_1m"], "memory_mid": mid["memory"], "memory_end": end_memory,
+        "idle_cores": idle, "busiest": busiest, "agents_ms_per_busy_slot_s": cpu_s["agents"] * 1000 / busy,
+        "broker": mid["broker"], "tree_scan": mid["tree_scan"] | {"samples_per_trial": samples}, "load_1m_mid": mid["load_1m"], "memory_mid": mid["memory"], "memory_end": end_memory,
     }
 
 

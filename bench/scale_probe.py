@@ -64,10 +64,21 @@ def moto_pid() -> int | None:
     return None
 
 
+def rabbit_server() -> int | None:
+    """The broker's own Erlang VM: ``rabbitmqctl`` (here and in other sessions) starts short-lived ones too."""
+    for p in psutil.process_iter(["name", "cmdline"]):
+        if p.info["name"] == "beam.smp" and "rabbit" in (p.info["cmdline"] or []) and "boot" in (p.info["cmdline"] or []):
+            return p.pid
+    return None
+
+
 def cpu(pids: dict[str, int], db_url: str) -> dict[str, float]:
     """Cumulative CPU seconds per part now; subtract two readings for a run's share."""
     out = dispatch_cpu._cpu(pids)
-    out["postgres (this db)"] = _times(backends(db_url))
+    broker = rabbit_server()
+    out["rabbitmq"] = _times([broker]) if broker else out["rabbitmq"]
+    for pid in backends(db_url):  # per backend: a pool's connections come and go between two readings
+        out[f"pg:{pid}"] = _times([pid])
     moto = moto_pid()
     out["moto s3"] = _times([moto]) if moto else 0.0
     t = psutil.cpu_times()
@@ -75,9 +86,34 @@ def cpu(pids: dict[str, int], db_url: str) -> dict[str, float]:
     return out
 
 
+def processes() -> dict[int, tuple[str, float]]:
+    """Every process's name and CPU seconds now: what ``other`` was, from two of these."""
+    out = {}
+    for p in psutil.process_iter(["name", "cmdline", "cpu_times"]):
+        t, name, argv = p.info["cpu_times"], p.info["name"] or "?", p.info["cmdline"] or []
+        if name.startswith("python") and len(argv) > 1:  # which program: a script's name, or the module's
+            name += " " + Path(argv[2] if argv[1] == "-m" and len(argv) > 2 else argv[1]).name
+        if t is not None:
+            out[p.pid] = (name, t.user + t.system)
+    return out
+
+
+def busiest(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], skip: Iterable[int],
+            n: int = 5) -> list[tuple[str, float]]:
+    """The ``n`` process names (summed over their processes, ``skip`` left out) that used the most CPU between two readings."""
+    left_out = set(skip)
+    used: dict[str, float] = defaultdict(float)
+    for pid, (name, t) in after.items():
+        if pid not in left_out:
+            used[name] += t - before.get(pid, (name, 0.0))[1]
+    return sorted(used.items(), key=lambda kv: -kv[1])[:n]
+
+
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """CPU seconds per part between two readings, ``other`` = the machine's less the stack's."""
-    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    d = {k: after[k] - before.get(k, 0.0) for k in after if not k.startswith("pg:")}
+    # This database's backends alive at the second reading: a new one's CPU all falls in between.
+    d["postgres (this db)"] = sum(after[k] - before.get(k, 0.0) for k in after if k.startswith("pg:"))
     # "postgres (this db)" is inside "postgres" (every backend): not counted twice.
     ours = sum(v for k, v in d.items() if k not in ("machine", "postgres (this db)"))
     d["other"] = max(0.0, d["machine"] - ours)
@@ -122,11 +158,12 @@ def tree_scan() -> dict[str, float]:
 
 
 def broker_counts(vhost: str) -> dict[str, int]:
-    """The vhost's AMQP connections and channels, as RabbitMQ lists them."""
+    """The vhost's AMQP connections and channels, as RabbitMQ lists them (every vhost's:
+    ``list_connections`` takes no ``-p``; other sessions share the broker, so filtered here)."""
     def count(what: str) -> int:
-        done = subprocess.run(["rabbitmqctl", "-q", "--no-table-headers", what, "-p", vhost, "pid"],
+        done = subprocess.run(["rabbitmqctl", "-q", "--no-table-headers", what, "vhost"],
                               capture_output=True, text=True, timeout=120, check=True)
-        return sum(1 for line in done.stdout.splitlines() if line.strip())
+        return sum(1 for line in done.stdout.splitlines() if line.strip() == vhost)
     return {"connections": count("list_connections"), "channels": count("list_channels")}
 
 

@@ -74,10 +74,17 @@ def show(results: Sequence[dict[str, Any]]) -> None:
         ("agent CPU ms per busy slot-second", lambda r: r["agents_ms_per_busy_slot_s"]),
         ("processes on the machine, mid-run", lambda r: r["tree_scan"]["processes"]),
         ("one resource sample's tree scan, ms", lambda r: r["tree_scan"]["ms"]),
+        ("  x samples per trial = ms per trial",
+         lambda r: f"{r['tree_scan']['samples_per_trial']:.2f} x = {r['tree_scan']['samples_per_trial'] * r['tree_scan']['ms']:.1f}"),
         ("agents' cores, every slot idle", lambda r: r["idle_cores"]["agents"]),
         ("stack's cores, every slot idle", lambda r: sum(v for k, v in r["idle_cores"].items() if k in STACK)),
     ]
     print(harness.table("what agents cost", header, _rows(results, agents)))
+    print()
+    for r in results:
+        print(f"{r['slots']} slots, busiest processes besides planner, collector, agents (CPU s): during the sweep "
+              f"{', '.join(f'{n} {t:.0f}' for n, t in r['busiest'])}; idle before it "
+              f"{', '.join(f'{n} {t:.1f}' for n, t in r['idle_cores']['busiest'])}")
     print()
     for key, value in growth(results).items():
         print(f"{key}: {value}")
