@@ -131,7 +131,8 @@ def one_run(size: str, mode: str, args: argparse.Namespace, data_dir: Path, tmp:
     return {"size": size, "mode": mode, "tokens_per_step": per_step, "load": load, "wall_s": wall,
             "first_step_s": seconds[0], "warmup_s": sum(seconds[:args.warmup]),
             "tokens_per_s": per_step * len(measured) / sum(measured), "step_ms": 1000 * statistics.median(measured),
-            "graph_breaks": sum(breaks.values()), "graph_break_reasons": [" ".join(str(k).split())[:200] for k in breaks][:3]}
+            "graph_breaks": sum(breaks.values()), "graph_break_reasons": [" ".join(str(k).split())[:200] for k in breaks][:3],
+            "step_s": [round(x, 5) for x in seconds]}
 
 
 def try_run(size: str, mode: str, args: argparse.Namespace, data_dir: Path, tmp: Path) -> dict[str, Any]:
