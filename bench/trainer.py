@@ -229,7 +229,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto", help="the trainer's --device: auto (cuda when available), cpu, cuda")
     ap.add_argument("--amp", default="auto", choices=["auto", "bf16", "fp16", "fp32"], help="the trainer's --amp")
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (the trainer's default: trials run side by side)")
-    ap.add_argument("--warmup", type=int, default=5, help="steps before the measurement (compilation happens here)")
+    ap.add_argument("--warmup", type=int, default=10, help="steps before the measurement (compilation happens here)")
     ap.add_argument("--steps", type=int, default=20, help="measured steps per run")
     ap.add_argument("--repeat", type=int, default=2, help="rounds; each runs every mode of a size in turn")
     ap.add_argument("--peak-tflops", type=float, help="the peak MFU is taken against (default: datasheet, see --help)")
