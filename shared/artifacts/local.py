@@ -97,7 +97,7 @@ class LocalArtifactStore(ArtifactStore):
         self._path(key).parent.mkdir(parents=True, exist_ok=True)
         return uuid.uuid4().hex
 
-    def put_part(self, key: str, upload_id: str, number: int, data: bytes) -> str:
+    def put_part(self, key: str, upload_id: str, number: int, data: bytes, sha256: bytes | None = None) -> str:
         _write_atomically(self._part(key, upload_id, number), lambda f: f.write(data))
         return hashlib.md5(data, usedforsecurity=False).hexdigest()
 

@@ -99,8 +99,10 @@ class ArtifactStore(ABC):
         """Begin an upload to ``key``; its id."""
         raise NotImplementedError
 
-    def put_part(self, key: str, upload_id: str, number: int, data: bytes) -> str:
-        """Store part ``number`` of the upload; its ETag, for :meth:`complete_multipart`."""
+    def put_part(self, key: str, upload_id: str, number: int, data: bytes, sha256: bytes | None = None) -> str:
+        """Store part ``number`` of the upload; its ETag, for :meth:`complete_multipart`.
+        ``sha256``: the part's digest when the caller has it (an adapter that signs or
+        checks payloads need not hash the bytes again)."""
         raise NotImplementedError
 
     def complete_multipart(self, key: str, upload_id: str, etags: builtins.list[str]) -> None:

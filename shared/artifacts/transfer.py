@@ -111,9 +111,10 @@ class _Upload:
             digest = _combine([hashlib.sha256(data).digest()])
             self._finish(rel, fd, digest, known, lambda: self._put(rel, fd))
         elif known is not None or not _parts_of(self.store):
-            _Chunks(self, rel, fd, size, lambda digest: self._finish(rel, fd, digest, known, lambda: self._send(rel, fd, size)))
+            _Chunks(self, rel, fd, size, lambda digest, digests: self._finish(rel, fd, digest, known,
+                                                                               lambda: self._send(rel, fd, size, digests)))
         else:
-            self._multipart(rel, fd, size, hashing=True)
+            self._multipart(rel, fd, size, None)
 
     def _finish(self, rel: str, fd: int, digest: str, known: str | None, send: Callable[[], None]) -> None:
         with self.sent.lock:
@@ -136,14 +137,17 @@ class _Upload:
         finally:
             self.fds.close(fd)
 
-    def _send(self, rel: str, fd: int, size: int) -> None:
+    def _send(self, rel: str, fd: int, size: int, digests: list[bytes]) -> None:
         """A file whose hash is known: as parts where the store has them, else whole."""
         if _parts_of(self.store):
-            self._multipart(rel, fd, size, hashing=False)
+            self._multipart(rel, fd, size, digests)
         else:
             self._put(rel, fd)
 
-    def _multipart(self, rel: str, fd: int, size: int, hashing: bool) -> None:
+    def _multipart(self, rel: str, fd: int, size: int, digests: list[bytes] | None) -> None:
+        """Parts in parallel; each part's chunks hashed on the way unless ``digests`` has them
+        (a one-chunk part hands its digest to the store, which need not hash it again)."""
+        hashing = digests is None
         key, spans = self.prefix + rel, _spans(size)
         upload_id = _retry(lambda: self.store.start_multipart(key), "start a multipart upload")
         with self.sent.lock:
@@ -158,7 +162,10 @@ class _Upload:
             data = os.pread(fd, length, off)
             if hashing:
                 chunks[n] = [hashlib.sha256(data[i:i + CHUNK]).digest() for i in range(0, max(len(data), 1), CHUNK)]
-            etags[n] = _retry(lambda: self.store.put_part(key, upload_id, n + 1, data), "upload a checkpoint part")
+            else:
+                chunks[n] = (digests or [])[off // CHUNK:(off + length + CHUNK - 1) // CHUNK]
+            sha = chunks[n][0] if length <= CHUNK and len(chunks[n]) == 1 else None
+            etags[n] = _retry(lambda: self.store.put_part(key, upload_id, n + 1, data, sha), "upload a checkpoint part")
             with lock:
                 left[0] -= 1
                 last = left[0] == 0
@@ -185,9 +192,9 @@ class _Upload:
 
 
 class _Chunks:
-    """Hash a large file's chunks as parallel jobs, then call ``then(digest)`` in the last one."""
+    """Hash a large file's chunks as parallel jobs, then call ``then(digest, chunk digests)`` in the last one."""
 
-    def __init__(self, upload: _Upload, rel: str, fd: int, size: int, then: Callable[[str], None]) -> None:
+    def __init__(self, upload: _Upload, rel: str, fd: int, size: int, then: Callable[[str, list[bytes]], None]) -> None:
         self.digests: list[bytes] = [b""] * len(range(0, size, CHUNK))
         self.left, self.lock, self.fd, self.then = len(self.digests), threading.Lock(), fd, then
         for n in range(len(self.digests)):
@@ -199,7 +206,7 @@ class _Chunks:
             self.left -= 1
             last = self.left == 0
         if last:
-            self.then(_combine(self.digests))
+            self.then(_combine(self.digests), self.digests)
 
 
 class Fds:

@@ -4,6 +4,7 @@ files larger than a part, thousands of small files, unchanged files copied from 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -129,3 +130,20 @@ def test_a_large_file_shorter_than_its_manifest_says_makes_the_folder_unusable(s
     store.put_bytes(key, os.urandom(CHUNK + 1))  # truncated behind the layout's back
     assert restore_checkpoint(store, SWEEP, TRIAL, tmp_path / "back") == 10
     assert read_tree(tmp_path / "back") == {"m": b"ok"}
+
+
+def test_each_part_hash_handed_to_the_store_is_that_parts_sha256(store: ArtifactStore, tmp_path: Path) -> None:
+    # The S3 adapter signs a part with the digest it is handed (moto does not check it; S3 would refuse a wrong one).
+    given: list[tuple[bytes, bytes | None]] = []
+    real = store.put_part
+
+    def spy(key: str, upload_id: str, number: int, data: bytes, sha256: bytes | None = None) -> str:
+        given.append((data, sha256))
+        return real(key, upload_id, number, data, sha256)
+
+    store.put_part = spy  # type: ignore[method-assign]
+    size = 2 * CHUNK + 99
+    upload_checkpoint(store, SWEEP, TRIAL, 1, write(tmp_path / "c1", {"m": os.urandom(size)}))  # hashed as it goes
+    upload_checkpoint(store, SWEEP, TRIAL, 2, write(tmp_path / "c2", {"m": os.urandom(size)}))  # hashed first: same size
+    assert len(given) == 6
+    assert all(sha == hashlib.sha256(data).digest() for data, sha in given)
