@@ -315,7 +315,7 @@ class S3ArtifactStore(ArtifactStore):
             return self._client._create_multipart_upload(self.bucket, key, {})
 
     def put_part(self, key: str, upload_id: str, number: int, data: bytes, sha256: bytes | None = None) -> str:
-        headers = {_Client._GIVEN: sha256.hex()} if sha256 is not None else None
+        headers: Any = {_Client._GIVEN: sha256.hex()} if sha256 is not None else None
         with self._translate(f"upload part {number}", key):
             return self._client._upload_part(self.bucket, key, data, headers, upload_id, number)
 
