@@ -68,7 +68,7 @@ BENCH_ARGS_ingest := --points 20000
 BENCH_ARGS_search := --all --seeds 1 --no-ray
 BENCH_ARGS_goodput := --quick
 BENCH_ARGS_headline := --trials 40 --repeat 1 --no-build-ray
-BENCH_ARGS_trainer := --quick --modes eager compile+dyn
+BENCH_ARGS_trainer := --quick
 BENCH_ARGS_scale := --quick
 BENCH_ARGS_checkpoint := --quick
 else

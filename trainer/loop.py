@@ -105,6 +105,10 @@ def fit(cfg: TrainConfig, build: Callable[[], Task], reporter: Reporter = trial,
     if saved is not None:
         reporter.report(start, resumed_from=start)  # integers in the line: {"step": N, "resumed_from": N}
     if cfg.compile:
+        # The MoE layer picks each expert's tokens with torch.where, whose output shape depends on the
+        # data: without this, dynamo breaks the graph there and recompiles during training, which made
+        # compiled training slower than eager (bench/trainer.py: 0.40x cold, 1.64x with it, on CPU).
+        torch._dynamo.config.capture_dynamic_output_shape_ops = True
         model.compile()  # in place: state_dict keys stay those of the plain module
 
     settings = loader_settings(device.type, cfg.num_workers)
