@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
@@ -63,3 +65,28 @@ def test_sampler_reads_the_whole_process_tree() -> None:
         proc.kill()
         proc.wait()
     assert Sampler(proc.pid).sample() == {}  # gone: nothing, no error
+
+
+def test_trials_share_one_reading_of_the_machines_processes() -> None:
+    """An agent's trials find their descendants in one pass over the machine's processes
+    per second, not one pass each (each pass reads every process: bench/scale.py)."""
+    from spotsweep.services.agent.resources import ProcessTable
+
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, start_new_session=True)
+             for _ in range(3)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        now = [0.0]
+        table = ProcessTable(ttl=1.0, clock=lambda: now[0])
+        samplers = [Sampler(p.pid, processes=table) for p in procs]
+        trees = [table.descendants(p.pid) for p in procs]
+        assert all(len(tree) == 1 for tree in trees) and len({t[0] for t in trees}) == 3  # each its own forked child
+        assert all(s.sample()["sys/cpu_percent"] > 0 for s in samplers)
+        assert table.passes == 1
+        now[0] = 1.0
+        assert all(s.sample() for s in samplers) and table.passes == 2
+    finally:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGKILL)  # the forked child too
+            proc.wait()
