@@ -19,6 +19,7 @@ from spotsweep.shared.artifacts import S3ArtifactStore
 from spotsweep.shared.codepack import code_key
 from spotsweep.shared.settings import Settings
 from tests.support.cluster import Cluster, wait_for
+from waiting import wait_until  # tests/support
 
 pytestmark = pytest.mark.integration
 
@@ -81,6 +82,17 @@ def hostile_archive(store: S3ArtifactStore) -> str:
     return sha
 
 
+def _consumers(url: str, queue: str) -> int:
+    import pika
+    import pika.exceptions
+
+    try:
+        with pika.BlockingConnection(pika.URLParameters(url)) as conn:
+            return int(conn.channel().queue_declare(queue, passive=True).method.consumer_count)
+    except pika.exceptions.ChannelClosedByBroker:
+        return 0  # not declared yet
+
+
 def test_code_is_packed_once_unpacked_once_and_every_trial_runs_in_its_own_copy(cluster: Cluster, tmp_path: Path) -> None:
     cluster.start("planner", "planner")
     cluster.start("collector", "collector")
@@ -92,6 +104,8 @@ def test_code_is_packed_once_unpacked_once_and_every_trial_runs_in_its_own_copy(
     spec = write_spec(tmp_path / "specs" / "wd.yaml", workdir="../code", space={"k": {"type": "uniform", "low": 0, "high": 2}},
                       strategy={"type": "random", "trials": 3, "seed": 0})
 
+    assert wait_until(lambda: _consumers(cluster.env["SPOTSWEEP_AMQP_URL"], "spotsweep.trials.cpu") >= 1, 60), \
+        cluster.logs()  # else submit rightly warns that no agent serves the class yet
     sweep_id, said = submitted(cluster, spec)
     keys = store.list("code/")
     assert len(keys) == 1 and keys[0] in said and said.rstrip().endswith(": uploaded"), said

@@ -127,12 +127,15 @@ def test_checkpoints_are_uploaded_and_restored_for_the_next_attempt(store: Local
     assert final.metrics == {"loss": 4.0}
 
 
-def test_preemption_forwards_sigterm_and_keeps_the_final_checkpoint(store: LocalArtifactStore, config: RunnerConfig) -> None:
-    script = """
+def test_preemption_forwards_sigterm_and_keeps_the_final_checkpoint(store: LocalArtifactStore, config: RunnerConfig,
+                                                                    tmp_path: Path) -> None:
+    ready = tmp_path / "handler-installed"
+    script = f"""
 import signal, sys, time
 from spotsweep import trial
 stop = []
 signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+open({str(ready)!r}, "w").close()
 step = 0
 while not stop:
     step += 1
@@ -143,7 +146,8 @@ trial.checkpoint_saved(step)
 sys.exit(143)
 """
     control = RunControls(grace=10)
-    threading.Timer(0.5, control.preempt.set).start()
+    # Preempted once its handler is in (a SIGTERM before would end it at once, as any untrapped process).
+    threading.Thread(target=lambda: wait_until(ready.exists, 60) and control.preempt.set(), daemon=True).start()
     final, events = run(store, config, message(script), control)  # it runs until its SIGTERM
     assert final.outcome == "preempted"
     saved = events.of(CheckpointSaved)

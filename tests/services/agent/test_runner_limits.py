@@ -29,12 +29,13 @@ def test_heartbeats_keep_a_quiet_trial_alive(kit: Any) -> None:
     script = """
 import time
 from spotsweep import trial
-for _ in range(8):
+for _ in range(16):
     time.sleep(0.25)
     trial.heartbeat()
 trial.report(1, loss=0.1)
 """
-    final, _ = kit.run(kit.message(script, stall_timeout=0.8))  # 2 s in all, never 0.8 s without a line
+    # 4 s in all, never 3 s without a line (3 s: room for the interpreter's start on a loaded machine)
+    final, _ = kit.run(kit.message(script, stall_timeout=3.0))
     assert final.outcome == "completed" and final.metrics == {"loss": 0.1}
 
 
