@@ -1,6 +1,6 @@
 """One contract for every ArtifactStore adapter, then what is adapter-specific.
 
-The ``store`` fixture yields a LocalArtifactStore on a temp dir and an
+The ``store`` fixture (conftest.py) yields a LocalArtifactStore on a temp dir and an
 S3ArtifactStore on a fresh bucket of the moto S3 server (a real HTTP server on
 loopback, not a mock), so both adapters must pass the same tests.
 """
@@ -44,13 +44,6 @@ def _raw_client(s3_env: dict[str, str]) -> Minio:
         secure=False,
         region=s3_env["SPOTSWEEP_S3_REGION"],
     )
-
-
-@pytest.fixture(params=["local", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ArtifactStore:
-    if request.param == "local":
-        return LocalArtifactStore(tmp_path / "store")
-    return S3ArtifactStore.from_settings(_s3_settings(request.getfixturevalue("s3_env"), monkeypatch))
 
 
 # -- the contract ---------------------------------------------------------------

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from spotsweep.shared.artifacts import LocalArtifactStore, S3ArtifactStore
 from spotsweep.shared.artifacts.checkpoints import (
     checkpoint_prefix,
     latest_checkpoint,
@@ -25,21 +24,9 @@ from spotsweep.shared.artifacts.checkpoints import (
 )
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.errors import PermanentError
-from spotsweep.shared.settings import Settings
 
 SWEEP, TRIAL = "sw1", "tr1"
 PREFIX = f"sweeps/{SWEEP}/trials/{TRIAL}/checkpoints/"
-
-
-@pytest.fixture(params=["local", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ArtifactStore:
-    # Same adapters as the contract suite (a fixture cannot be imported across
-    # test modules under --import-mode=importlib without a conftest).
-    if request.param == "local":
-        return LocalArtifactStore(tmp_path / "store")
-    for name, value in request.getfixturevalue("s3_env").items():
-        monkeypatch.setenv(name, value)
-    return S3ArtifactStore.from_settings(Settings())
 
 
 def make_checkpoint(root: Path, step: int) -> dict[str, bytes]:

@@ -7,25 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from spotsweep.shared.artifacts import LocalArtifactStore, S3ArtifactStore
 from spotsweep.shared.artifacts.browse import NoCheckpoint, download_checkpoint, list_checkpoints, log_tail
 from spotsweep.shared.artifacts.checkpoint_layout import checkpoint_prefix, log_key
 from spotsweep.shared.artifacts.checkpoints import MANIFEST, latest_checkpoint, restore_checkpoint
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.artifacts import retention
 from spotsweep.shared.artifacts.checkpoints import commit_checkpoint, upload_checkpoint_files
-from spotsweep.shared.settings import Settings
 
 S, T = "sw-00000001", "t1"
-
-
-@pytest.fixture(params=["local", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ArtifactStore:
-    if request.param == "local":
-        return LocalArtifactStore(tmp_path / "store")
-    for name, value in request.getfixturevalue("s3_env").items():
-        monkeypatch.setenv(name, value)
-    return S3ArtifactStore.from_settings(Settings())
 
 
 def save(store: ArtifactStore, tmp: Path, step: int, loss: float | None, keep: retention.Keep = "last",

@@ -13,24 +13,13 @@ from typing import Any
 
 import pytest
 
-from spotsweep.shared.artifacts import LocalArtifactStore, S3ArtifactStore
 from spotsweep.shared.artifacts.checkpoints import restore_checkpoint, upload_checkpoint, upload_checkpoint_files
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.artifacts.transfer import CHUNK
 from spotsweep.shared.artifacts.workers import TransferCancelled
-from spotsweep.shared.settings import Settings
 
 SWEEP, TRIAL = "sw1", "tr1"
 PREFIX = f"sweeps/{SWEEP}/trials/{TRIAL}/checkpoints/"
-
-
-@pytest.fixture(params=["local", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ArtifactStore:
-    if request.param == "local":
-        return LocalArtifactStore(tmp_path / "store")
-    for name, value in request.getfixturevalue("s3_env").items():
-        monkeypatch.setenv(name, value)
-    return S3ArtifactStore.from_settings(Settings())
 
 
 def write(root: Path, files: dict[str, bytes]) -> Path:
