@@ -22,7 +22,7 @@ import builtins
 import io
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -270,41 +270,43 @@ class S3ArtifactStore(ArtifactStore):
             raise
 
     def get_range(self, key: str, offset: int, length: int) -> tuple[bytes, int]:
-        with self._translate("ranged get", key):
-            try:
-                response = self._client.get_object(self.bucket, key, offset=offset, length=length)
-            except S3Error as e:
-                if e.code != "InvalidRange":
-                    raise
-                return b"", self._client.stat_object(self.bucket, key).size or 0  # the range starts past the end
-            try:
-                data = response.read()
-                total = response.headers.get("Content-Range", "").rpartition("/")[2]
-            finally:
-                response.close()
-                response.release_conn()
-        return data, int(total) if total.isdigit() else offset + len(data)
+        parts: list[bytes] = []
+        total = self._ranged(key, offset, length, parts.append)
+        return b"".join(parts), total
 
     def get_range_into(self, key: str, offset: int, length: int, fd: int) -> tuple[int, int]:
         written = 0
+
+        def write(chunk: bytes) -> None:
+            nonlocal written
+            view = memoryview(chunk)
+            while view:
+                n = os.pwrite(fd, view, offset + written)
+                written, view = written + n, view[n:]
+
+        total = self._ranged(key, offset, length, write)
+        return written, total
+
+    def _ranged(self, key: str, offset: int, length: int, sink: Callable[[bytes], None]) -> int:
+        """GET bytes ``offset`` to ``offset + length`` of ``key`` into ``sink`` chunk by chunk; the
+        object's size (a range starting past its end yields nothing)."""
+        got = 0
         with self._translate("ranged get", key):
             try:
                 response = self._client.get_object(self.bucket, key, offset=offset, length=length)
             except S3Error as e:
                 if e.code != "InvalidRange":
                     raise
-                return 0, self._client.stat_object(self.bucket, key).size or 0  # the range starts past the end
+                return self._client.stat_object(self.bucket, key).size or 0  # the range starts past the end
             try:
                 for chunk in response.stream(1 << 20):
-                    view = memoryview(chunk)
-                    while view:
-                        n = os.pwrite(fd, view, offset + written)
-                        written, view = written + n, view[n:]
+                    sink(chunk)
+                    got += len(chunk)
                 total = response.headers.get("Content-Range", "").rpartition("/")[2]
             finally:
                 response.close()
                 response.release_conn()
-        return written, int(total) if total.isdigit() else offset + written
+        return int(total) if total.isdigit() else offset + got
 
     # minio has no public call for one part at a time (its put_object runs the whole
     # upload itself, which a draining agent could not abandon between parts): these
