@@ -219,12 +219,17 @@ def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float =
     console = Console(stderr=True)
     db = database(settings, ready=False)
     deadline = None if timeout is None else time.monotonic() + timeout
-    last = ""
+    last, ready = "", False
     while True:
         try:
+            # Right after `submit` the planner may still be creating or migrating the schema
+            # (one transaction per migration): read only once every migration is in.
+            if not ready:
+                db.check()
+                ready = True
             rows = reporter.sweep_counts(db, sweep_id)
         except SchemaNotReady:
-            rows = []  # right after `submit`: the planner creates the schema when it starts
+            rows = []
         if rows:
             r = rows[0]
             line = (f"{r['state']}: {r['completed']} completed, {r['running']} running, {r['queued']} queued, "
