@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -191,13 +192,24 @@ class _DiesAfter(ArtifactStore):
     what the test checks."""
 
     def __init__(self, inner: ArtifactStore, uploads: int) -> None:
-        self.inner, self.left = inner, uploads
+        self.inner, self.left, self.done, self.through = inner, uploads, 0, uploads
+        self.lock = threading.Condition()
 
     def put_file(self, key: str, path: Path) -> str:
-        if self.left == 0:
+        # Uploads run in parallel: the node "dies" only once the uploads that got
+        # through are stored, so what is left behind does not depend on timing.
+        with self.lock:
+            allowed = self.left > 0
+            self.left -= allowed
+        if not allowed:
+            with self.lock:
+                self.lock.wait_for(lambda: self.left <= 0 and self.done >= self.through, timeout=30)
             raise SystemExit("preempted")
-        self.left -= 1
-        return self.inner.put_file(key, path)
+        uri = self.inner.put_file(key, path)
+        with self.lock:
+            self.done += 1
+            self.lock.notify_all()
+        return uri
 
     def put_bytes(self, key: str, data: bytes) -> str:
         if self.left == 0:
