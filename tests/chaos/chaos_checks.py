@@ -68,27 +68,34 @@ def check(url: str, sweep_id: str, trials: int, steps: int, ckpt_every: int, rab
 
 
 def _resumes(url: str, sweep_id: str, ckpt_every: int) -> list[Finding]:
-    starts = _rows(url, "SELECT trial_id, (body->>'resume_step')::bigint, recorded_at FROM trial_events"
-                        " WHERE sweep_id = %s AND kind = 'trial.started' ORDER BY recorded_at", (sweep_id,))
-    ckpts = _rows(url, "SELECT trial_id, recorded_at FROM trial_events WHERE sweep_id = %s AND kind = 'trial.checkpoint'",
-                  (sweep_id,))
-    points = _rows(url, "SELECT trial_id, step, recorded_at FROM metric_points WHERE sweep_id = %s AND name = 'loss'",
+    # A start's time is the agent's (the envelope's), not when the planner journaled it: a planner
+    # that lags (killed, or PostgreSQL down) would journal it after the collector stored the new
+    # run's own points, which would then count as redone.
+    starts = _rows(url, "SELECT trial_id, (body->>'resume_step')::bigint, (body->>'time')::timestamptz, attempt"
+                        " FROM trial_events WHERE sweep_id = %s AND kind = 'trial.started' ORDER BY recorded_at",
                    (sweep_id,))
+    ckpts = _rows(url, "SELECT trial_id, (body->>'time')::timestamptz FROM trial_events"
+                       " WHERE sweep_id = %s AND kind = 'trial.checkpoint'", (sweep_id,))
+    points = _rows(url, "SELECT trial_id, step, recorded_at, attempt FROM metric_points"
+                        " WHERE sweep_id = %s AND name = 'loss'", (sweep_id,))
     first_ckpt: dict[str, Any] = {}
     for trial, at in ckpts:
         first_ckpt[trial] = min(at, first_ckpt.get(trial, at))
-    by_trial: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
-    for trial, resume, at in starts:
-        by_trial[trial].append((resume, at))
+    by_trial: dict[str, list[tuple[Any, Any, Any]]] = defaultdict(list)
+    for trial, resume, at, attempt in starts:
+        by_trial[trial].append((resume, at, attempt))
     again = from_zero = 0
     lost: list[int] = []
     for trial, runs in by_trial.items():
-        for resume, at in runs[1:]:  # every run after the first followed an interruption
+        for resume, at, attempt in runs[1:]:  # every run after the first followed an interruption
             again += 1
             if resume is None and trial in first_ckpt and first_ckpt[trial] < at:
                 from_zero += 1
             if resume is not None:
-                before = [s for t, s, p_at in points if t == trial and p_at < at]
+                # Earlier attempts' points all came before this run; of its own attempt's
+                # (a run redelivered after its agent died), those stored before it started.
+                before = [s for t, s, p_at, p_attempt in points
+                          if t == trial and (p_attempt < attempt or (p_attempt == attempt and p_at < at))]
                 lost.append(max(0, max(before, default=resume) - resume))
     return [
         Finding("runs after an interruption", "-", str(again), True),
