@@ -234,8 +234,8 @@ class S3ArtifactStore(ArtifactStore):
         return self.uri(key)
 
     def copy(self, source: str, key: str) -> str:
-        # CopyObject: the server copies, up to 5 GiB per object (minio's
-        # copy_object refuses larger sources; compose_object would split them).
+        # The server copies: minio's copy_object reads the source's size (a HEAD) and sends
+        # one CopyObject up to 5 GiB, above that a multipart upload of UploadPartCopy parts.
         with self._translate("copy", source):
             self._client.copy_object(self.bucket, key, CopySource(self.bucket, source))
         return self.uri(key)

@@ -16,8 +16,8 @@ very bytes a part sends) goes into the ``MANIFEST``. A file whose size and
 hash equal those of the same path in the previous committed folder (a frozen
 base model under LoRA adapters) is copied inside the store (S3 CopyObject)
 instead of sent again: the new folder still holds its own copy, so pruning
-the old one never takes a file from it. CopyObject stops at 5 GiB: larger
-files are sent again. Hashing costs 0.6-1.3 s of one core per GiB
+the old one never takes a file from it; above 5 GiB (CopyObject's limit) the
+adapter copies it in parts inside the store (UploadPartCopy). Hashing costs 0.6-1.3 s of one core per GiB
 (``bench/checkpoint.py``; SHA-256 with the CPU's SHA extensions); files under :data:`DEDUPE_MIN` are not worth a
 comparison (a PUT costs what a copy does) but are hashed all the same.
 """
@@ -40,7 +40,6 @@ from spotsweep.shared.middleware import Backoff, retrying
 
 MiB = 1 << 20
 CHUNK = 8 * MiB  # hash chunk, part and range size (boto3's default part size)
-COPY_LIMIT = 5 << 30  # S3 CopyObject's largest source
 DEDUPE_MIN = 256 * 1024
 HASH = "sha256/8MiB-chunks"  # the hash scheme a MANIFEST's ``hashes`` use
 _REQUEST = Backoff(base=0.2, cap=2.0, attempts=3)  # one part or file, before the whole upload is retried
@@ -80,7 +79,7 @@ class Previous:
 
     def same(self, rel: str, size: int) -> str | None:
         """The hash to compare with, when ``rel`` may be unchanged (same size, worth a copy)."""
-        if size < DEDUPE_MIN or size > COPY_LIMIT or self.sizes.get(rel) != size:
+        if size < DEDUPE_MIN or self.sizes.get(rel) != size:
             return None
         return self.hashes.get(rel)
 
