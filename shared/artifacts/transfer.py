@@ -19,7 +19,10 @@ instead of sent again: the new folder still holds its own copy, so pruning
 the old one never takes a file from it; above 5 GiB (CopyObject's limit) the
 adapter copies it in parts inside the store (UploadPartCopy). Hashing costs 0.6-1.3 s of one core per GiB
 (``bench/checkpoint.py``; SHA-256 with the CPU's SHA extensions); files under :data:`DEDUPE_MIN` are not worth a
-comparison (a PUT costs what a copy does) but are hashed all the same.
+comparison (a PUT costs what a copy does) but are hashed all the same. A
+file hashed before and not modified since (:mod:`.hash_cache`: the same
+inode, size and mtime, as the snapshot's hard link of a frozen base model is)
+is not read again.
 """
 
 from __future__ import annotations
@@ -27,15 +30,17 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TypeVar, cast
 
+from spotsweep.shared.artifacts.hash_cache import HASHES, HashCache
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
 from spotsweep.shared.artifacts.safe_files import Entry, fd_path
-from spotsweep.shared.artifacts.workers import WORKERS, Batch
+from spotsweep.shared.artifacts.workers import WORKERS, Batch, Fds
 from spotsweep.shared.middleware import Backoff, retrying
 
 MiB = 1 << 20
@@ -96,24 +101,36 @@ class Sent:
 class _Upload:
     """One checkpoint upload: the batch, the open files, the multipart uploads to abort on failure."""
 
-    def __init__(self, store: ArtifactStore, prefix: str, previous: Previous | None, batch: Batch) -> None:
-        self.store, self.prefix, self.previous, self.batch = store, prefix, previous, batch
+    def __init__(self, store: ArtifactStore, prefix: str, previous: Previous | None, batch: Batch,
+                 hashes: HashCache = HASHES) -> None:
+        self.store, self.prefix, self.previous, self.batch, self.hashes = store, prefix, previous, batch, hashes
         self.sent = Sent()
         self.open: dict[str, str] = {}  # key -> multipart upload id, until completed
         self.fds = Fds()
 
-    def file(self, rel: str, fd: int, size: int) -> None:
-        """The job of one file (``fd`` is ours, closed once the file is done)."""
+    def file(self, rel: str, fd: int, st: os.stat_result) -> None:
+        """The job of one file (``fd`` is ours, closed once the file is done; ``st`` its fstat)."""
+        size, begun = st.st_size, time.time()
         known = self.previous.same(rel, size) if self.previous else None
-        if size <= CHUNK:
+        if known is not None and self.hashes.get(st) == known:  # hashed before and not modified since: no read
+            self._finish(rel, fd, known, known, lambda: self._put(rel, fd) if size <= CHUNK else
+                         self._send(rel, fd, size, None))
+        elif size <= CHUNK:
             data = os.pread(fd, size, 0)
             digest = _combine([hashlib.sha256(data).digest()])
+            self._remember(st, digest, begun)
             self._finish(rel, fd, digest, known, lambda: self._put(rel, fd))
         elif known is not None or not _parts_of(self.store):
-            _Chunks(self, rel, fd, size, lambda digest, digests: self._finish(rel, fd, digest, known,
-                                                                               lambda: self._send(rel, fd, size, digests)))
+            def hashed(digest: str, digests: list[bytes]) -> None:
+                self._remember(st, digest, begun)
+                self._finish(rel, fd, digest, known, lambda: self._send(rel, fd, size, digests))
+            _Chunks(self, rel, fd, size, hashed)
         else:
-            self._multipart(rel, fd, size, None)
+            self._multipart(rel, fd, size, None, partial(self._remember, st, begun=begun))
+
+    def _remember(self, st: os.stat_result, digest: str, begun: float) -> None:
+        if st.st_size >= DEDUPE_MIN:  # only files worth a copy are ever compared
+            self.hashes.put(st, digest, begun)
 
     def _finish(self, rel: str, fd: int, digest: str, known: str | None, send: Callable[[], None]) -> None:
         with self.sent.lock:
@@ -143,7 +160,8 @@ class _Upload:
         else:
             self._put(rel, fd)
 
-    def _multipart(self, rel: str, fd: int, size: int, digests: list[bytes] | None) -> None:
+    def _multipart(self, rel: str, fd: int, size: int, digests: list[bytes] | None,
+                   hashed: Callable[[str], None] = lambda digest: None) -> None:
         """Parts in parallel; each part's chunks hashed on the way unless ``digests`` has them
         (a one-chunk part hands its digest to the store, which need not hash it again)."""
         hashing = digests is None
@@ -174,8 +192,11 @@ class _Upload:
                        "complete a multipart upload")
                 with self.sent.lock:
                     del self.open[key]
-                    if hashing:
-                        self.sent.hashes[rel] = _combine([c for cs in chunks for c in cs])
+                if hashing:
+                    digest = _combine([c for cs in chunks for c in cs])
+                    with self.sent.lock:
+                        self.sent.hashes[rel] = digest
+                    hashed(digest)
 
         for n in range(len(spans)):
             self.batch.add(partial(part, n))
@@ -208,34 +229,6 @@ class _Chunks:
             self.then(_combine(self.digests), self.digests)
 
 
-class Fds:
-    """Descriptors a transfer opened, each closed once: by its last job, or all at once when
-    the transfer fails (a job abandoned in flight that closes later finds its number gone, never
-    closing a descriptor the process reopened under that number meanwhile)."""
-
-    def __init__(self) -> None:
-        self._open: set[int] = set()
-        self._lock = threading.Lock()
-
-    def add(self, fd: int) -> int:
-        with self._lock:
-            self._open.add(fd)
-        return fd
-
-    def close(self, fd: int) -> None:
-        with self._lock:
-            if fd not in self._open:
-                return
-            self._open.discard(fd)
-        os.close(fd)
-
-    def close_all(self) -> None:
-        with self._lock:
-            fds, self._open = self._open, set()
-        for fd in fds:
-            os.close(fd)
-
-
 def _quietly(fn: Callable[..., object], *args: object) -> None:
     try:
         fn(*args)
@@ -255,7 +248,7 @@ def upload_files(store: ArtifactStore, prefix: str, entries: Iterable[Entry], pr
             batch.room(4 * workers)  # back-pressure: open descriptors stay bounded
             fd = upload.fds.add(os.dup(entry.fd))
             sizes[entry.rel] = entry.stat.st_size
-            batch.add(partial(upload.file, entry.rel, fd, entry.stat.st_size))
+            batch.add(partial(upload.file, entry.rel, fd, entry.stat))
         batch.wait()
     except BaseException:
         upload.abort()

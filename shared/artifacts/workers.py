@@ -1,4 +1,4 @@
-"""A batch of transfer jobs run by a few daemon threads, which the caller can abandon.
+"""A batch of transfer jobs run by a few daemon threads, which the caller can abandon, and the descriptors they read.
 
 Checkpoint uploads and restores are many small requests (a part, a file) whose
 latency, not bandwidth, sets the pace on a remote object store: they run
@@ -15,6 +15,7 @@ abandoned batch costs nothing once the caller has moved on.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -119,3 +120,31 @@ class Batch:
                     self._pending -= 1
                     self._running -= 1
                     self._cond.notify_all()
+
+
+class Fds:
+    """Descriptors a transfer opened, each closed once: by its last job, or all at once when
+    the transfer fails (a job abandoned in flight that closes later finds its number gone, never
+    closing a descriptor the process reopened under that number meanwhile)."""
+
+    def __init__(self) -> None:
+        self._open: set[int] = set()
+        self._lock = threading.Lock()
+
+    def add(self, fd: int) -> int:
+        with self._lock:
+            self._open.add(fd)
+        return fd
+
+    def close(self, fd: int) -> None:
+        with self._lock:
+            if fd not in self._open:
+                return
+            self._open.discard(fd)
+        os.close(fd)
+
+    def close_all(self) -> None:
+        with self._lock:
+            fds, self._open = self._open, set()
+        for fd in fds:
+            os.close(fd)

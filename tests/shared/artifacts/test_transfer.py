@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from spotsweep.shared.artifacts.checkpoints import restore_checkpoint, upload_checkpoint, upload_checkpoint_files
+from spotsweep.shared.artifacts import transfer
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.artifacts.transfer import CHUNK
 from spotsweep.shared.artifacts.workers import TransferCancelled
@@ -77,6 +79,37 @@ def test_unchanged_files_are_copied_in_the_store_and_survive_pruning(store: Arti
     assert restore_checkpoint(store, SWEEP, TRIAL, tmp_path / "back") == 20
     assert read_tree(tmp_path / "back") == second
     assert set(manifest(store, uri)["hashes"]) == set(second)
+
+
+def test_an_unchanged_file_hashed_before_is_not_read_again(store: ArtifactStore, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frozen base model linked into every snapshot (same inode, size, mtime) is copied without
+    hashing its gigabytes again; once modified it is hashed, and sent."""
+    base = os.urandom(CHUNK + 777)
+    c10 = write(tmp_path / "c10", {"base.pt": base, "adapter.pt": os.urandom(300_000)})
+    long_ago = time.time() - 60
+    os.utime(c10 / "base.pt", (long_ago, long_ago))
+    uri10 = upload_checkpoint(store, SWEEP, TRIAL, 10, c10)
+    c20 = write(tmp_path / "c20", {"adapter.pt": os.urandom(300_000)})
+    os.link(c10 / "base.pt", c20 / "base.pt")  # as the agent's snapshot links the trial's files
+    hashed: list[str] = []
+    real = transfer._Chunks
+
+    def spy(upload: Any, rel: str, *args: Any) -> Any:
+        hashed.append(rel)
+        return real(upload, rel, *args)
+
+    monkeypatch.setattr(transfer, "_Chunks", spy)
+    copies = counting(store, "copy")
+    uri20 = upload_checkpoint(store, SWEEP, TRIAL, 20, c20)
+    assert hashed == [] and [k.rsplit("/", 1)[1] for k in copies] == ["base.pt"]
+    assert manifest(store, uri20)["hashes"]["base.pt"] == manifest(store, uri10)["hashes"]["base.pt"]
+    with open(c20 / "base.pt", "r+b") as f:  # modified in place: a new mtime
+        f.write(b"X")
+    upload_checkpoint(store, SWEEP, TRIAL, 30, c20)
+    assert hashed == ["base.pt"] and [k.rsplit("/", 1)[1] for k in copies[1:]] == ["adapter.pt"]  # base.pt sent
+    assert restore_checkpoint(store, SWEEP, TRIAL, tmp_path / "back") == 30
+    assert (tmp_path / "back" / "base.pt").read_bytes() == b"X" + base[1:]
 
 
 def test_a_checkpoint_after_one_without_hashes_sends_every_file(store: ArtifactStore, tmp_path: Path) -> None:
