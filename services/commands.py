@@ -16,9 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from spotsweep.services import code_upload, idle_classes
-from spotsweep.services.planner.extend import extended
-from spotsweep.services.planner.handlers import cancellation, extension, new_sweep_id, submission
+from spotsweep.services import idle_classes
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.budget_line import budget_line, caps_of, spent_of
 from spotsweep.services.reporter.safe import cell, printable, shown
@@ -101,7 +99,7 @@ def database(settings: Settings, ready: bool = True) -> Database:
     mode's embedded database is this user's alone, so it is brought up to date: `ls`
     before the first `run` shows no sweeps rather than an error. ``ready=False``
     skips the check, for a caller that handles :class:`SchemaNotReady` itself."""
-    from spotsweep.services.local import database as local_database
+    from spotsweep.shared.db.embedded import configured as local_database
 
     db = local_database(settings)
     if settings.database_url is None:
@@ -113,7 +111,7 @@ def database(settings: Settings, ready: bool = True) -> Database:
 
 def migrate(settings: Settings) -> str:
     """``spotsweep migrate``: bring the results database's schema up to date."""
-    from spotsweep.services.local import database as local_database
+    from spotsweep.shared.db.embedded import configured as local_database
 
     applied = local_database(settings).migrate()
     return f"applied migration(s): {', '.join(applied)}" if applied else "the schema is up to date"
@@ -135,6 +133,11 @@ def _post(message: Outgoing, settings: Settings, served: str | None = None) -> N
 
 def submit(spec: SweepSpec, settings: Settings) -> str:
     """Post the spec to the planner, its workdir packed and uploaded first; returns the new sweep's id."""
+    # Imported here, as in cancel and extend: the packer (S3 client) and the planner's handlers
+    # take 0.6 s to import, which `ls`, `status` and `report` would otherwise pay at every call.
+    from spotsweep.services import code_upload
+    from spotsweep.services.planner.handlers import new_sweep_id, submission
+
     spec = code_upload.with_code(spec, settings)
     sweep_id = new_sweep_id(spec.name)
     _post(submission(spec, sweep_id), settings, served=spec.resources.resource_class)
@@ -193,6 +196,8 @@ def cancel(sweep_id: str, settings: Settings) -> str:
         row = conn.execute("SELECT state FROM sweep_results WHERE sweep_id = %s", (sweep_id,)).fetchone()
     if row is None:
         raise _unknown(sweep_id)
+    from spotsweep.services.planner.handlers import cancellation
+
     _postable(sweep_id)
     _post(cancellation(sweep_id), settings)
     return f"cancel requested for {sweep_id}"
@@ -201,6 +206,9 @@ def cancel(sweep_id: str, settings: Settings) -> str:
 def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any]) -> str:
     """Ask the planner for ``trials`` more trials and/or new budget caps; checked here
     first, so a mistake is reported to the person typing, not only in the planner's log."""
+    from spotsweep.services.planner.extend import extended
+    from spotsweep.services.planner.handlers import extension
+
     with _sweep_database(settings, sweep_id).transaction() as conn:
         row = conn.execute("SELECT spec, spec_version, state FROM sweep_results WHERE sweep_id = %s",
                            (sweep_id,)).fetchone()

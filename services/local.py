@@ -38,13 +38,12 @@ from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.db import Database
-from spotsweep.shared.db.embedded import embedded_url
+from spotsweep.shared.db.embedded import configured
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.limits import cap_text
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import LocalSettings, Settings
 from spotsweep.shared.spec import SweepSpec
-from spotsweep.shared.tls import pg_options
 
 _log = log.get("spotsweep.local")
 GRACE = 30.0  # seconds a running trial gets to checkpoint after Ctrl-C (then SIGKILL)
@@ -53,9 +52,7 @@ AFTER_GRACE = 15.0  # for the stopped trials' uploads and reports past the grace
 
 def database(settings: Settings) -> Database:
     """The configured PostgreSQL, or the embedded one under ``SPOTSWEEP_HOME``."""
-    if settings.database_url is not None:
-        return Database(settings.database_url.get_secret_value(), options=pg_options(settings))
-    return Database(embedded_url(settings.home / "pg"))
+    return configured(settings)
 
 
 def run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None, console: Console | None = None,

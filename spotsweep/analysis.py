@@ -66,19 +66,14 @@ def _pandas() -> Any:
 def results(database_url: str | None = None) -> Results:
     """The results database: ``database_url``, else ``SPOTSWEEP_DATABASE_URL``,
     else local mode's embedded database under ``SPOTSWEEP_HOME``."""
-    from spotsweep.shared.db.embedded import embedded_url
+    from spotsweep.shared.db.embedded import configured
     from spotsweep.shared.settings import Settings
-    from spotsweep.shared.tls import pg_options
 
-    # As services.local.database chooses, without importing local mode (its agent, broker, planner).
     settings = Settings()
-    if database_url is None and settings.database_url is not None:
-        database_url = settings.database_url.get_secret_value()
-    if database_url is None:
-        db = Database(embedded_url(settings.home / "pg"))
+    db = configured(settings, database_url)
+    if database_url is None and settings.database_url is None:
         db.migrate()  # local mode's own database: before the first run, no sweeps rather than an error
     else:
-        db = Database(database_url, options=pg_options(settings))  # the TLS settings apply to a URL given here too
         db.check()  # a reader never migrates a shared database; SchemaNotReady says what to do
     return Results(db)
 

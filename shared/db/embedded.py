@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spotsweep.shared.db import pg_watchdog
+from spotsweep.shared.db import Database, pg_watchdog
 from spotsweep.shared.errors import RetryableError
+
+if TYPE_CHECKING:
+    from spotsweep.shared.settings import Settings
 
 _servers: dict[Path, Any] = {}
 _watchdogs: dict[Path, int] = {}  # data dir -> the write end of its watchdog's pipe, open while we live
@@ -44,3 +47,16 @@ def embedded_url(data_dir: Path) -> str:
         except Exception as e:  # pgserver raises plain exceptions with initdb's output
             raise RetryableError(f"cannot start the embedded PostgreSQL in {data_dir}: {e}") from e
     return str(_servers[data_dir].get_uri())
+
+
+def configured(settings: Settings, database_url: str | None = None) -> Database:
+    """The results database: ``database_url``, else ``SPOTSWEEP_DATABASE_URL``, else the embedded
+    one under ``SPOTSWEEP_HOME`` (local mode's). Here rather than in local mode's module, which
+    loads the planner, agent and collector: ``ls`` and ``status`` would pay for importing them."""
+    from spotsweep.shared.tls import pg_options
+
+    if database_url is None and settings.database_url is not None:
+        database_url = settings.database_url.get_secret_value()
+    if database_url is None:
+        return Database(embedded_url(settings.home / "pg"))
+    return Database(database_url, options=pg_options(settings))  # the TLS settings apply to a URL given too
