@@ -46,6 +46,11 @@ class HashCache:
                 self._entries.move_to_end(key_of(st))
             return digest
 
+    def clear(self) -> None:
+        """Forget every hash (a benchmark's cold case)."""
+        with self._lock:
+            self._entries.clear()
+
     def put(self, st: os.stat_result, digest: str, begun: float) -> None:
         """Remember ``digest``, computed from reads that began at ``begun`` (``time.time()``),
         unless the file was modified too close to then to be sure it did not change after."""

@@ -153,7 +153,7 @@ class _Upload:
         finally:
             self.fds.close(fd)
 
-    def _send(self, rel: str, fd: int, size: int, digests: list[bytes]) -> None:
+    def _send(self, rel: str, fd: int, size: int, digests: list[bytes] | None) -> None:
         """A file whose hash is known: as parts where the store has them, else whole."""
         if _parts_of(self.store):
             self._multipart(rel, fd, size, digests)
