@@ -222,12 +222,15 @@ def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any
     return f"extension requested for {sweep_id}: {total_trials(new)} trial(s) in all"
 
 
+SCHEMA_PATIENCE = 10.0  # seconds `submit --wait` waits for the schema before it says why
+
+
 def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float = 0.5) -> int:
     """Follow a submitted sweep in the database until it ends."""
     console = Console(stderr=True)
     db = database(settings, ready=False)
     deadline = None if timeout is None else time.monotonic() + timeout
-    last, ready = "", False
+    last, ready, unready_since = "", False, time.monotonic()
     while True:
         try:
             # Right after `submit` the planner may still be creating or migrating the schema
@@ -236,8 +239,13 @@ def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float =
                 db.check()
                 ready = True
             rows = reporter.sweep_counts(db, sweep_id)
-        except SchemaNotReady:
+        except SchemaNotReady as e:
             rows = []
+            # Longer than a migration takes: no planner is running, or an older one that lacks
+            # this build's migrations. Say so once, rather than wait in silence.
+            if time.monotonic() - unready_since > SCHEMA_PATIENCE:
+                console.print(Text(f"still waiting: {e}"))
+                unready_since = float("inf")
         if rows:
             r = rows[0]
             line = (f"{r['state']}: {r['completed']} completed, {r['running']} running, {r['queued']} queued, "

@@ -31,3 +31,17 @@ def test_wait_on_a_half_migrated_database_waits_for_the_schema(database_url: str
     with Database(database_url).transaction() as conn:
         conn.execute("INSERT INTO sweeps (sweep_id, name, state) VALUES ('done-0000aaaa', 'done', 'completed')")
     assert commands.wait("done-0000aaaa", settings, timeout=5, poll=0.1) == ExitCode.OK
+
+
+def test_wait_says_why_when_the_schema_stays_behind(database_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """No planner, or one older than this build: after a while `--wait` names the missing migration, once."""
+    backend = PostgresqlPsycopgBackend(parse_uri(database_url.replace("postgresql://", "postgresql+psycopg://", 1)),
+                                       "_yoyo_migration")
+    backend.init_database()
+    with backend.lock():
+        backend.apply_migrations(backend.to_apply(migrations()[:-1]))
+    monkeypatch.setattr(commands, "SCHEMA_PATIENCE", 0.0)
+    assert commands.wait("nosuch-00000000", Settings(database_url=database_url), timeout=0.5, poll=0.1) == ExitCode.TIMEOUT
+    err = capsys.readouterr().err
+    assert err.count("still waiting") == 1 and migrations()[-1].id in err, err
