@@ -18,6 +18,10 @@ from spotsweep.shared.spec_search.registry import Problems, StrategyModel
 if TYPE_CHECKING:
     from spotsweep.shared.spec_models import SweepSpec
 
+# Samplers that never repeat a config over a finite space (so ``trials`` is capped
+# at its size); a model (tpe) proposes from what it learned and may.
+_WITHOUT_REPEATS = ("grid", "random", "sobol")
+
 
 class AshaStrategy(StrategyModel):
     """Asynchronous successive halving over configs drawn by ``sampler``.
@@ -26,8 +30,8 @@ class AshaStrategy(StrategyModel):
     range), ``random`` (the default otherwise), ``sobol`` or ``tpe``.
     ``trials``: configs to try (required unless the grid gives them).
     ``order``: a grid's configs in a ``shuffled`` order seeded by ``seed``
-    (the default) or as ``listed``. Random draws over a finite space never
-    repeat a config.
+    (the default) or as ``listed``. Random and Sobol' draws over a finite
+    space never repeat a config.
     """
 
     type: Literal["asha"] = "asha"
@@ -47,7 +51,7 @@ class AshaStrategy(StrategyModel):
 
     def configs(self, spec: SweepSpec) -> int:
         sampler = self.sampler_name(spec)
-        size = finite_size(spec) if sampler in ("grid", "random") else None
+        size = finite_size(spec) if sampler in _WITHOUT_REPEATS else None
         if size is None:
             return super().configs(spec)
         return size if self.trials is None else min(size, self.trials)
@@ -56,7 +60,7 @@ class AshaStrategy(StrategyModel):
         return self.seed if self.order == "shuffled" else None
 
     def warnings(self, spec: SweepSpec) -> list[str]:
-        if self.trials is None or self.sampler_name(spec) not in ("grid", "random"):
+        if self.trials is None or self.sampler_name(spec) not in _WITHOUT_REPEATS:
             return []
         return once_each(spec, self.trials)
 

@@ -21,7 +21,9 @@ class RandomStrategy(StrategyModel):
     space's size runs each configuration once (with a warning).
 
     ``sampler: sobol`` draws scrambled Sobol' points instead (quasi-random:
-    they cover the ranges more evenly than independent samples).
+    they cover the ranges more evenly than independent samples); over a
+    finite space it takes the distinct cells the stream visits, so the same
+    cap and warning apply.
     """
 
     type: Literal["random"] = "random"
@@ -33,11 +35,11 @@ class RandomStrategy(StrategyModel):
         return self.sampler
 
     def configs(self, spec: SweepSpec) -> int:
-        size = finite_size(spec) if self.sampler == "random" else None
+        size = finite_size(spec)
         return self.trials if size is None else min(self.trials, size)
 
     def warnings(self, spec: SweepSpec) -> list[str]:
-        return once_each(spec, self.trials) if self.sampler == "random" else []
+        return once_each(spec, self.trials)
 
     def describe(self, spec: SweepSpec) -> str:
         return " (Sobol')" if self.sampler == "sobol" else ""

@@ -105,3 +105,15 @@ def test_validate_prints_the_warning(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "each runs once, without repeats (45 trial(s))" in proc.stdout + proc.stderr
     assert "45 trial(s)" in proc.stdout
+
+
+@pytest.mark.parametrize("strategy", [{"type": "random", "sampler": "sobol", "trials": 60},
+                                      {"type": "asha", "sampler": "sobol", "trials": 60, "budget": BUDGET}])
+def test_sobol_past_the_space_size_runs_each_config_once_and_says_so(strategy: dict[str, Any]) -> None:
+    # It used to plan 60 trials over the 45 configs and fail at the 46th ("configuration 45 of a 45-point grid").
+    spec = make(SPACE, strategy)
+    assert total_trials(spec) == 45
+    assert sorted(configs(spec)) == sorted(tuple(p.values()) for p in (params_at(make(SPACE, {"type": "grid"}), i)
+                                                                     for i in range(45)))
+    assert commands.warnings(spec) == ["strategy.trials: 60 but the space has only 45 configurations: each runs once, "
+                                       "without repeats (45 trial(s))"]
