@@ -172,12 +172,17 @@ def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
     except (SpotsweepError, OSError) as e:  # an upload problem is never charged to the trial
         _log.error("checkpoint not uploaded; the trial goes on", step=step, error=str(e), trial_id=msg.trial_id)
         return None
+    except Exception as e:  # nor is an error no adapter translated (a client bug): the trial's
+        # result must not hang on its checkpoints; the next checkpoint tries again, and the traceback is logged
+        _log.exception("checkpoint not uploaded (unexpected error); the trial goes on", step=step, error=repr(e),
+                       trial_id=msg.trial_id)
+        return None
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     try:
         retention.after_commit(store, msg.sweep_id, msg.trial_id, folder, msg.checkpoint_keep, msg.metric, msg.metric_mode)
-    except SpotsweepError as e:
-        _log.warning("old checkpoints not pruned", step=step, error=str(e), trial_id=msg.trial_id)
+    except Exception as e:  # committed: a prune that fails in any way is the next prune's to redo
+        _log.warning("old checkpoints not pruned", step=step, error=repr(e), trial_id=msg.trial_id)
     return store.uri(folder_prefix(msg.sweep_id, msg.trial_id, folder))
 
 

@@ -19,7 +19,7 @@ from waiting import wait_until  # tests/support
 from spotsweep.services.agent.runner import Confirms, RunControls, RunnerConfig, run_trial
 from spotsweep.shared.artifacts.checkpoints import latest_checkpoint, log_key
 from spotsweep.shared.artifacts.local import LocalArtifactStore
-from spotsweep.shared.errors import RetryableError
+from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.messages import CheckpointSaved, TrialMessage, TrialMetrics, TrialStarted
 
 
@@ -179,6 +179,37 @@ def test_an_invalid_checkpoint_is_skipped_and_the_trial_goes_on(store: LocalArti
     final, events = run(store, config, message(script))
     assert final.outcome == "completed" and final.metrics == {"loss": 0.5}
     assert events.of(CheckpointSaved) == [] and latest_checkpoint(store, "sw", "sw.0") is None
+
+
+class _CheckpointsFail(LocalArtifactStore):
+    """A store that refuses every checkpoint object with ``error`` (logs go through)."""
+
+    error: Exception = RuntimeError()
+
+    def put_file(self, key: str, path: Path) -> str:
+        if "/checkpoints/" in key:
+            raise self.error
+        return super().put_file(key, path)
+
+    def put_bytes(self, key: str, data: bytes) -> str:
+        if "/checkpoints/" in key:
+            raise self.error
+        return super().put_bytes(key, data)
+
+
+@pytest.mark.parametrize("error", [PermanentError("s3: AccessDenied on the checkpoint prefix"),
+                                   RuntimeError("a client bug or an error the adapter does not translate")])
+def test_a_checkpoint_the_store_refuses_is_not_charged_to_the_trial(tmp_path: Path, config: RunnerConfig,
+                                                                   error: Exception) -> None:
+    store = _CheckpointsFail(tmp_path / "store")
+    store.error = error
+    script = ("import os\nfrom spotsweep import trial\n"
+              "open(os.path.join(os.environ['SPOTSWEEP_CHECKPOINT_DIR'], 'w.bin'), 'wb').write(b'x' * 10)\n"
+              "trial.checkpoint_saved(3)\ntrial.report(4, loss=0.5)\nprint('done')")
+    final, events = run(store, config, message(script))
+    assert final.outcome == "completed" and final.metrics == {"loss": 0.5}
+    assert events.of(CheckpointSaved) == [] and latest_checkpoint(store, "sw", "sw.0") is None
+    assert store.get_bytes(log_key("sw", "sw.0", 1, "stdout")) == b"done\n"  # the run's other uploads went on
 
 
 def test_a_lost_connection_stops_the_trial_without_reporting_it(store: LocalArtifactStore, config: RunnerConfig) -> None:

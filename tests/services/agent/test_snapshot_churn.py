@@ -59,3 +59,27 @@ def test_snapshots_of_a_folder_that_churns_never_raise(tmp_path: Path) -> None:
     finally:
         stop.set()
         writer.join()
+
+
+def test_a_folder_replaced_during_the_walk_is_snapshot_again_then_skipped(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sub-folder that vanishes mid-walk fails the walk: ``stage`` takes the
+    snapshot again (up to 3 times), and past that the caller skips the checkpoint."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "w.bin").write_text("w")
+    real, calls = uploads.snapshot, []
+
+    def flaky(directory: Path, into: Path, fails: int) -> Path:
+        calls.append(directory)
+        if len(calls) <= fails:
+            raise FileNotFoundError(2, "No such file or directory", str(directory / "step-7"))
+        return real(directory, into)
+
+    monkeypatch.setattr(uploads, "snapshot", lambda d, i: flaky(d, i, 2))
+    assert sorted(p.name for p in uploads.stage(ckpt).iterdir()) == ["w.bin"] and len(calls) == 3
+    calls.clear()
+    monkeypatch.setattr(uploads, "snapshot", lambda d, i: flaky(d, i, 3))
+    with pytest.raises(FileNotFoundError):
+        uploads.stage(ckpt)
+    assert len(calls) == 3
