@@ -104,7 +104,7 @@ def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None =
     its trials' lifetimes, so the time between its end and an ``extend``
     does not count against ``wall_time``.
     """
-    args = {"sweep": sweep_id, "param": budget_param or "", "pbt": getattr(spec.strategy, "type", "") == "pbt"}
+    args = {"sweep": sweep_id, "param": budget_param or "", "pbt": spec.strategy.inherits_checkpoints}
     row = conn.execute(
         "SELECT count(*) FILTER (WHERE idx >= 0) AS launched, COALESCE(sum(run_seconds), 0) AS done_s,"
         " COALESCE(array_agg(run_seconds) FILTER (WHERE state = 'completed' AND idx >= 0), '{}') AS durations,"

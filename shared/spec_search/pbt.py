@@ -78,6 +78,7 @@ class PbtStrategy(StrategyModel):
     """Population-based training; ``seed`` fixes the first params and every explore draw."""
 
     type: Literal["pbt"] = "pbt"
+    inherits_checkpoints: ClassVar[bool] = True  # an exploit continues from a donor's checkpoint
     population: int = Field(ge=2)
     interval: PbtInterval
     quantile: float = Field(default=0.25, gt=0, le=0.5)

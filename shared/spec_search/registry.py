@@ -44,6 +44,9 @@ class StrategyModel(_Model):
     """
 
     type: str
+    # Its trials may continue from another trial's checkpoint (PBT's exploit): the
+    # steps that checkpoint had trained are not the trial's own (budget.max_steps).
+    inherits_checkpoints: ClassVar[bool] = False
 
     def sampler_name(self, spec: SweepSpec) -> str:
         """How configurations are drawn: a static design of ``shared/space.py``
