@@ -55,7 +55,9 @@ chaos: setup
 cluster-test: setup
 	$(BIN)/pytest tests/cluster
 
-# Benchmarks against Optuna (docs/benchmarks.md): a few minutes in all on 2 cores.
+# Benchmarks against Optuna and the other peers (docs/benchmarks.md): over an hour in all
+# on 2 cores, by the notes below: search about 25 minutes, scale 13, checkpoint 10, goodput 8,
+# trainer a few minutes; headline and the other six are not timed here.
 # BENCH_SIZE=smoke runs each at a tiny size, as a check that they work.
 BENCH_SIZE ?= full
 ifeq ($(BENCH_SIZE),smoke)
