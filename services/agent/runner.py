@@ -237,7 +237,9 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
                     uploads.retain(store, msg, pruned=True)
             return None
         logs_uri, cut = uploads.logs(store, msg, streams, msg.limits.log_bytes)
-        if not uploads.nothing_stored(msg, redelivered, resume, send.checkpoints):
+        # A node going away spends its notice on the logs and the report, not on pruning (a few
+        # requests behind what an abandoned upload still sends): the next attempt's commits and end prune.
+        if not uploads.nothing_stored(msg, redelivered, resume, send.checkpoints) and not control.preempt.is_set():
             uploads.retain(store, msg)
         result, failure, error = _classify(outcome, proc.returncode, lambda: _tail_text(err), msg)
     screen = outcome.screen
