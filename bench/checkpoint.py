@@ -11,10 +11,16 @@ are deleted after each transfer (moto keeps them in memory). Checkpoints: severa
 incompressible files of 256 MiB and 2 GiB in all, and 5,000 one-byte files.
 
 Then: what hashing costs per GiB; a checkpoint whose large files did not change since
-the last commit (copied in the store); and a graceful preemption arriving while a
-2 GiB checkpoint is being uploaded with a 25 s notice (grace 20 s + 5 s after), through
-the agent's real runner: whether the upload finished within the grace or was abandoned
-(the trial resuming from the previous checkpoint), and how long each took.
+the last commit (copied in the store); and issue 23's spot notice, through the agent's
+real runner: a trial that committed a checkpoint of the largest size at step 60 announces
+one at step 120 (every file new) and the preemption comes at once, with a 25 s notice
+(grace 20 s + 5 s after), on the +20 ms link and on that link throttled (``--slow-mb-s``)
+so that the upload cannot finish: whether the upload finished within the grace or was
+abandoned, the step the trial resumes at (steps lost: never more than the 60 since the
+committed checkpoint) and how long each took.
+
+Table figures are the mean of the rounds, with the best and each round's ratio to boto3
+in the JSON.
 
     python bench/checkpoint.py [--quick] [--json bench/results/checkpoint.json]
 """
@@ -25,6 +31,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -40,7 +47,9 @@ from minio import Minio
 from s3_proxy import DelayProxy
 
 from spotsweep.services.agent.runner import RunControls, RunnerConfig, run_trial
-from spotsweep.shared.artifacts.checkpoints import commit_checkpoint, restore_checkpoint, upload_checkpoint_files
+from spotsweep.shared.artifacts.checkpoints import (
+    commit_checkpoint, latest_checkpoint, restore_checkpoint, upload_checkpoint_files,
+)
 from spotsweep.shared.artifacts.hash_cache import HASHES
 from spotsweep.shared.artifacts.s3 import S3ArtifactStore
 from spotsweep.shared.artifacts.transfer import CHUNK
@@ -114,8 +123,9 @@ def timed(fn: Callable[[], object]) -> float:
 
 def throughput(env: dict[str, str], links: dict[str, str], sets: dict[str, tuple[Path, int]], rounds: int,
                tmp: Path) -> list[dict[str, Any]]:
-    """MB/s of each client, link and checkpoint, interleaved; the best of ``rounds``."""
-    best: dict[tuple[str, str, str, str], float] = {}
+    """Seconds of each client, link and checkpoint, interleaved: the mean of ``rounds``, the best, and
+    against boto3 per round (boto3's time in that round over the client's)."""
+    runs: dict[tuple[str, str, str, str], list[float]] = {}
     for r in range(rounds):
         order = CLIENTS[r % 3:] + CLIENTS[:r % 3]
         for link, endpoint in links.items():
@@ -129,16 +139,17 @@ def throughput(env: dict[str, str], links: dict[str, str], sets: dict[str, tuple
                     shutil.rmtree(dest, ignore_errors=True)
                     clients.clear(prefix)
                     for op, s in (("upload", up), ("restore", down)):
-                        k = (link, name, client, op)
-                        best[k] = min(best.get(k, s), s)
+                        runs.setdefault((link, name, client, op), []).append(s)
                     print(f"  round {r + 1} {link:8} {name:12} {client:9} up {up:6.2f} s  down {down:6.2f} s  "
                           f"(load {harness.load_1m()})", flush=True)
     rows = []
-    for (link, name, client, op), s in sorted(best.items()):
-        size = sets[name][1]
-        boto = best[(link, name, "boto3", op)]
-        rows.append({"link": link, "checkpoint": name, "client": client, "op": op, "seconds": round(s, 3),
-                     "MB_s": round(size / s / 1e6, 1), "vs_boto3": round(boto / s, 2)})
+    for (link, name, client, op), times in sorted(runs.items()):
+        size, boto = sets[name][1], runs[(link, name, "boto3", op)]
+        mean = statistics.fmean(times)
+        rows.append({"link": link, "checkpoint": name, "client": client, "op": op, "seconds": round(mean, 3),
+                     "best_s": round(min(times), 3), "rounds_s": [round(t, 3) for t in times],
+                     "MB_s": round(size / mean / 1e6, 1), "vs_boto3": round(statistics.fmean(boto) / mean, 2),
+                     "vs_boto3_rounds": [round(b / t, 2) for b, t in zip(boto, times)]})
     return rows
 
 
@@ -192,35 +203,46 @@ def unchanged(env: dict[str, str], endpoint: str, src: Path, tmp: Path) -> dict[
 
 
 PREEMPT_SCRIPT = """
-import os, shutil, signal, sys, time
+import os, signal, sys, time
 from spotsweep import trial
-src = os.environ["SRC"]
-for name in sorted(os.listdir(src)):
-    os.link(os.path.join(src, name), trial.checkpoint_dir / name)
-trial.checkpoint_saved(1)
-open(os.environ["ANNOUNCED"], "w").close()
+
+def save(step, src):  # the trial's checkpoint folder becomes the files of src (hard links: no time to write them)
+    for name in os.listdir(trial.checkpoint_dir):
+        os.unlink(trial.checkpoint_dir / name)
+    for name in sorted(os.listdir(src)):
+        os.link(os.path.join(src, name), trial.checkpoint_dir / name)
+    trial.checkpoint_saved(step)
+
+save(60, os.environ["FIRST"])
+while not os.path.exists(os.environ["GO"]):  # until the agent committed it: "a minute earlier"
+    time.sleep(0.05)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+save(120, os.environ["SECOND"])  # every file new: a full fine-tune's checkpoint, nothing to copy in the store
+open(os.environ["ANNOUNCED"], "w").close()
 time.sleep(600)
 """
 
 
-def preemption(env: dict[str, str], endpoint: str, src: Path, tmp: Path, grace: float) -> dict[str, Any]:
-    """The agent's runner: a trial announces a checkpoint of ``src``; the preemption comes right after."""
+def preemption(env: dict[str, str], endpoint: str, first: Path, second: Path, tmp: Path, grace: float) -> dict[str, Any]:
+    """Issue 23's case through the agent's runner: a trial committed a checkpoint at step 60 (``first``), then
+    announces one at step 120 (``second``, every file new) and the preemption notice comes at once. Either the
+    upload finishes within ``grace`` (nothing lost) or it is abandoned and the trial resumes at 60 (the steps
+    since the committed checkpoint are lost, never more, and never as a failure)."""
     clients = Clients(endpoint, env)
-    announced = tmp / f"announced-{uuid.uuid4().hex[:6]}"
+    announced, go = tmp / f"announced-{uuid.uuid4().hex[:6]}", tmp / f"go-{uuid.uuid4().hex[:6]}"
     msg = TrialMessage(sweep_id=f"p{uuid.uuid4().hex[:6]}", trial_id="t", attempt=1, trial_name="t", index=0, params={},
                        argv=["python", "-c", PREEMPT_SCRIPT], metric="loss",
-                       env={"SRC": str(src), "ANNOUNCED": str(announced)})
+                       env={"FIRST": str(first), "SECOND": str(second), "GO": str(go), "ANNOUNCED": str(announced)})
     control = RunControls(grace=grace)
-    events: list[Any] = []
-    saved_at: list[float] = []
+    saved: dict[int, float] = {}
 
     def publish(event: Any) -> None:
-        events.append(event)
         if isinstance(event, CheckpointSaved):
-            saved_at.append(time.monotonic())
+            saved[event.step] = time.monotonic()
+            go.touch()
 
     result: list[Any] = []
+    began_all = time.monotonic()
     runner = threading.Thread(target=lambda: result.append(run_trial(msg, clients.store, publish,
                                                                      RunnerConfig("bench", tmp / "agent"), control)))
     runner.start()
@@ -230,9 +252,12 @@ def preemption(env: dict[str, str], endpoint: str, src: Path, tmp: Path, grace: 
     control.preempt.set()
     runner.join()
     ended = time.monotonic()
+    resume = latest_checkpoint(clients.store, msg.sweep_id, msg.trial_id)
     clients.clear(msg.sweep_id)
-    return {"outcome": result[0].outcome, "committed": bool(saved_at),
-            "commit_after_notice_s": round(saved_at[0] - began, 2) if saved_at else None,
+    return {"outcome": result[0].outcome, "first_commit_s": round(saved[60] - began_all, 2) if 60 in saved else None,
+            "committed_in_grace": 120 in saved, "resumes_at": resume,
+            "steps_lost": None if resume is None else 120 - resume, "steps_since_committed": 60,
+            "commit_after_notice_s": round(saved[120] - began, 2) if 120 in saved else None,
             "run_over_after_notice_s": round(ended - began, 2), "grace_s": grace}
 
 
@@ -245,6 +270,9 @@ def main() -> None:
     ap.add_argument("--delay-ms", type=float, default=10.0, help="added each way by the proxy")
     ap.add_argument("--notice", type=float, default=25.0, help="seconds of preemption notice (grace: 5 s less)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[256, 2048], help="large checkpoints, MiB")
+    ap.add_argument("--slow-mb-s", type=float, default=None,
+                    help="the throttled link's MB/s for the preemption that cannot finish (default: the largest "
+                         "checkpoint over 1.5 graces; 0: skip it)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     sizes = {"16 MiB": 16 * MiB} if args.quick else {
@@ -254,22 +282,32 @@ def main() -> None:
         tmp = Path(t)
         sets = {name: (make_checkpoint(tmp / name.replace(" ", ""), size, args.files), size) for name, size in sizes.items()}
         sets[f"{tiny} x 1 B"] = (make_checkpoint(tmp / "tiny", tiny, tiny), tiny)
+        largest, (src, big) = list(sets.items())[len(sizes) - 1]
+        second = make_checkpoint(tmp / "second-checkpoint", big, args.files)
         Clients(env["SPOTSWEEP_S3_ENDPOINT"], env)  # creates the bucket
         port = int(env["SPOTSWEEP_S3_ENDPOINT"].rsplit(":", 1)[1])
         with DelayProxy(port, args.delay_ms / 1000) as proxy:
             links = {"loopback": env["SPOTSWEEP_S3_ENDPOINT"], f"+{2 * args.delay_ms:g} ms": proxy.endpoint}
             rows = throughput(env, links, sets, rounds, tmp)
-            largest, (src, _) = list(sets.items())[len(sizes) - 1]
             cost = hash_cost(next(src.iterdir()))
             dedupe = unchanged(env, proxy.endpoint, src, tmp)
-            preempt = preemption(env, proxy.endpoint, src, tmp, max(1.0, args.notice - 5))
-    print(harness.table(f"Checkpoint transfer, best of {rounds} (MB/s; vs boto3 = boto3's time / this client's time)",
-                        ["link", "checkpoint", "op", "client", "s", "MB/s", "vs boto3"],
-                        [[r["link"], r["checkpoint"], r["op"], r["client"], r["seconds"], r["MB_s"], r["vs_boto3"]]
-                         for r in rows]))
+            grace = max(1.0, args.notice - 5)
+            preempt = {links_name: preemption(env, endpoint, src, second, tmp, grace)
+                       for links_name, endpoint in list(links.items())[1:]}
+        slow_mb_s = big / (1.5 * grace) / 1e6 if args.slow_mb_s is None else args.slow_mb_s
+        if slow_mb_s > 0:
+            with DelayProxy(port, args.delay_ms / 1000, rate=slow_mb_s * 1e6) as slow:
+                preempt[f"+{2 * args.delay_ms:g} ms, {slow_mb_s:.3g} MB/s"] = preemption(
+                    env, slow.endpoint, src, second, tmp, grace)
+    print(harness.table(f"Checkpoint transfer, mean of {rounds} round(s) (vs boto3 = boto3's time / this client's)",
+                        ["link", "checkpoint", "op", "client", "s", "MB/s", "vs boto3", "per round"],
+                        [[r["link"], r["checkpoint"], r["op"], r["client"], r["seconds"], r["MB_s"], r["vs_boto3"],
+                          " ".join(f"{v:g}" for v in r["vs_boto3_rounds"])] for r in rows]))
     print(f"hash (sha256 of 8 MiB chunks): {cost:.2f} s of one core per GiB")
     print(f"{largest}, one of {args.files} files changed since the last commit: {dedupe}")
-    print(f"preemption {args.notice:g} s notice while {largest} uploads: {preempt}")
+    for link, p in preempt.items():
+        print(f"preemption, {args.notice:g} s notice, {largest} at step 120 uploading, {largest} committed at 60 "
+              f"({link}): {p}")
     out = harness.write_json("checkpoint", {"args": vars(args), "rows": rows, "hash_s_per_gib": round(cost, 3),
                                             "unchanged": dedupe, "preemption": preempt}, args.json)
     print(f"wrote {out}")
