@@ -123,10 +123,11 @@ class AgentSettings(_Service):
     slots: int | None = Field(default=None, ge=1, description="trials at once; default: one per GPU group, or 1 without GPUs")
     resource_class: str = Field(default="gpu", min_length=1, description="resource class served", json_schema_extra=_flag("--class"))
     gpus_per_slot: int = Field(default=1, ge=1, description="GPUs each trial gets")
-    grace: float = Field(default=90.0, ge=0, description="seconds a preempted trial gets to checkpoint")
+    grace: float = Field(default=90.0, ge=0, description="seconds a preempted trial gets to write and upload its "
+                                                          "checkpoint (an upload still going then is abandoned)")
     after_grace: float = Field(
-        default=30.0, ge=0, description="seconds a drain may take past the grace (uploads, reports, acks) before the agent "
-                                "stops at once with 137")
+        default=30.0, ge=0, description="seconds a drain may take past the grace (log uploads, reports, acks) before the "
+                                "agent stops at once with 137")
     workdir: Path | None = Field(default=None, description="trial workspaces; default: spotsweep-agent in the temp folder")
     preemption_notice: Literal["signal", "aws", "azure", "gcp"] = Field(
         default="signal", description="drain on the cloud's preemption notice (instance metadata) ahead of SIGTERM; "
