@@ -188,6 +188,8 @@ class _Upload:
                 last = left[0] == 0
             if last:
                 self.fds.close(fd)
+                if self.batch.failed():  # abandoned or failed: abort() aborts it, completing it would only fail
+                    return
                 _retry(lambda: self.store.complete_multipart(key, upload_id, [e or "" for e in etags]),
                        "complete a multipart upload")
                 with self.sent.lock:
