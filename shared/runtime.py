@@ -144,12 +144,13 @@ def serve(
                     half_started.stop(drain=False)
                 except Exception:  # noqa: BLE001 - the connection is already broken
                     pass
+            failures += 1
+            pause = backoff.delay(min(failures, 10), rng)
+            # Logged before the cleanup, which may wait (a flush to a database on the same cut link).
+            _log.warning("broker connection lost; reconnecting", error=str(e), pause_s=round(pause, 1))
             if cleanup is not None:  # at once, not after the pause: e.g. trials whose delivery died
                 cleanup()
                 cleanup = None
-            failures += 1
-            pause = backoff.delay(min(failures, 10), rng)
-            _log.warning("broker connection lost; reconnecting", error=str(e), pause_s=round(pause, 1))
             stopping.wait(pause)
         finally:
             if cleanup is not None:

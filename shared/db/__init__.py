@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from pydantic import SecretStr
 
 from spotsweep.shared.db.connect_error import connect_error
+from spotsweep.shared.db.liveness import with_liveness
 from spotsweep.shared.db.sqlstate import translated
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.settings import redact_url
@@ -38,9 +39,10 @@ def required_database(database_url: SecretStr | None, who: str, options: Mapping
 class Database:
     def __init__(self, url: str, connect_timeout: int = 10, options: Mapping[str, str] | None = None) -> None:
         """``options``: libpq parameters added to the URL's, which stays as the user gave it
-        (the TLS settings: :func:`spotsweep.shared.tls.pg_options`)."""
+        (the TLS settings: :func:`spotsweep.shared.tls.pg_options`); TCP keepalives and a user
+        timeout are added unless either sets them (:mod:`.liveness`)."""
         self.url = url
-        self.options: dict[str, Any] = dict(options or {})  # Any: psycopg types its connection keywords
+        self.options: dict[str, Any] = with_liveness(url, dict(options or {}))  # Any: psycopg types its keywords
         self._timeout = connect_timeout
         self._local = threading.local()
 
