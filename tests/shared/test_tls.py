@@ -15,6 +15,7 @@ import urllib3
 from spotsweep import cli
 from spotsweep.shared.broker.rabbit import RabbitBroker
 from spotsweep.shared.db import Database
+from spotsweep.shared.db.liveness import LIVENESS
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.settings import Settings
 from spotsweep.shared.tls import AmqpTls, amqp_context, pg_options, refusal, refused_detail
@@ -64,7 +65,7 @@ def test_the_database_settings_are_added_to_the_connection_and_the_url_stays_as_
     options = pg_options(settings)
     assert options == {"sslmode": "verify-full", "sslrootcert": "/etc/ca.pem"}
     db = Database("postgresql://u:pw@db/x?application_name=a", options=options)
-    assert db.url == "postgresql://u:pw@db/x?application_name=a" and db.options.items() >= options.items()
+    assert db.url == "postgresql://u:pw@db/x?application_name=a" and db.options == {**LIVENESS, **options}
     assert pg_options(Settings()) == {}
 
 
