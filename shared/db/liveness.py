@@ -16,7 +16,7 @@ These libpq parameters bound that: keepalive probes after 15 s of silence
 probes and acknowledges data while the query runs. The query then fails
 with a connection error, a :class:`~spotsweep.shared.errors.RetryableError`,
 and the next transaction connects afresh. A parameter the user's URL sets
-wins (``?keepalives_idle=60``); Unix sockets ignore all four.
+wins (``?keepalives_idle=60``); Unix sockets ignore them all.
 """
 
 from __future__ import annotations

@@ -35,7 +35,6 @@ def test_a_query_across_a_cut_link_fails_in_seconds_and_reconnects(site: Site) -
     connected = threading.Barrier(3)
     cut = threading.Event()
     back = threading.Event()
-
     ended: dict[str, float] = {}
 
     def session(name: str, sql: str, before_cut: bool) -> tuple[str, int]:
