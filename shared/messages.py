@@ -202,8 +202,10 @@ Outcome = Literal["completed", "failed", "cancelled", "preempted"]
 # Why an attempt failed, for the planner's retry policy: ``exit`` a non-zero
 # exit, ``oom`` a CUDA out-of-memory exit, ``stalled`` no line for
 # timeout.stall, ``timeout`` past timeout.total, ``lost`` the attempt kept
-# killing its agents (dead-lettered), ``agent`` the agent itself broke.
-Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent"]
+# killing its agents (dead-lettered), ``agent`` the agent itself broke,
+# ``refused`` the agent refused the trial's input (its code archive) before
+# starting it: bad input, never a sign of a broken node.
+Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent", "refused"]
 
 
 class TrialFinished(Envelope):

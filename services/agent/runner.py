@@ -39,7 +39,7 @@ from spotsweep.services.agent import workspace
 from spotsweep.services.agent.workspace import Paths
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
-from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.errors import PermanentError, Refused, RetryableError
 from spotsweep.shared.messages import CheckpointSaved, Envelope, Failure, Outcome as Result, TrialFinished, TrialMessage, TrialStarted
 
 __all__ = ["DeliveryLost", "RunControls", "RunnerConfig", "kill_all", "run_trial"]
@@ -196,10 +196,12 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
     if not msg.argv or not msg.argv[0]:
         return end("failed", failure="exit", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
     try:
-        cwd = code_cache.working_dir(store, config.workdir / "code", msg.workdir_sha256, config.code_dir, paths.run)
+        cwd = code_cache.working_dir(store, config.workdir / "code", msg.workdir_sha256, config.code_dir, paths.run,
+                                     config.code_caps)
     except PermanentError as e:
-        return end("failed", failure="exit", error=f"the trial's code (workdir) cannot be set up, so the attempt did "
-                                                   f"not start: {e}")
+        # "refused": the archive is bad, not this node (a breaker must not count it against the node).
+        return end("failed", failure="refused" if isinstance(e, Refused) else "exit",
+                   error=f"the trial's code (workdir) cannot be set up, so the attempt did not start: {e}")
     restored: dict[str, float] = {}
     try:
         resume = uploads.restore(store, msg, paths.checkpoint, restored, redelivered)
@@ -226,7 +228,7 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         streams: dict[str, tuple[Path, BinaryIO]] = {"stdout": (out_path, out), "stderr": (err_path, err)}
         with LogShipper(store, msg, streams, config.log_upload_seconds):  # the store has the logs while the trial runs
             outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored)
-        duration = time.monotonic() - started
+        duration = (outcome.ended or time.monotonic()) - started  # the process's time, not the uploads' after it
         if outcome.reason == "lost":
             raise DeliveryLost(run_id, round(duration, 3))
         if outcome.reason == "stopped":

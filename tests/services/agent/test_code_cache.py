@@ -87,7 +87,7 @@ def test_without_a_hash_a_run_is_in_its_own_folder_or_local_modes_workdir(tmp_pa
     ([(member("/etc/evil"), b"x")], r"'/etc/evil' is an absolute path"),
     ([(member("link", tarfile.SYMTYPE, "/etc/passwd"), b"")], r"'link' is a link to '/etc/passwd', outside"),
     ([(member("a/link", tarfile.SYMTYPE, "../../x"), b"")], r"'a/link' is a link to '../../x', outside"),
-    ([(member("hard", tarfile.LNKTYPE, "/etc/passwd"), b"")], r"'hard' is a link to '/etc/passwd', outside"),
+    ([(member("hard", tarfile.LNKTYPE, "/etc/passwd"), b"")], r"'hard' is a hard link to '/etc/passwd', outside"),
     ([(member("dev", tarfile.CHRTYPE), b"")], r"'dev' is a device or FIFO"),
     ([(member("fifo", tarfile.FIFOTYPE), b"")], r"'fifo' is a device or FIFO"),
 ])
@@ -140,7 +140,7 @@ def test_a_bad_archive_fails_the_attempt_with_the_reason_and_an_unreachable_stor
     sha = hand_made(store, [(member("../evil"), b"x")])
     config = RunnerConfig(agent_id="a", workdir=tmp_path / "work")
     final = run_trial(message(sha, ["python", "train.py"]), store, lambda e: None, config, RunControls())
-    assert final is not None and final.outcome == "failed"
+    assert final is not None and final.outcome == "failed" and final.failure == "refused"  # bad input, not the node
     assert final.error is not None and "cannot be set up, so the attempt did not start" in final.error
     assert "'../evil' is a path leading out of the folder" in final.error
 
