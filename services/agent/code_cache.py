@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from spotsweep.services.agent.unpack import Caps, extract
+from spotsweep.services.agent.unpack import DEFAULT_CAPS, Caps, extract
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
 from spotsweep.shared.codepack import code_key
@@ -48,7 +48,7 @@ IDLE_S = 600.0  # and any tree a run used this recently
 
 
 def working_dir(store: ArtifactStore, cache: Path, sha256: str | None, in_place: Path | None, run: Path,
-                caps: Caps = Caps()) -> Path:
+                caps: Caps = DEFAULT_CAPS) -> Path:
     """The trial's working directory: a copy of the archive ``sha256`` names in ``run`` (the run's
     own empty folder); without one, ``in_place`` (local mode's workdir), else ``run`` as it is."""
     if sha256 is None:
@@ -58,7 +58,7 @@ def working_dir(store: ArtifactStore, cache: Path, sha256: str | None, in_place:
     return run
 
 
-def fetch(store: ArtifactStore, cache: Path, sha256: str, caps: Caps = Caps()) -> Path:
+def fetch(store: ArtifactStore, cache: Path, sha256: str, caps: Caps = DEFAULT_CAPS) -> Path:
     """The cached tree of ``code/<sha256>.tar.gz``, downloaded and checked on first use."""
     tree = cache / sha256
     if tree.is_dir():

@@ -30,6 +30,7 @@ from spotsweep.services.agent import code_cache, uploads
 from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.log_shipper import LogShipper
+from spotsweep.services.agent.orphans import Reaper, marks
 from spotsweep.services.agent.supervise import Outcome, RunnerConfig, supervise
 from spotsweep.services.agent.tail import Tail
 from spotsweep.services.agent.trial_env import trial_environment
@@ -62,6 +63,7 @@ class DeliveryLost(RetryableError):
 
 # Started on first use; kills every trial's process group if this agent dies (see .watchdog).
 WATCHDOG = Watchdog()
+REAPER = Reaper()  # kills what a trial left outside its process group once it is over (see .orphans)
 
 
 def _argv(argv: list[str], env: dict[bytes, bytes], cwd: Path) -> list[str]:
@@ -217,17 +219,20 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         chown_tree(paths.run, user)  # so is its copy of the code
     env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user)
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
+        REAPER.adopt()  # orphans below the agent come to it, not to init: what a trial leaves is found (orphans.py)
         try:
             proc = subprocess.Popen(_argv(msg.argv, env, cwd), cwd=cwd, env=env, stdout=out, stderr=err,
                                     start_new_session=True, **(user.popen() if user is not None else {}))
         except OSError as e:
             return end("failed", failure="exit", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
+        REAPER.started(proc.pid)
+        run_marks = marks(env, TOKEN_VAR.encode(), b"SPOTSWEEP_TRIAL_ID", b"SPOTSWEEP_ATTEMPT")
         started = time.monotonic()
         start = TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses)
         streams: dict[str, tuple[Path, BinaryIO]] = {"stdout": (out_path, out), "stderr": (err_path, err)}
         with LogShipper(store, msg, streams, config.log_upload_seconds):  # the store has the logs while the trial runs
-            outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored)
+            outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored, run_marks)
         duration = (outcome.ended or time.monotonic()) - started  # the process's time, not the uploads' after it
         if outcome.reason == "lost":
             raise DeliveryLost(run_id, round(duration, 3))
@@ -255,8 +260,9 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
 
 def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMessage, store: ArtifactStore,
                 send: Confirms, config: RunnerConfig, control: RunControls, paths: Paths,
-                restored: dict[str, float]) -> Outcome:
-    """Announce the started process and supervise it to its end; its whole group is dead when this returns.
+                restored: dict[str, float], run_marks: frozenset[bytes] = frozenset()) -> Outcome:
+    """Announce the started process and supervise it to its end; its whole group is dead when this returns,
+    and what left the group (``setsid``) is killed within moments (:mod:`.orphans`).
     Raises :class:`DeliveryLost` when a publish failed (the broker went away mid-trial)."""
     started = time.monotonic()
     try:
@@ -284,6 +290,7 @@ def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMe
         # background job holding GPU memory) goes with it.
         killpg(proc.pid)
         WATCHDOG.discard(proc.pid)
+        REAPER.ended(proc.pid, run_marks)  # and every process that left the group, carrying this run's marks
 
 
 def _classify(outcome: Outcome, rc: int | None, stderr_tail: Callable[[], str],

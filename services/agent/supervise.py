@@ -32,7 +32,7 @@ from spotsweep.services.agent.screen import Screen
 from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.stop_policy import Action, Limits, StopState, decide
 from spotsweep.services.agent.tail import Item, Tail
-from spotsweep.services.agent.unpack import Caps
+from spotsweep.services.agent.unpack import DEFAULT_CAPS, Caps
 from spotsweep.shared import log
 from spotsweep.shared.settings import Settings, default
 from spotsweep.services.agent.trial_user import UserPool
@@ -53,7 +53,7 @@ class RunnerConfig:
     sample_seconds: float = 5.0  # between resource samples of a running trial (sys/ metrics; 1 to 5)
     log_upload_seconds: float = default(Settings, "log_upload_seconds")  # between uploads of a running trial's logs
     code_dir: Path | None = None  # local mode: trials without a code archive run in this folder (the workdir) in place
-    code_caps: Caps = Caps()  # what a code archive may unpack to (unpack.py)
+    code_caps: Caps = DEFAULT_CAPS  # what a code archive may unpack to (unpack.py)
     trial_users: UserPool | None = None  # --trial-user: trials run as these users (trial_user.py)
     trial_env_pass: tuple[str, ...] = ()  # more of the agent's variables trials get (trial_env.py)
     trial_env_deny: tuple[str, ...] = ()  # variables trials never get, besides the built-in secrets

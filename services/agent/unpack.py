@@ -59,6 +59,9 @@ class Caps:
     ratio: float = 200.0  # decompressed : compressed
 
 
+DEFAULT_CAPS = Caps()
+
+
 class _Counted:
     """The compressed file, counting what is read of it (the ratio's denominator)."""
 
@@ -117,7 +120,7 @@ class _Full(Exception):
     """The files written pass :attr:`Caps.bytes`."""
 
 
-def extract(archive: Path, dest: Path, key: str, caps: Caps = Caps()) -> None:
+def extract(archive: Path, dest: Path, key: str, caps: Caps = DEFAULT_CAPS) -> None:
     """Extract the code archive ``archive`` into ``dest`` (new), within ``caps``; :class:`Refused`
     naming the member and the reason otherwise (``dest`` may hold a part: the caller discards it)."""
     dest.mkdir()
