@@ -11,7 +11,8 @@ the sweep instead.
 The rule: once ``retries.max_failed_trials`` (default 10) different regular
 trials of the sweep have failed for good (after their retries) and none has
 run to its end (completed, or pruned: it ran and was judged), the sweep is
-stopped as failed, with a reason naming the count and the last error. One
+stopped as failed, with a reason naming the count and the last line of the
+last error (one line, so that every trial it cancels shows it whole). One
 trial that ran is enough to keep the sweep going: from then on its failures
 are its configurations' (a learning rate that diverges), not its code's,
 and the sweep ends as it would have. ``0`` turns the breaker off. Smoke
@@ -53,6 +54,7 @@ def broken(counts: Mapping[str, object], last_error: object, limit: object) -> s
     failed = _count(counts, "failed")
     if failed < limit or any(_count(counts, state) for state in RAN):
         return None
-    error = last_error.strip() if isinstance(last_error, str) else ""
+    lines = last_error.strip().splitlines() if isinstance(last_error, str) else []
+    error = lines[-1].strip() if lines else ""  # one line: a cancelled trial's error ends with the whole reason
     return (f"stopped by its breaker: {failed} trials failed (each after its retries) and none ran to its end "
             f"(retries.max_failed_trials={limit}); the last error: {cap_text(error, _ERROR_CHARS) or 'none recorded'}")
