@@ -205,7 +205,7 @@ Outcome = Literal["completed", "failed", "cancelled", "preempted"]
 # killing its agents (dead-lettered), ``agent`` the agent itself broke,
 # ``refused`` its input was (a code archive, a command that cannot start, a
 # checkpoint that cannot be restored): retried like ``exit``, never the node's fault.
-# (A new kind that services older than it refuse: upgrade the planner and collector before the agents.)
+# (A new kind that older planners refuse: upgrade the planner before the agents.)
 Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent", "refused"]
 
 
