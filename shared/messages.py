@@ -202,8 +202,11 @@ Outcome = Literal["completed", "failed", "cancelled", "preempted"]
 # Why an attempt failed, for the planner's retry policy: ``exit`` a non-zero
 # exit, ``oom`` a CUDA out-of-memory exit, ``stalled`` no line for
 # timeout.stall, ``timeout`` past timeout.total, ``lost`` the attempt kept
-# killing its agents (dead-lettered), ``agent`` the agent itself broke.
-Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent"]
+# killing its agents (dead-lettered), ``agent`` the agent itself broke,
+# ``refused`` its input was (a code archive, a command that cannot start, a
+# checkpoint that cannot be restored): retried like ``exit``, never the node's fault.
+# (A new kind that older planners refuse: upgrade the planner before the agents.)
+Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent", "refused"]
 
 
 class TrialFinished(Envelope):

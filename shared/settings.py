@@ -135,8 +135,9 @@ class AgentSettings(_Service):
     metadata_url: str | None = Field(default=None, description="instance metadata endpoint for the notice; default: the cloud's")
     notice_interval: float = Field(default=5.0, gt=0, description="seconds between metadata polls")
     max_node_failures: int = Field(
-        default=5, ge=0, description="stop taking trials after this many different trials of at least 2 sweeps failed here "
-                             "in a row (a broken node; 0: never)")
+        default=5, ge=0, description="stop taking trials after failures of this many different trials of at least 2 "
+                             "sweeps blamed this node (agent errors, GPU/driver errors, a full disk; not plain exits; "
+                             "0: never)")
     node_cooldown: float = Field(default=600.0, ge=0, description="seconds a node found broken takes no trials before it tries again")
     planner_user: str | None = Field(
         default=None, description="the broker user whose trials and control messages this agent runs (their validated "

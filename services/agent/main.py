@@ -90,8 +90,8 @@ def connect(broker: Broker, agent: Agent, resource_class: str = "gpu",
     count = agent.slots.count
     conn.resume = partial(consume_trials, broker, conn, resource_class, count, count, accept_users)
     if agent.health.tripped:
-        _log.error(f"not taking trials for another {agent.health.remaining():.0f} s: recent trials of several "
-                   "sweeps all failed on this node", detail=agent.health.summary())
+        _log.error(f"not taking trials for another {agent.health.remaining():.0f} s: recent failures of several "
+                   "sweeps blamed this node", detail=agent.health.summary())
         resume_after_cooldown(conn)
         return conn
     conn.resume()
@@ -256,7 +256,8 @@ def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -
                           log_upload_seconds=settings.log_upload_seconds, trial_users=trial_users,
                           trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny))
     return Agent(store=store, config=config, slots=pool,
-                 health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown), grace=settings.grace)
+                 health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown,
+                               own_paths=(str(workdir.resolve()),)), grace=settings.grace)
 
 
 def main(settings: AgentSettings) -> int:

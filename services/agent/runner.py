@@ -13,6 +13,7 @@ again under a new id, which is how the planner tells runs apart.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -48,6 +49,8 @@ _log = log.get("spotsweep.agent")
 ERROR_TAIL_LINES = 20
 # What a CUDA out-of-memory exit leaves on stderr (torch's error text and the
 # allocator failures that come with it), for retries.on_oom.
+_NOT_RUNNABLE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ENOEXEC, errno.EISDIR, errno.ELOOP,
+                           errno.ENAMETOOLONG})
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "HIP out of memory")
 
 
@@ -194,11 +197,11 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
                              run_id=run_id, outcome=outcome, **fields)
 
     if not msg.argv or not msg.argv[0]:
-        return end("failed", failure="exit", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
+        return end("failed", failure="refused", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
     try:
         cwd = code_cache.working_dir(store, config.workdir / "code", msg.workdir_sha256, config.code_dir, paths.run)
     except PermanentError as e:
-        return end("failed", failure="exit", error=f"the trial's code (workdir) cannot be set up, so the attempt did "
+        return end("failed", failure="refused", error=f"the trial's code (workdir) cannot be set up, so the attempt did "
                                                    f"not start: {e}")
     restored: dict[str, float] = {}
     try:
@@ -207,7 +210,7 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         # Not run from scratch: that would drop the progress the checkpoint
         # holds without anyone noticing. The attempt fails with the reason,
         # for a person to look at the store (retries meet the same checkpoint).
-        return end("failed", failure="exit", error=f"the trial's checkpoint cannot be restored, so the attempt did not "
+        return end("failed", failure="refused", error=f"the trial's checkpoint cannot be restored, so the attempt did not "
                                                    f"start: {e}")
     if user is not None and resume is not None:
         chown_tree(paths.checkpoint, user)  # the restored checkpoint is the trial's, as its workspace is
@@ -219,7 +222,10 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
             proc = subprocess.Popen(_argv(msg.argv, env, cwd), cwd=cwd, env=env, stdout=out, stderr=err,
                                     start_new_session=True, **(user.popen() if user is not None else {}))
         except OSError as e:
-            return end("failed", failure="exit", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
+            # A command that is not there or not runnable is the spec's (any submitter can name one);
+            # a fork that fails (no memory, no processes left) is the node's.
+            kind: Failure = "refused" if e.errno in _NOT_RUNNABLE else "agent"
+            return end("failed", failure=kind, error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
         started = time.monotonic()
         start = TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses)
