@@ -148,6 +148,9 @@ class AgentSettings(_Service):
     trial_user: str | None = Field(
         default=None, description="run trials as this unprivileged user (the agent must be root); a comma-separated list "
                                   "gives trials running at once different users (docs/security.md)")
+    allow_root_trials: bool = Field(
+        default=False, description="an agent running as root without --trial-user runs trials as root, which can read "
+                                   "every secret on the node (it warns at every start); unset, it refuses to start")
     trial_env_pass: str | None = Field(
         default=None, description="more of the agent's variables trials get: comma-separated names or globs (NAME,GLOB*); "
                                   "never the credentials")
