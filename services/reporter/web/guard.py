@@ -99,6 +99,8 @@ class TokenGate:
         if scope["path"] == "/login" and scope["method"] == "POST":
             return await self._login(scope, receive, send)
         if self._allowed(scope):
+            if scope["path"] == "/login":  # logged in already
+                return await _send(send, 303, b"", "text/plain", [(b"location", b"/")])
             return await self.app(scope, receive, send)
         challenge = (b"www-authenticate", b'Bearer realm="spotsweep"')
         if scope["path"].startswith("/api/") or scope["path"] == "/metrics":

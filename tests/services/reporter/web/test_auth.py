@@ -77,6 +77,7 @@ def test_the_login_form_sets_an_httponly_strict_cookie_that_lets_the_browser_in(
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
     assert client.get(f"/sweeps/{SWEEP}").status_code == 200  # the client kept the cookie
     assert client.get("/api/sweeps").status_code == 200
+    assert client.get("/login").headers["location"] == "/"
     elsewhere = client.post("/login", data={"token": TOKEN, "next": "//evil.example/"})
     assert elsewhere.headers["location"] == "/"  # never a redirect off the site
 
