@@ -168,6 +168,12 @@ class DashboardSettings(_Observed):
     dashboard_host: str = Field(default="127.0.0.1", description="address to listen on (0.0.0.0: every interface)",
                                 json_schema_extra=_flag("--host"))
     dashboard_port: int = Field(default=8265, ge=1, le=65535, description="port", json_schema_extra=_flag("--port"))
+    dashboard_token: SecretStr | None = Field(
+        default=None, description="the token the dashboard asks for (a bearer header, or its login form); required "
+                                  "beyond loopback unless --insecure, enforced on loopback too when set")
+    dashboard_insecure: bool = Field(
+        default=False, description="serve beyond loopback without a token: anyone who reaches the port reads every "
+                                   "sweep (a warning at each start)", json_schema_extra=_flag("--insecure"))
 
 
 # The model of each command that has one of its own; every other command reads Settings.
