@@ -169,6 +169,7 @@ class Cluster:
             "SPOTSWEEP_AMQP_URL": svc.amqp_url,
             "SPOTSWEEP_DATABASE_URL": db_url,
             "SPOTSWEEP_HOME": str(tmp / "home"),
+            "SPOTSWEEP_ALLOW_ROOT_TRIALS": "1",  # benchmarks run as root, and their trials are our own
             **(s3 or {}),  # the SPOTSWEEP_S3_* settings: artifacts in S3, else in a local directory
         }
         self.python = [sys.executable, "-m", "spotsweep"]

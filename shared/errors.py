@@ -25,6 +25,11 @@ class RetryableError(SpotsweepError):
     """A dependency is down or busy; the same call may succeed later."""
 
 
+class UnsafeSetup(PermanentError):
+    """A setup that would hand someone more than they were given (trials as root): a service
+    refuses to start in it (exit 78) until the flag the message names allows it."""
+
+
 class SpecError(PermanentError):
     """A sweep spec is invalid. ``errors`` lists ``(field, message)`` pairs.
 

@@ -203,8 +203,9 @@ Outcome = Literal["completed", "failed", "cancelled", "preempted"]
 # exit, ``oom`` a CUDA out-of-memory exit, ``stalled`` no line for
 # timeout.stall, ``timeout`` past timeout.total, ``lost`` the attempt kept
 # killing its agents (dead-lettered), ``agent`` the agent itself broke,
-# ``refused`` the agent refused the trial's input (its code archive) before
-# starting it: bad input, never a sign of a broken node.
+# ``refused`` its input was (a code archive, a command that cannot start, a
+# checkpoint that cannot be restored): retried like ``exit``, never the node's fault.
+# (A new kind that older planners refuse: upgrade the planner before the agents.)
 Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent", "refused"]
 
 

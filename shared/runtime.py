@@ -32,6 +32,7 @@ class ExitCode(IntEnum):
     FAILED = 1  # the job ran and something failed (e.g. a trial of a --wait sweep)
     USAGE = 2  # bad arguments or an invalid spec
     UNAVAILABLE = 69  # a dependency (broker, database, S3) cannot be reached (sysexits EX_UNAVAILABLE)
+    UNSAFE = 78  # an insecure setup refused at start until a flag allows it (sysexits EX_CONFIG): UnsafeSetup
     TIMEOUT = 124
     INTERRUPTED = 130  # Ctrl-C
     KILLED = 137  # second signal: stopped without draining

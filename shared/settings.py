@@ -135,8 +135,9 @@ class AgentSettings(_Service):
     metadata_url: str | None = Field(default=None, description="instance metadata endpoint for the notice; default: the cloud's")
     notice_interval: float = Field(default=5.0, gt=0, description="seconds between metadata polls")
     max_node_failures: int = Field(
-        default=5, ge=0, description="stop taking trials after this many different trials of at least 2 sweeps failed here "
-                             "in a row (a broken node; 0: never)")
+        default=5, ge=0, description="stop taking trials after failures of this many different trials of at least 2 "
+                             "sweeps blamed this node (agent errors, GPU/driver errors, a full disk; not plain exits; "
+                             "0: never)")
     node_cooldown: float = Field(default=600.0, ge=0, description="seconds a node found broken takes no trials before it tries again")
     planner_user: str | None = Field(
         default=None, description="the broker user whose trials and control messages this agent runs (their validated "
@@ -147,6 +148,9 @@ class AgentSettings(_Service):
     trial_user: str | None = Field(
         default=None, description="run trials as this unprivileged user (the agent must be root); a comma-separated list "
                                   "gives trials running at once different users (docs/security.md)")
+    allow_root_trials: bool = Field(
+        default=False, description="an agent running as root without --trial-user runs trials as root, which can read "
+                                   "every secret on the node (it warns at every start); unset, it refuses to start")
     trial_env_pass: str | None = Field(
         default=None, description="more of the agent's variables trials get: comma-separated names or globs (NAME,GLOB*); "
                                   "never the credentials")
@@ -164,6 +168,12 @@ class DashboardSettings(_Observed):
     dashboard_host: str = Field(default="127.0.0.1", description="address to listen on (0.0.0.0: every interface)",
                                 json_schema_extra=_flag("--host"))
     dashboard_port: int = Field(default=8265, ge=1, le=65535, description="port", json_schema_extra=_flag("--port"))
+    dashboard_token: SecretStr | None = Field(
+        default=None, description="the token the dashboard asks for (a bearer header, or its login form); required "
+                                  "beyond loopback unless --insecure, enforced on loopback too when set")
+    dashboard_insecure: bool = Field(
+        default=False, description="serve beyond loopback without a token: anyone who reaches the port reads every "
+                                   "sweep (a warning at each start)", json_schema_extra=_flag("--insecure"))
 
 
 # The model of each command that has one of its own; every other command reads Settings.

@@ -19,6 +19,7 @@ from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
 from spotsweep.shared.errors import PermanentError
+from spotsweep.shared.secret_files import is_secret
 from spotsweep.shared.settings import PROCESSES, Settings
 
 ENV_PREFIX = "SPOTSWEEP_"
@@ -54,6 +55,8 @@ def _shown(value: Any) -> str:
 def add_flags(parser: argparse.ArgumentParser, model: type[Settings]) -> None:
     """Declare ``model``'s own knobs on ``parser`` (values are checked by :func:`load`)."""
     for name, field in own_fields(model).items():
+        if is_secret(field):  # never a flag: a command line is visible to every user of the node
+            continue
         choices = _choices(field)
         shown = "" if field.default is None else f"default {_shown(field.default)}; "  # None: the description says
         helptext = f"{field.description} ({shown}env {env_of(name)})"
@@ -102,6 +105,7 @@ def table() -> str:
         field = model.model_fields[name]
         choices = _choices(field)
         what = f"{field.description}{' (' + ', '.join(choices) + ')' if choices else ''}"
-        rows.append(f"| `{env_of(name)}` | `{flag_of(name, field)}` | {_shown(field.default)} | "
+        flag = " " if is_secret(field) else f" `{flag_of(name, field)}` "
+        rows.append(f"| `{env_of(name)}` |{flag}| {_shown(field.default)} | "
                     f"{', '.join(processes)} | {what} |")
     return "\n".join(rows) + "\n"

@@ -153,6 +153,10 @@ class Retries(_Model):
     # gone without notice, a trial that takes its agent down) before the attempt
     # is dead-lettered and the trial failed. Graceful preemptions never count.
     max_lost: int = Field(default=10, ge=0)
+    # The sweep's own breaker: this many trials failed for good (after their
+    # retries) and none ran to its end stop the sweep as failed (its code is
+    # broken, not the fleet: services/planner/breaker.py). 0: never.
+    max_failed_trials: int = Field(default=10, ge=0)
     # halve_batch: a CUDA out-of-memory exit is retried with batch_param halved
     # and accum_param doubled (same effective batch), not counted as a failure.
     on_oom: Literal["fail", "halve_batch"] = "fail"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from spotsweep import __version__
 from spotsweep.shared import log
-from spotsweep.shared.errors import PermanentError, RetryableError, SpecError, SpotsweepError
+from spotsweep.shared.errors import PermanentError, RetryableError, SpecError, SpotsweepError, UnsafeSetup
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import PROCESSES, AgentSettings, DashboardSettings, LocalSettings, PlannerSettings, Settings, default
 from spotsweep.shared.settings_cli import add_flags, load
@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         for field, message in e.errors:
             _error(f"{field}: {message}" if field else message)
         return ExitCode.USAGE
+    except UnsafeSetup as e:
+        _error(e)
+        return ExitCode.UNSAFE
     except PermanentError as e:
         _error(e)
         return ExitCode.USAGE

@@ -26,6 +26,11 @@ from markers import SERVICE_MARKERS, service_markers  # noqa: E402
 from servers import free_port, wait_port  # noqa: E402
 from vhosts import VhostPool  # noqa: E402
 
+# The tests and CI run as root and their trials are the project's own: agents they start may run
+# trials as root (without it an agent as root refuses to start: services/agent/insecure.py).
+# Set here, before any service is spawned; a test that scrubs SPOTSWEEP_* passes it on.
+os.environ.setdefault("SPOTSWEEP_ALLOW_ROOT_TRIALS", "1")
+
 RABBIT_HOST = os.environ.get("SPOTSWEEP_TEST_RABBIT_HOST", "127.0.0.1")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test by the services it needs, from the fixtures it uses; any

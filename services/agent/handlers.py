@@ -210,9 +210,10 @@ def _dead_letter(delivery: Delivery, msg: TrialMessage, conn: Connection, losses
 def _trip(conn: Connection) -> None:
     """The node looks broken: stop taking trials for the cooldown (running ones go on), say so, try again after."""
     health = conn.agent.health
-    _log.error(f"agent stops taking trials for {health.cooldown:g} s: recent trials of several sweeps all failed "
-               "on this node (a broken GPU, driver or disk?); it takes trials again after that, and stops again at the "
-               "next failure if the node is still broken", agent=conn.agent.config.agent_id, detail=health.summary())
+    _log.error(f"agent stops taking trials for {health.cooldown:g} s: recent failures of several sweeps blamed "
+               "this node (a broken GPU, driver or disk, or the agent's own errors); it takes trials again after that, "
+               "and stops again at the next such failure if the node is still broken", agent=conn.agent.config.agent_id,
+               detail=health.summary())
     if conn.trials_consumer is not None:
         try:
             conn.trials_consumer.cancel()

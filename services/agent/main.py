@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from spotsweep.services.agent import harden, idle, notice
+from spotsweep.services.agent import harden, idle, insecure, notice
 from spotsweep.services.agent.handlers import (
     Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
 )
@@ -32,7 +32,7 @@ from spotsweep.shared import metrics as exported
 from spotsweep.shared.artifacts import open_store
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker, Consumer
-from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError
+from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError, UnsafeSetup
 from spotsweep.shared.health import probes
 from spotsweep.shared.health_startup import CurrentBroker, broker_check, first_broker, reusing
 from spotsweep.shared.middleware import Backoff
@@ -90,8 +90,8 @@ def connect(broker: Broker, agent: Agent, resource_class: str = "gpu",
     count = agent.slots.count
     conn.resume = partial(consume_trials, broker, conn, resource_class, count, count, accept_users)
     if agent.health.tripped:
-        _log.error(f"not taking trials for another {agent.health.remaining():.0f} s: recent trials of several "
-                   "sweeps all failed on this node", detail=agent.health.summary())
+        _log.error(f"not taking trials for another {agent.health.remaining():.0f} s: recent failures of several "
+                   "sweeps blamed this node", detail=agent.health.summary())
         resume_after_cooldown(conn)
         return conn
     conn.resume()
@@ -194,6 +194,19 @@ def bound_drain(seconds: float, kill: Callable[[], None], done: threading.Event,
     return thread
 
 
+def check_setup(settings: AgentSettings, euid: int) -> None:
+    """Refuse to run trials as root unless ``--allow-root-trials`` (then warn), and say once
+    when the agent trusts its own broker user: before anything is connected (:mod:`.insecure`)."""
+    verdict = insecure.root_trials(euid, settings.trial_user, settings.allow_root_trials)
+    if verdict is insecure.Verdict.REFUSE:
+        raise UnsafeSetup(insecure.ROOT_REFUSED)
+    if verdict is insecure.Verdict.WARN:
+        _log.warning(insecure.ROOT_ALLOWED)
+    own = broker_user(settings)
+    if insecure.shares_planner_user(own, planner_users(settings)):
+        _log.warning(insecure.shared_user_warning(own, bool(settings.planner_user)))
+
+
 def check_writable(store: ArtifactStore, agent_id: str) -> None:
     """Write and delete a small object, so a bucket the agent may read but not write (whose checkpoints
     would all fail to upload) stops the agent at start: one line naming the settings, exit 69."""
@@ -254,13 +267,16 @@ def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -
     workdir = settings.workdir or Path(tempfile.gettempdir()) / "spotsweep-agent"
     config = RunnerConfig(agent_id=agent_id, workdir=workdir,
                           log_upload_seconds=settings.log_upload_seconds, trial_users=trial_users,
-                          trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny))
+                          trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny),
+                          reap_orphans=True)
     return Agent(store=store, config=config, slots=pool,
-                 health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown), grace=settings.grace)
+                 health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown,
+                               own_paths=(str(workdir.resolve()),)), grace=settings.grace)
 
 
 def main(settings: AgentSettings) -> int:
     """The agent process; its knobs (flags or SPOTSWEEP_* variables) are ``settings``'s."""
+    check_setup(settings, os.geteuid())
     resource_class, grace = settings.resource_class, settings.grace
     pool, trial_users = _slots(settings)
     check_store_settings(settings)

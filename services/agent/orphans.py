@@ -7,9 +7,10 @@ one has a session and group of its own, and used to outlive its trial.
 
 So the agent makes itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``):
 a process orphaned anywhere below it is handed to the agent, not to init.
-Once a trial is over, :func:`ended` hands its marks (the environment entries
-that name this run: the agent's token, ``SPOTSWEEP_TRIAL_ID`` and
-``SPOTSWEEP_ATTEMPT``) to one reaper thread per agent, which looks at the
+Once a trial is over, :meth:`Reaper.ended` hands its marks (the environment
+entries that name this run: the agent's token and ``SPOTSWEEP_RUN_ID``, new
+for every run, so a redelivery of the same attempt is never taken for it)
+to one reaper thread per agent, which looks at the
 agent's children for a couple of seconds (one reading of the machine's
 processes per look, at most :data:`LOOK_S` apart, off the trial's path):
 a child the agent did not start that is alive and carries a run's marks
@@ -20,7 +21,10 @@ their owner reads).
 
 What it cannot find, as the watchdog cannot: a process that clears its
 environment and leaves its group. Where ``prctl`` is missing (not Linux)
-orphans go to init and only the group is killed.
+orphans go to init and only the group is killed. Only the agent service
+turns it on (``RunnerConfig.reap_orphans``): a subreaper changes where every
+orphan below the process goes, which a test runner calling :func:`~.runner.run_trial`
+in-process must not inherit.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ again under a new id, which is how the planner tells runs apart.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -40,7 +41,7 @@ from spotsweep.services.agent import workspace
 from spotsweep.services.agent.workspace import Paths
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
-from spotsweep.shared.errors import PermanentError, Refused, RetryableError
+from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.messages import CheckpointSaved, Envelope, Failure, Outcome as Result, TrialFinished, TrialMessage, TrialStarted
 
 __all__ = ["DeliveryLost", "RunControls", "RunnerConfig", "kill_all", "run_trial"]
@@ -49,6 +50,8 @@ _log = log.get("spotsweep.agent")
 ERROR_TAIL_LINES = 20
 # What a CUDA out-of-memory exit leaves on stderr (torch's error text and the
 # allocator failures that come with it), for retries.on_oom.
+_NOT_RUNNABLE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ENOEXEC, errno.EISDIR, errno.ELOOP,
+                           errno.ENAMETOOLONG})
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "HIP out of memory")
 
 
@@ -100,7 +103,8 @@ def _agent_environment() -> dict[bytes, bytes]:
 
 
 def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int | None, gpu: str | None,
-                 config: RunnerConfig | None = None, user: TrialUser | None = None) -> dict[bytes, bytes]:
+                 config: RunnerConfig | None = None, user: TrialUser | None = None,
+                 run_id: str | None = None) -> dict[bytes, bytes]:
     """The trial's environment: the allow-listed part of the agent's (never its
     credentials: :mod:`.trial_env`), the spec's ``env``, the trial contract's."""
     agent = _agent_environment()
@@ -115,6 +119,8 @@ def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int |
         ours["SPOTSWEEP_RESUME_STEP"] = str(resume)
     if gpu is not None:
         ours["CUDA_VISIBLE_DEVICES"] = gpu
+    if run_id is not None:
+        ours["SPOTSWEEP_RUN_ID"] = run_id  # names this run alone: what it leaves behind is found by it (orphans.py)
     if user is not None:
         ours.update(user.environment())
     extra, deny = (config.trial_env_pass, config.trial_env_deny) if config is not None else ((), ())
@@ -196,14 +202,13 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
                              run_id=run_id, outcome=outcome, **fields)
 
     if not msg.argv or not msg.argv[0]:
-        return end("failed", failure="exit", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
+        return end("failed", failure="refused", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
     try:
         cwd = code_cache.working_dir(store, config.workdir / "code", msg.workdir_sha256, config.code_dir, paths.run,
                                      config.code_caps)
     except PermanentError as e:
-        # "refused": the archive is bad, not this node (a breaker must not count it against the node).
-        return end("failed", failure="refused" if isinstance(e, Refused) else "exit",
-                   error=f"the trial's code (workdir) cannot be set up, so the attempt did not start: {e}")
+        return end("failed", failure="refused", error=f"the trial's code (workdir) cannot be set up, so the attempt did "
+                                                   f"not start: {e}")
     restored: dict[str, float] = {}
     try:
         resume = uploads.restore(store, msg, paths.checkpoint, restored, redelivered)
@@ -211,22 +216,26 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         # Not run from scratch: that would drop the progress the checkpoint
         # holds without anyone noticing. The attempt fails with the reason,
         # for a person to look at the store (retries meet the same checkpoint).
-        return end("failed", failure="exit", error=f"the trial's checkpoint cannot be restored, so the attempt did not "
+        return end("failed", failure="refused", error=f"the trial's checkpoint cannot be restored, so the attempt did not "
                                                    f"start: {e}")
     if user is not None and resume is not None:
         chown_tree(paths.checkpoint, user)  # the restored checkpoint is the trial's, as its workspace is
     if user is not None and cwd == paths.run and msg.workdir_sha256 is not None:
         chown_tree(paths.run, user)  # so is its copy of the code
-    env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user)
+    env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user, run_id)
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
-        REAPER.adopt()  # orphans below the agent come to it, not to init: what a trial leaves is found (orphans.py)
+        if config.reap_orphans:
+            REAPER.adopt()  # orphans below the agent come to it, not to init: what a trial leaves is found (orphans.py)
         try:
             proc = subprocess.Popen(_argv(msg.argv, env, cwd), cwd=cwd, env=env, stdout=out, stderr=err,
                                     start_new_session=True, **(user.popen() if user is not None else {}))
         except OSError as e:
-            return end("failed", failure="exit", error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
+            # A command that is not there or not runnable is the spec's (any submitter can name one);
+            # a fork that fails (no memory, no processes left) is the node's.
+            kind: Failure = "refused" if e.errno in _NOT_RUNNABLE else "agent"
+            return end("failed", failure=kind, error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
         REAPER.started(proc.pid)
-        run_marks = marks(env, TOKEN_VAR.encode(), b"SPOTSWEEP_TRIAL_ID", b"SPOTSWEEP_ATTEMPT")
+        run_marks = marks(env, TOKEN_VAR.encode(), b"SPOTSWEEP_RUN_ID")
         started = time.monotonic()
         start = TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses)

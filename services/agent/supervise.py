@@ -54,6 +54,9 @@ class RunnerConfig:
     log_upload_seconds: float = default(Settings, "log_upload_seconds")  # between uploads of a running trial's logs
     code_dir: Path | None = None  # local mode: trials without a code archive run in this folder (the workdir) in place
     code_caps: Caps = DEFAULT_CAPS  # what a code archive may unpack to (unpack.py)
+    # Be the child subreaper of the trials and kill what they leave outside their groups (orphans.py): the agent
+    # service sets it; off elsewhere, since it changes where every orphan of the process goes (a test runner's too).
+    reap_orphans: bool = False
     trial_users: UserPool | None = None  # --trial-user: trials run as these users (trial_user.py)
     trial_env_pass: tuple[str, ...] = ()  # more of the agent's variables trials get (trial_env.py)
     trial_env_deny: tuple[str, ...] = ()  # variables trials never get, besides the built-in secrets

@@ -2,7 +2,8 @@
 
 :func:`on_events` locks the sweep, decides each event in delivery order
 (:func:`.events.apply`, which stages each trial's update in the unit of
-work), journals the lifecycle events, tops the sweep up, and commits. What
+work), journals the lifecycle events, stops the sweep if its own breaker
+finds it broken (:mod:`.breaker`), tops the sweep up, and commits. What
 must then be sent (stops, a re-broadcast cancel, the sweep's outbox) comes
 back as :class:`.effects.Effects`, which the caller sends after the commit.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+from spotsweep.services.planner.breaker import broken
 from spotsweep.services.planner.effects import Effects, stop_of
 from spotsweep.services.planner.events import apply
 from spotsweep.services.planner.launch import top_up
@@ -46,9 +48,10 @@ def on_events(deps: PlannerDeps, sweep_id: str, events: list[Any], bodies: dict[
         events = _cleaned(events, spec, bodies)
         uow.load([e.trial_id for e in events])
         with uow.pipeline():  # the updates go out without a round trip each; a read waits for what was sent before it
-            for event in events:
-                _decide(uow, sweep, event, spec, search, effects, event.message_id in inside)
+            failed = [_decide(uow, sweep, event, spec, search, effects, event.message_id in inside) for event in events]
             uow.trials.journal([e for e in events if not isinstance(e, TrialProgress)], bodies)  # with the decisions, once
+        if any(f is not None for f in failed) and sweep["state"] == "running":
+            _breaker(uow, sweep_id, spec, [f for f in failed if f is not None][-1], effects)
         topped = top_up(uow, sweep_id, spec, search, deps.window)
         if topped.failed is not None:
             effects.cancel = True
@@ -58,21 +61,37 @@ def on_events(deps: PlannerDeps, sweep_id: str, events: list[Any], bodies: dict[
 
 
 def _decide(uow: UnitOfWork, sweep: Any, event: Any, spec: SweepSpec, search: Search, effects: Effects,
-            inside: bool) -> None:
+            inside: bool) -> str | None:
+    """Decide one event; returns the error of a regular trial it failed for good (the sweep breaker's), else None."""
     with log.bound(trial_id=event.trial_id, attempt=event.attempt):
         found = uow.trial(event.trial_id)
         if found is None:
             _log.warning("event for an unknown trial", kind=event.kind)
-            return
+            return None
         done = apply(uow, sweep, found[0], found[1], event, spec, search)
+        update = done.decision.update
+        failed = (update.error or "") if update is not None and update.state == TrialState.FAILED \
+            and found[0]["idx"] >= 0 else None
         if inside:  # a run that sent its start with its end is over: nothing to stop or cancel
-            return
+            return failed
         effects.cancel = effects.cancel or done.recancel
         stop = stop_of(sweep["sweep_id"], event.trial_id, done.decision)
         if stop is not None:
             effects.stops.append(stop)
         elif _pruned_after_its_run(event, done.decision) and spec.checkpoints.keep != "all":
             effects.discard.append(event.trial_id)  # a run stopped by the planner is cleaned by its agent
+        return failed
+
+
+def _breaker(uow: UnitOfWork, sweep_id: str, spec: SweepSpec, last_error: str, effects: Effects) -> None:
+    """The sweep's own breaker (:mod:`.breaker`): a sweep that fails everywhere is stopped as
+    a failed smoke stage stops it: failed with the reason, its trials cancelled, agents told."""
+    reason = broken(uow.trials.outcomes(sweep_id).counts, last_error, spec.retries.max_failed_trials)
+    if reason is None:
+        return
+    uow.sweeps.fail(sweep_id, reason)
+    effects.cancel = True
+    _log.warning("sweep stopped by its breaker", reason=reason)
 
 
 def _pruned_after_its_run(event: Any, decision: Any) -> bool:

@@ -99,33 +99,41 @@ def log_attempts(store: ArtifactStore, sweep_id: str, trial_id: str) -> list[int
     return sorted(found)
 
 
-def read_log(store: ArtifactStore, sweep_id: str, trial_id: str, attempt: int, stream: str) -> bytes | None:
-    """One attempt's ``stdout`` or ``stderr`` as last uploaded; None when none was (yet)."""
-    try:
-        return store.get_bytes(log_key(sweep_id, trial_id, attempt, stream))
-    except NotFound:
-        return None
-
-
 @dataclass(frozen=True)
 class LogTail:
     attempt: int | None  # None: the trial uploaded no log yet
     lines: list[str]  # stdout's last lines, then stderr's, as text (undecodable bytes replaced)
 
 
+TAIL_BYTES_PER_LINE = 1024  # a tail of N lines reads at most N KiB of each stream
+LINE_CHARS = 2000  # a longer line is cut, ending in " [...]"
+
+
+def _tail_lines(store: ArtifactStore, key: str, lines: int) -> list[str]:
+    """A log's last lines from a ranged read of its end (never the whole log: up to 64 MiB);
+    a line the read starts inside of is dropped, unless it is all there is."""
+    try:
+        data, size = store.get_tail(key, lines * TAIL_BYTES_PER_LINE)
+    except NotFound:
+        return []
+    if len(data) < size and b"\n" in data[:-1]:
+        data = data[data.index(b"\n") + 1:]  # starts mid-line
+    return [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + " [...]"
+            for line in data.decode("utf-8", "replace").splitlines()[-lines:]]
+
+
 def log_tail(store: ArtifactStore, sweep_id: str, trial_id: str, attempt: int | None = None,
              lines: int = 200) -> LogTail:
     """The last ``lines`` lines of an attempt's stdout and stderr together (the
-    newest attempt with a log by default), each stream under a ``==> name <==`` line."""
+    newest attempt with a log by default), each stream under a ``==> name <==`` line.
+    Reads at most ``lines`` KiB of each stream, from its end, so lines longer than
+    1 KiB on average leave fewer lines."""
     if attempt is None:
         attempts = log_attempts(store, sweep_id, trial_id)
         if not attempts:
             return LogTail(None, [])
         attempt = attempts[-1]
-    text = {}
-    for stream in STREAMS:
-        data = read_log(store, sweep_id, trial_id, attempt, stream)
-        text[stream] = data.decode("utf-8", "replace").splitlines() if data else []
+    text = {stream: _tail_lines(store, log_key(sweep_id, trial_id, attempt, stream), lines) for stream in STREAMS}
     # as limits.log_bytes shares bytes: half each, and what one does not use the other may
     err = text["stderr"][-max(lines // 2, lines - len(text["stdout"])):] if text["stderr"] else []
     std = text["stdout"][-(lines - len(err)):] if text["stdout"] and lines > len(err) else []

@@ -155,6 +155,18 @@ class LocalArtifactStore(ArtifactStore):
         finally:
             os.close(fd)
 
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            raise NotFound(key) from e
+        try:
+            size = os.fstat(fd).st_size
+            start = max(size - max(length, 0), 0)
+            return os.pread(fd, size - start, start), size
+        finally:
+            os.close(fd)
+
     def get_range_into(self, key: str, offset: int, length: int, fd: int) -> tuple[int, int]:
         try:
             src = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)

@@ -79,6 +79,14 @@ class ArtifactStore(ABC):
         data = self.get_bytes(key)
         return data[offset:offset + length], len(data)
 
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        """The last ``length`` bytes of ``key`` (all of it when shorter) and the object's whole
+        size; :class:`NotFound` if absent. What a log's tail needs without the rest of the log
+        (the dashboard's trial page: a log may be 64 MiB). Adapters that can read the end
+        alone override this; this default reads it all."""
+        data = self.get_bytes(key)
+        return data[max(len(data) - length, 0):], len(data)
+
     def get_range_into(self, key: str, offset: int, length: int, fd: int) -> tuple[int, int]:
         """:meth:`get_range` written into the open file ``fd`` at ``offset`` (``os.pwrite``) as it
         arrives: the bytes written and the object's whole size. Adapters that stream a range

@@ -287,6 +287,30 @@ class S3ArtifactStore(ArtifactStore):
         total = self._ranged(key, offset, length, write)
         return written, total
 
+    def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
+        # One GET of a suffix range (``bytes=-N``: the last N bytes, all of a shorter object),
+        # so the tail and the size it ends come from the same version of the object.
+        if length <= 0:
+            with self._translate("stat", key):
+                return b"", self._client.stat_object(self.bucket, key).size or 0
+        parts: list[bytes] = []
+        with self._translate("tail get", key):
+            try:
+                response = self._client.get_object(self.bucket, key, request_headers={"Range": f"bytes=-{length}"})
+            except S3Error as e:
+                if e.code != "InvalidRange":
+                    raise
+                return b"", self._client.stat_object(self.bucket, key).size or 0  # an empty object
+            try:
+                for chunk in response.stream(1 << 20):
+                    parts.append(chunk)
+                total = response.headers.get("Content-Range", "").rpartition("/")[2]
+            finally:
+                response.close()
+                response.release_conn()
+        data = b"".join(parts)
+        return data, int(total) if total.isdigit() else len(data)
+
     def _ranged(self, key: str, offset: int, length: int, sink: Callable[[bytes], None]) -> int:
         """GET bytes ``offset`` to ``offset + length`` of ``key`` into ``sink`` chunk by chunk; the
         object's size (a range starting past its end yields nothing)."""

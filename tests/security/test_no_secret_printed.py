@@ -38,6 +38,7 @@ def _env(rabbit_url: str, database_url: str, s3_env: dict[str, str], tmp_path: P
         "SPOTSWEEP_AMQP_URL": f"amqp://guest:{password}@127.0.0.1:5672/{vhost}",
         "SPOTSWEEP_DATABASE_URL": f"postgresql://postgres:{password}@127.0.0.1:5432/{db}",
         "SPOTSWEEP_DASHBOARD_PORT": str(free_port()), "SPOTSWEEP_SLOTS": "1", "SPOTSWEEP_RESOURCE_CLASS": "cpu",
+        "SPOTSWEEP_ALLOW_ROOT_TRIALS": os.environ["SPOTSWEEP_ALLOW_ROOT_TRIALS"],
     }
 
 

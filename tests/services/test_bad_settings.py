@@ -40,7 +40,8 @@ def bare(tmp_path: Path) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("SPOTSWEEP_")}
     return {**base, "HOME": str(tmp_path), "SPOTSWEEP_HOME": str(tmp_path / "home"), "SPOTSWEEP_STARTUP_TIMEOUT": "3",
             "SPOTSWEEP_AMQP_URL": f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F",
-            "SPOTSWEEP_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{free_port()}/db"}
+            "SPOTSWEEP_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{free_port()}/db",
+            "SPOTSWEEP_ALLOW_ROOT_TRIALS": os.environ["SPOTSWEEP_ALLOW_ROOT_TRIALS"]}  # tests/conftest.py
 
 
 @pytest.fixture()

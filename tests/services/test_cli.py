@@ -123,7 +123,8 @@ def test_an_agent_does_not_load_the_planner_s_numerics(tmp_path: Path) -> None:
     """A GPU node's agent runs trials; Optuna, NumPy and SciPy (the planner's
     search) would only cost it memory and an OpenBLAS thread."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("SPOTSWEEP_")}
-    env = {**base, "SPOTSWEEP_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"}  # nothing listens: it keeps retrying
+    env = {**base, "SPOTSWEEP_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/",  # nothing listens: it keeps retrying
+           "SPOTSWEEP_ALLOW_ROOT_TRIALS": os.environ["SPOTSWEEP_ALLOW_ROOT_TRIALS"]}
     proc = subprocess.Popen([sys.executable, "-m", "spotsweep", "agent", "--workdir", str(tmp_path)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

@@ -11,6 +11,7 @@ again when it is back.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -136,7 +137,7 @@ def test_readiness_follows_the_broker(rabbit_url: str, tmp_path: Path) -> None:
     """RabbitMQ closes the agent's connection and refuses it back: unready; let back in, ready again."""
     vhost, port = rabbit_url.rsplit("/", 1)[1], free_port()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPOTSWEEP_HOME": str(tmp_path / "home"),
-           "SPOTSWEEP_AMQP_URL": rabbit_url}
+           "SPOTSWEEP_AMQP_URL": rabbit_url, "SPOTSWEEP_ALLOW_ROOT_TRIALS": os.environ["SPOTSWEEP_ALLOW_ROOT_TRIALS"]}
     agent = subprocess.Popen([sys.executable, "-m", "spotsweep", "agent", "--class", "cpu", "--workdir", str(tmp_path / "w"),
                               "--metrics-port", str(port)], env=env, stdout=subprocess.DEVNULL,
                              stderr=(tmp_path / "agent.log").open("wb"))

@@ -29,6 +29,13 @@ from spotsweep.shared.spec import parse_spec
 
 MAX_POINTS, MAX_POINTS_LIMIT = 500, 10_000
 CURVES, CURVES_LIMIT = 50, 1000
+POINTS_LIMIT = 1_000_000  # curves x points a request may ask for: at most ~20 MB of JSON
+
+
+def points_cap(limit: int, max_points: int) -> None:
+    """400 when ``limit`` curves of ``max_points`` points would pass :data:`POINTS_LIMIT`."""
+    if limit * max_points > POINTS_LIMIT:
+        raise HTTPException(400, f"limit x max_points must be at most {POINTS_LIMIT:,} (got {limit} x {max_points})")
 
 
 def json_response(body: Any, status: int = 200) -> Response:
@@ -180,6 +187,7 @@ class Api:
         max_points = _int(request, "max_points", MAX_POINTS, 2, MAX_POINTS_LIMIT)
         limit = _int(request, "limit", CURVES, 1, CURVES_LIMIT)
         wanted = request.query_params.getlist("trial")
+        points_cap(limit, max_points)
         return json_response(await run_in_threadpool(self.curves_body, request.path_params["sweep_id"], metric,
                                                      max_points, limit, wanted))
 

@@ -6,7 +6,10 @@ are drawn in the browser by ECharts (vendored under ``static/``, no CDN)
 from the JSON API (:mod:`.api`), which the sweep page polls every few
 seconds while the sweep runs. Errors never show a traceback: unknown ids are
 404 (a page, or ``{"error": ...}`` under ``/api``), a database that is down
-is 503, anything else 500 with one line.
+is 503, anything else 500 with one line, and no error message is longer than
+:data:`MESSAGE_CHARS` (a 100 KB id is not echoed back). With a token, every
+page but the probes asks for it; at most :data:`CONCURRENT` requests are served
+at once (:mod:`.guard`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
@@ -26,6 +30,7 @@ from starlette.staticfiles import StaticFiles
 
 from spotsweep.services.reporter.web import queries
 from spotsweep.services.reporter.web.api import Api, json_response
+from spotsweep.services.reporter.web.guard import Admission, TokenGate
 from spotsweep.services.reporter.web.importance import load as load_importance
 from spotsweep.services.reporter.web.sweep_api import SweepPanels
 from spotsweep.shared.artifacts import ArtifactStore
@@ -37,6 +42,10 @@ from spotsweep.shared import metrics
 log = logs.get(__name__)
 PACKAGE = "spotsweep.services.reporter.web"
 POLL_SECONDS = 3  # a running sweep's page is at most this far behind (plus one request)
+# Requests served at once, past which 503: each holds a thread of the pool (40) and at
+# most a few MB (a trial page's log tails are 200 KiB a stream, :mod:`.trial_api`).
+CONCURRENT = 32
+MESSAGE_CHARS = 300
 
 
 def _templates() -> Environment:
@@ -104,6 +113,8 @@ async def metrics_page(request: Request) -> Response:
 
 def _error_handlers(pages: Pages) -> dict[Any, Any]:
     def answer(request: Request, status: int, message: str) -> Response:
+        if len(message) > MESSAGE_CHARS:
+            message = message[:MESSAGE_CHARS] + " [...]"
         if request.url.path.startswith("/api/") or request.url.path in ("/healthz", "/readyz"):
             return json_response({"error": message}, status)
         return pages.render("error.html", status, status=status, message=message)
@@ -123,9 +134,11 @@ def _error_handlers(pages: Pages) -> dict[Any, Any]:
     return {HTTPException: http_error, RetryableError: unavailable, Exception: internal}
 
 
-def make_app(db: Database, store: ArtifactStore | None = None) -> Starlette:
+def make_app(db: Database, store: ArtifactStore | None = None, token: str | None = None,
+             concurrent: int = CONCURRENT) -> Starlette:
     """The dashboard over ``db`` (schema already there: ``Database.migrate()``); the trial
-    page reads logs and checkpoints from ``store`` (default: the settings' store)."""
+    page reads logs and checkpoints from ``store`` (default: the settings' store); with
+    ``token``, every request but the probes must carry it (:class:`.guard.TokenGate`)."""
     api = Api(db, store)
     pages = Pages(db, api)
     panels = SweepPanels(api)
@@ -151,4 +164,10 @@ def make_app(db: Database, store: ArtifactStore | None = None) -> Starlette:
         Route("/api/sweeps/{sweep_id}/resources", panels.resources),
         Mount("/static", StaticFiles(directory=str(static)), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers=_error_handlers(pages))
+    middleware = [Middleware(Admission, limit=concurrent)]
+    if token:
+        def login_page(next_path: str, error: str | None) -> str:
+            return pages.env.get_template("login.html").render(next=next_path, error=error)
+
+        middleware.insert(0, Middleware(TokenGate, token=token, login_page=login_page))
+    return Starlette(routes=routes, exception_handlers=_error_handlers(pages), middleware=middleware)

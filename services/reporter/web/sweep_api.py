@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from spotsweep.services.reporter.web import queries, seeds, spend, timeline
-from spotsweep.services.reporter.web.api import Api, _int, json_response
+from spotsweep.services.reporter.web.api import Api, _int, json_response, points_cap
 from spotsweep.services.reporter.web.downsample import downsample
 
 SYS_PREFIX = "sys/"  # the agent's resource samples (services/agent/resources.py)
@@ -114,5 +114,6 @@ class SweepPanels:
     async def resources(self, request: Request) -> Response:
         limit = _int(request, "limit", RESOURCE_TRIALS, 1, RESOURCE_TRIALS_LIMIT)
         max_points = _int(request, "max_points", 300, 2, 10_000)
+        points_cap(limit, max_points)
         return json_response(await run_in_threadpool(self.resources_body, request.path_params["sweep_id"],
                                                      request.query_params.getlist("trial"), limit, max_points))

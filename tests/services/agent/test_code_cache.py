@@ -140,7 +140,7 @@ def test_a_bad_archive_fails_the_attempt_with_the_reason_and_an_unreachable_stor
     sha = hand_made(store, [(member("../evil"), b"x")])
     config = RunnerConfig(agent_id="a", workdir=tmp_path / "work")
     final = run_trial(message(sha, ["python", "train.py"]), store, lambda e: None, config, RunControls())
-    assert final is not None and final.outcome == "failed" and final.failure == "refused"  # bad input, not the node
+    assert final is not None and final.outcome == "failed" and final.failure == "refused"  # never the node's fault
     assert final.error is not None and "cannot be set up, so the attempt did not start" in final.error
     assert "'../evil' is a path leading out of the folder" in final.error
 

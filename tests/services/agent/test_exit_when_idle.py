@@ -8,6 +8,7 @@ ScaledJob) never loses one.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ def consumers(rabbit_url: str, queue: str) -> int:
 
 def test_an_idle_agent_exits_0_and_leaves_the_queue(rabbit_url: str, tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPOTSWEEP_HOME": str(tmp_path / "home"),
-           "SPOTSWEEP_AMQP_URL": rabbit_url}
+           "SPOTSWEEP_AMQP_URL": rabbit_url, "SPOTSWEEP_ALLOW_ROOT_TRIALS": os.environ["SPOTSWEEP_ALLOW_ROOT_TRIALS"]}
     done = subprocess.run([sys.executable, "-m", "spotsweep", "agent", "--class", "cpu", "--workdir", str(tmp_path / "w"),
                            "--exit-when-idle", "1"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from spotsweep.services.agent import runner
+from spotsweep.services.agent.orphans import PR_SET_CHILD_SUBREAPER
 from spotsweep.services.agent.runner import RunControls
+from tests.services.agent.conftest import Kit
 
 # The trial starts a child in a session of its own (setsid), which writes its pid and then
 # lives on; the trial itself exits at once, or is stopped by the planner.
@@ -38,10 +43,19 @@ def gone_within(pid: int, seconds: float) -> bool:
     return not alive(pid)
 
 
-@pytest.mark.parametrize(("linger", "stop"), [(0, False), (60, True)])
-def test_a_setsid_child_dies_with_its_trial(kit: Any, tmp_path: Path, linger: int, stop: bool) -> None:
+@pytest.fixture()
+def reaping(kit: Any) -> Iterator[Any]:
+    """The kit with the agent service's reaping on; this test process is no subreaper afterwards."""
     if not runner.REAPER.adopt():
         pytest.skip("no PR_SET_CHILD_SUBREAPER here")
+    yield Kit(kit.store, replace(kit.config, reap_orphans=True))
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    runner.REAPER.adopted = False
+
+
+@pytest.mark.parametrize(("linger", "stop"), [(0, False), (60, True)])
+def test_a_setsid_child_dies_with_its_trial(reaping: Any, tmp_path: Path, linger: int, stop: bool) -> None:
+    kit = reaping
     pidfile = tmp_path / "pid"
     msg = kit.message(LEAVES_A_SETSID_CHILD.replace("{linger}", str(linger)), env={"PIDFILE": str(pidfile)})
     # stop: the planner stops the run (pruned) once the child is there

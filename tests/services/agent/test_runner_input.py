@@ -91,7 +91,13 @@ def test_an_empty_command_fails_clearly(kit: Any) -> None:
     final, _ = kit.run(msg)
     assert final.outcome == "failed" and "command is empty" in final.error
     final, _ = kit.run(kit.message("").model_copy(update={"argv": [""]}))
-    assert final.outcome == "failed" and "command is empty" in final.error
+    assert final.outcome == "failed" and "command is empty" in final.error and final.failure == "refused"
+
+
+def test_a_command_that_is_not_there_is_a_refusal_not_the_nodes_fault(kit: Any) -> None:
+    final, _ = kit.run(kit.message("").model_copy(update={"argv": ["/no/such/program", "--lr", "1"]}))
+    assert final.outcome == "failed" and final.failure == "refused"
+    assert "cannot start '/no/such/program'" in final.error
 
 
 def test_a_checkpoint_that_cannot_be_restored_fails_the_attempt_clearly(kit: Any, tmp_path: Any) -> None:
@@ -103,7 +109,7 @@ def test_a_checkpoint_that_cannot_be_restored_fails_the_attempt_clearly(kit: Any
     kit.store.put_bytes(f"sweeps/sw/trials/sw.0/checkpoints/{folder}/MANIFEST",
                         json.dumps({"step": 5, "files": {"a": 1, "a/b": 1}}).encode())
     final, events = kit.run(kit.message("print('ran')", attempt=2))
-    assert final.outcome == "failed" and final.failure == "exit"
+    assert final.outcome == "failed" and final.failure == "refused"
     assert "cannot be restored" in final.error and "names both 'a' and 'a/b'" in final.error
     assert final.started is None  # nothing ran
 

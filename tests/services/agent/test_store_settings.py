@@ -12,7 +12,8 @@ UNREACHABLE = "amqp://guest:guest@127.0.0.1:1/%2F"
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTSWEEP_")}
-    return {**env, "SPOTSWEEP_HOME": str(tmp), "SPOTSWEEP_AMQP_URL": UNREACHABLE, **extra}
+    return {**env, "SPOTSWEEP_HOME": str(tmp), "SPOTSWEEP_AMQP_URL": UNREACHABLE,
+            "SPOTSWEEP_ALLOW_ROOT_TRIALS": os.environ["SPOTSWEEP_ALLOW_ROOT_TRIALS"], **extra}
 
 
 def test_require_s3_refuses_to_start_without_an_endpoint(tmp_path: Path) -> None:

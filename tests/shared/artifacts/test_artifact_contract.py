@@ -215,6 +215,18 @@ def test_get_range_reads_part_of_an_object_and_tells_its_size(store: ArtifactSto
         store.get_range("r/absent", 0, 10)
 
 
+def test_get_tail_reads_only_the_end_and_tells_the_size(store: ArtifactStore) -> None:
+    data = os.urandom(3 * MiB + 7)
+    store.put_bytes("t/log", data)
+    assert store.get_tail("t/log", 1000) == (data[-1000:], len(data))
+    assert store.get_tail("t/log", 4 * MiB) == (data, len(data))  # a shorter object: all of it
+    assert store.get_tail("t/log", 0) == (b"", len(data))
+    store.put_bytes("t/empty", b"")
+    assert store.get_tail("t/empty", 10) == (b"", 0)
+    with pytest.raises(NotFound):
+        store.get_tail("t/absent", 10)
+
+
 def test_get_range_into_writes_a_range_at_its_offset(store: ArtifactStore, tmp_path: Path) -> None:
     data = os.urandom(3 * MiB + 5)
     store.put_bytes("r/big", data)

@@ -113,3 +113,25 @@ def test_log_tail_keeps_stderr_and_the_end_of_stdout(store: ArtifactStore) -> No
     assert tail.lines[0] == "==> stdout <==" and tail.lines[-3:] == ["==> stderr <==", "Traceback", "ValueError: \ufffd"]
     assert tail.lines[-4] == "line 499" and len(tail.lines) == 100 + 2
     assert log_tail(store, S, T, attempt=1).lines == ["==> stdout <==", "old"]
+
+
+def test_log_tail_reads_the_end_of_a_large_log_not_all_of_it(store: ArtifactStore) -> None:
+    """A 12 MiB stdout: the tail is its last lines, read from a range of its end (the dashboard
+    serves many of these at once), lines cut inside the read are dropped, a huge line is cut."""
+    body = "".join(f"line {i:07d} {'x' * 80}\n" for i in range(140_000))
+    store.put_bytes(log_key(S, T, 1, "stdout"), body.encode())
+    store.put_bytes(log_key(S, T, 1, "stderr"), b"y" * 5_000_000 + b"\n" + b"z" * 5000 + b"\nthe end\n")
+    reads: list[int] = []
+    get_tail = store.get_tail
+
+    def counted(key: str, length: int) -> tuple[bytes, int]:
+        data, size = get_tail(key, length)
+        reads.append(len(data))
+        return data, size
+
+    store.get_tail = counted  # type: ignore[method-assign]
+    tail = log_tail(store, S, T, lines=200)
+    assert tail.lines[:2] == ["==> stdout <==", f"line 0139802 {'x' * 80}"]  # 198 + stderr's 2
+    assert tail.lines[198] == f"line 0139999 {'x' * 80}"
+    assert tail.lines[199:] == ["==> stderr <==", "z" * 2000 + " [...]", "the end"]  # the y line began before the read
+    assert max(reads) <= 200 * 1024

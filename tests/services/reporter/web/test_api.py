@@ -80,6 +80,8 @@ def test_bad_parameters_are_400s_and_unknown_pages_404_pages(dashboard: Dashboar
     small_sweep(dashboard.db)
     assert "max_points" in get(dashboard, "/api/sweeps/web-test-1/curves?metric=val_loss&max_points=lots", 400)["error"]
     assert "metric" in get(dashboard, "/api/sweeps/web-test-1/curves", 400)["error"]
+    for path in ("curves?metric=val_loss&limit=1000&max_points=10000", "resources?limit=200&max_points=10000"):
+        assert "limit x max_points" in get(dashboard, f"/api/sweeps/web-test-1/{path}", 400)["error"]  # ~200 MB of JSON
     for path in ("/sweeps/nope", "/sweeps/web-test-1/trials/nope"):
         page = get(dashboard, path, 404)
         assert "<h1>404" in page and "nope" in page and "Traceback" not in page
