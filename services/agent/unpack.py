@@ -54,7 +54,7 @@ _CHUNK = MiB
 class Caps:
     """What one code archive may unpack to."""
 
-    bytes: int = 100 * MiB  # the files' total size (submit's SPOTSWEEP_WORKDIR_LIMIT_MIB default)
+    bytes: int = 100 * MiB  # the files' total size (the agent passes SPOTSWEEP_WORKDIR_LIMIT_MIB, as submit checks it)
     members: int = 50_000
     ratio: float = 200.0  # decompressed : compressed
 
@@ -80,7 +80,7 @@ class _Stream:
 
     def __init__(self, raw: BinaryIO, caps: Caps, key: str) -> None:
         self.counted = _Counted(raw)
-        self.gz = gzip.GzipFile(fileobj=self.counted, mode="rb")  # type: ignore[arg-type]
+        self.gz = gzip.GzipFile(fileobj=self.counted, mode="rb")  # type: ignore[call-overload]
         self.caps, self.key, self.out = caps, key, 0
         self.limit = caps.bytes + HEADER_BYTES * caps.members
 
