@@ -111,12 +111,12 @@ dist: setup
 images:
 	deploy/images.sh
 
-# The images as a user runs them (tests/images/run.sh): the compose stack, with RabbitMQ,
+# The images as a user runs them (tests/images/stack.py): the compose stack, with RabbitMQ,
 # PostgreSQL and S3 built from Debian's packages and moto, drives examples/deepseek-small.yaml
 # through an agent container stopped mid-trial; everything is torn down after. Needs a Docker
 # daemon and Compose v2 (.ci/run installs them); about 10 minutes on 2 cores from scratch.
 image-test:
-	tests/images/run.sh
+	$(PYTHON) tests/images/stack.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

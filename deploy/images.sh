@@ -12,7 +12,7 @@
 #    neither buildx nor a recent docker client is needed (docs/deploy.md "Images").
 #
 # Usage: deploy/images.sh [OVERRIDE_FILE SERVICE...]   (more images of an override
-# file, built in the same run: tests/images/run.sh builds its backing services so).
+# file, built in the same run: tests/images/stack.py builds its backing services so).
 set -eu
 cd "$(dirname "$0")/.."
 PYTHON_IMAGE="${PYTHON_IMAGE:-python:3.12-slim-bookworm}"

@@ -76,8 +76,8 @@ def check_control_containers() -> None:
 
 def trial_uids() -> set[int]:
     """The uids of the trial processes (`spotsweep train`) in the agent container."""
-    out = sh("docker", "top", container("agent"), "-eo", "uid,args", check=False)
-    return {int(line.split()[0]) for line in out.splitlines()[1:] if " train " in line}
+    out = sh("docker", "top", container("agent"), "-eo", "pid,uid,args", check=False)
+    return {int(line.split()[1]) for line in out.splitlines()[1:] if " train " in line}
 
 
 def check_healthy(services: tuple[str, ...]) -> None:
