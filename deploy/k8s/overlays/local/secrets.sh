@@ -34,6 +34,7 @@ secret spotsweep-reporter --from-literal=database-url="$DB_URL" \
 secret spotsweep-agent --from-literal=amqp-url="$(amqp agent "$AGENT")" \
   --from-literal=s3-access-key="$S3_ACCESS" --from-literal=s3-secret-key="$S3_SECRET"
 secret spotsweep-keda --from-literal=username=spotsweep-keda --from-literal=password="$KEDA"
-# For `spotsweep submit` from your machine (through kubectl port-forward svc/rabbitmq 5672):
-secret spotsweep-submitter --from-literal=amqp-url="amqp://spotsweep-submitter:${SUBMITTER}@127.0.0.1:5672/%2F"
+# For `spotsweep submit` (docs/deploy.md "Local": through the planner's pod, or your own machine
+# with kubectl port-forward svc/rabbitmq 5672 and 127.0.0.1 in the URL):
+secret spotsweep-submitter --from-literal=amqp-url="$(amqp submitter "$SUBMITTER")"
 echo "Secrets ready in namespace $NS (broker users per role: spotsweep-planner, -collector, -agent, -submitter, -keda)."
