@@ -109,13 +109,16 @@ dist: setup
 # The control and CPU worker images with no registry (deploy/images.sh: the base image from
 # Debian's packages when python:3.12-slim cannot be pulled, torch as the machine's pip finds it).
 images:
+	deploy/container-runtime.sh
 	deploy/images.sh
 
 # The images as a user runs them (tests/images/stack.py): the compose stack, with RabbitMQ,
 # PostgreSQL and S3 built from Debian's packages and moto, drives examples/deepseek-small.yaml
 # through an agent container stopped mid-trial; everything is torn down after. Needs a Docker
-# daemon and Compose v2 (.ci/run installs them); about 10 minutes on 2 cores from scratch.
+# daemon and Compose v2 (deploy/container-runtime.sh installs and starts them when missing, as root);
+# about 5 minutes on 2 cores from scratch.
 image-test:
+	deploy/container-runtime.sh
 	$(PYTHON) tests/images/stack.py
 
 clean:
