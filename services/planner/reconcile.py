@@ -32,7 +32,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-GRACE_S = 120.0  # how long an attempt stays suspect before an uncertain case republishes it
+GRACE_S = 60.0  # how long a queued attempt stays suspect before an uncertain case republishes it
+# A running one, with no consumer on its class: longer than an agent's drain (--grace + --after-grace)
+# and its node breaker's cooldown (10 min), during which it runs its trials with its consumer cancelled.
+RUNNING_GRACE_S = 900.0
 
 Key = tuple[str, int]  # (trial_id, attempt)
 
@@ -68,7 +71,7 @@ class Verdict:
 
 
 def decide(held: Sequence[Held], queues: Mapping[str, QueueFacts], suspects: Mapping[Key, float], now: float,
-           grace: float = GRACE_S) -> Verdict:
+           grace: float = GRACE_S, running_grace: float = RUNNING_GRACE_S) -> Verdict:
     """The attempts to publish again, given the database's ``held`` trials (read before the
     broker was asked), each class's ``queues`` facts (a class missing from it: unknown, left
     alone), the ``suspects`` of the last call and the time ``now`` (seconds, any monotonic clock)."""
@@ -82,18 +85,18 @@ def decide(held: Sequence[Held], queues: Mapping[str, QueueFacts], suspects: Map
         mine = [h for h in held if h.resource_class == cls]
         queued = [h for h in mine if not h.running]
         running = [h for h in mine if h.running]
-        sure: list[Held] = []
         if facts.ready is None:  # the queue is gone, and every delivery of it
-            sure, unsure, room = queued + running, [], 0
-        elif facts.ready == 0 and facts.consumers == 0:  # nothing ready, nothing held by an agent
-            sure, unsure, room = queued, running, len(running)  # running, unread: maybe an agent draining
+            out += queued + running
+            certain += len(queued) + len(running)
+            continue
+        if facts.ready == 0 and facts.consumers == 0:  # nothing ready, nothing held by an agent
+            out += queued
+            certain += len(queued)
         else:
-            room = max(0, len(queued) - facts.ready)
-            unsure = queued if room else []
-            if facts.consumers == 0:
-                unsure, room = unsure + running, room + len(running)
-        out += sure + _due(unsure, suspects, now, grace, kept)[:room]
-        certain += len(sure)
+            short = max(0, len(queued) - facts.ready)
+            out += _due(queued if short else [], suspects, now, grace, kept)[:short]
+        if facts.consumers == 0:  # running with no consumer: lost, or an agent draining or cooling down
+            out += _due(running, suspects, now, running_grace, kept)
     return Verdict(republish=tuple(out), suspects={k: v for k, v in kept.items() if k not in {h.key for h in out}},
                    certain=certain)
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from spotsweep.services.planner.handlers import PlannerDeps
 
 _log = log.get("spotsweep.planner")
-EVERY_S = 30.0
+EVERY_S = 10.0
 NOTE = "republished: the broker no longer held this attempt (PostgreSQL still did)"
 
 

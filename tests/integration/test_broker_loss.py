@@ -61,7 +61,7 @@ def test_trials_queued_on_a_broker_that_comes_back_empty_run_exactly_once(
     empty_broker(rabbit_url.rsplit("/", 1)[1])
     cluster.start("agent", "agent", "--slots", "2", "--class", "cpu")
     state = wait_for(database_url, "SELECT state FROM sweeps WHERE sweep_id = %s", (sweep_id,),
-                     lambda s: s != "running", timeout=120)
+                     lambda s: s != "running", timeout=180)
     assert state == "completed", cluster.logs()
     codes = cluster.stop()
     assert codes == {"planner": 0, "collector": 0, "agent": 0}, (codes, cluster.logs())

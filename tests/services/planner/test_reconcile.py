@@ -53,12 +53,13 @@ def test_a_running_attempt_is_left_to_its_agent_while_the_class_has_a_consumer()
     assert verdict.republish == () and verdict.suspects == {}
 
 
-def test_a_running_attempt_with_no_consumer_left_is_republished_after_the_grace() -> None:
+def test_a_running_attempt_with_no_consumer_left_is_republished_after_the_longer_running_grace() -> None:
     held = [Held("r", 2, "gpu", running=True)]
     facts = {"gpu": QueueFacts(ready=0, consumers=0)}
-    first = decide(held, facts, {}, now=0.0, grace=60)
-    assert first.republish == ()  # maybe an agent draining with its consumer cancelled
-    assert ids(decide(held, facts, first.suspects, now=60.0, grace=60)) == ["r"]
+    first = decide(held, facts, {}, now=0.0, grace=60, running_grace=900)
+    assert first.republish == ()  # maybe an agent draining, or cooling down, with its consumer cancelled
+    assert decide(held, facts, first.suspects, now=899.0, grace=60, running_grace=900).republish == ()
+    assert ids(decide(held, facts, first.suspects, now=900.0, grace=60, running_grace=900)) == ["r"]
 
 
 def test_a_new_attempt_is_a_new_suspect() -> None:
