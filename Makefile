@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PIN := $(shell grep -o 'torch==[0-9.]*' pyproject.toml | head -1)
 
-.PHONY: setup demo test lint unit integration chaos cluster-test bench dist clean
+.PHONY: setup demo test lint unit integration chaos cluster-test bench dist clean images image-test
 
 $(BIN)/spotsweep: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -105,6 +105,21 @@ bench: setup
 # The wheel a node installs (`pip install 'dist/spotsweep-*.whl[worker]'`); the images build it too.
 dist: setup
 	rm -rf dist && $(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
+
+# The control and CPU worker images with no registry (deploy/images.sh: the base image from
+# Debian's packages when python:3.12-slim cannot be pulled, torch as the machine's pip finds it).
+images:
+	deploy/container-runtime.sh
+	deploy/images.sh
+
+# The images as a user runs them (tests/images/stack.py): the compose stack, with RabbitMQ,
+# PostgreSQL and S3 built from Debian's packages and moto, drives examples/deepseek-small.yaml
+# through an agent container stopped mid-trial; everything is torn down after. Needs a Docker
+# daemon and Compose v2 (deploy/container-runtime.sh installs and starts them when missing, as root);
+# about 5 minutes on 2 cores from scratch.
+image-test:
+	deploy/container-runtime.sh
+	$(PYTHON) tests/images/stack.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

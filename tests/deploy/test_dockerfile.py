@@ -54,20 +54,43 @@ def test_no_secret_is_baked_into_an_image() -> None:
             assert not re.search(r"://[^/\s:@]+:[^@\s]+@", rest), f"{stage}: a URL with a password: {rest}"
 
 
-def test_worker_installs_the_pinned_torch_from_the_index_its_variant_names() -> None:
+def test_worker_installs_the_pinned_torch_from_the_wheelhouse_or_an_extra_index() -> None:
+    """--extra-index-url, not --index-url: a mirror named by TORCH_INDEX need not hold torch's
+    dependencies; and torch alone in a layer before the code, so a code change never downloads it."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     (pin,) = [d for d in pyproject["project"]["optional-dependencies"]["worker"] if d.startswith("torch")]
     args = dict(a.split("=", 1) for a in instructions("worker", "ARG") if "=" in a)
     assert f"torch=={args['TORCH_VERSION']}" == pin
     assert args["TORCH_INDEX"] == "https://download.pytorch.org/whl/${TORCH_VARIANT}"
     assert args["TORCH_VARIANT"].startswith("cu")  # the default is the GPU build; compose asks for cpu
-    (install, _users) = instructions("worker", "RUN")
-    assert '--index-url "$TORCH_INDEX" "torch==${TORCH_VERSION}"' in install and "[worker]" in install
+    runs = instructions("worker", "RUN")
+    torch = next(i for i, r in enumerate(runs) if '"torch==${TORCH_VERSION}"' in r)
+    assert '--extra-index-url "$TORCH_INDEX" "torch==${TORCH_VERSION}"' in runs[torch] and "--index-url" not in \
+        runs[torch].replace("--extra-index-url", "")
+    assert "source=deploy/wheelhouse" in runs[torch] and "wheel" not in runs[torch].split("from=")[-1][:6]
+    later = runs[torch + 1:]
+    assert any("/requirements/worker.txt" in r for r in later)
+    (code,) = [r for r in later if "/wheels/spotsweep-" in r]
+    assert "--no-deps" in code and code is runs[-1]  # the code's layer is the last install
 
 
 def test_control_image_has_no_torch() -> None:
-    (install,) = instructions("control", "RUN")
-    assert "[worker]" not in install and "torch" not in install.replace('! python -c "import torch"', "")
+    for install in instructions("control", "RUN"):
+        assert "worker" not in install and "torch" not in install.replace('! python -c "import torch"', "")
+
+
+def test_no_build_fetches_a_frontend_from_a_registry() -> None:
+    """A `# syntax=` line makes BuildKit pull that frontend from Docker Hub before anything else."""
+    first = (ROOT / "deploy" / "Dockerfile").read_text().splitlines()[0]
+    assert not re.match(r"#\s*syntax\s*=", first, re.IGNORECASE), first
+
+
+def test_the_package_index_ca_is_a_build_secret_never_a_layer() -> None:
+    for stage, lines in dockerfile_stages().items():
+        for ins, rest in lines:
+            if ins == "RUN" and "pip install" in rest or "pip wheel" in rest:
+                assert "--mount=type=secret,id=pip-cert" in rest or "--no-index" in rest, f"{stage}: {rest[:80]}"
+            assert not (ins in ("COPY", "ADD") and "cert" in rest.lower()), f"{stage}: {ins} {rest}"
 
 
 def test_dockerignore_keeps_the_virtualenv_and_git_out_but_lets_the_build_files_in() -> None:

@@ -192,3 +192,32 @@ def test_submit_wait_without_a_results_database_stops_at_once_naming_it(tmp_path
     proc = cli("submit", str(spec), "--wait", env=env)
     assert proc.returncode == 2 and "SPOTSWEEP_DATABASE_URL" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "home" / "pg").exists()  # nothing was started, nothing posted (the broker is unreachable: 69)
+
+
+def test_status_shows_the_newest_sweeps_says_how_many_more_and_all_shows_them(database_url: str) -> None:
+    """2,000 sweeps made ``status`` print 233 KB: it pages, newest first."""
+    import psycopg
+
+    from spotsweep.shared.db import Database
+
+    Database(database_url).migrate()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO sweeps (sweep_id, name, state, created_at) SELECT 's-' || lpad(i::text, 2, '0'),"
+                     " 'n', 'completed', now() - (30 - i) * interval '1 minute' FROM generate_series(1, 25) i")
+    env = {"SPOTSWEEP_DATABASE_URL": database_url}
+
+    def shown(proc: subprocess.CompletedProcess[str]) -> list[str]:
+        assert proc.returncode == 0, proc.stderr
+        return [r["sweep_id"] for r in json.loads(proc.stdout)]
+
+    default = cli("status", "--json", env=env)
+    assert shown(default) == [f"s-{i:02d}" for i in range(25, 5, -1)]  # the 20 newest, newest first
+    assert "5 older sweeps not shown: spotsweep status --limit N, or --all" in default.stderr
+    table = cli("status", env=env)
+    assert "s-25" in table.stdout and "s-05" not in table.stdout and "5 older sweeps not shown" in table.stderr
+    assert shown(cli("status", "--limit", "3", "--json", env=env)) == ["s-25", "s-24", "s-23"]
+    every = cli("status", "--all", "--json", env=env)
+    assert len(shown(every)) == 25 and "not shown" not in every.stderr
+    assert shown(cli("status", "s-01", "--json", env=env)) == ["s-01"]  # one sweep by id, however old
+    bad = cli("status", "--limit", "0", env=env)
+    assert bad.returncode == 2 and "--limit" in bad.stderr and "Traceback" not in bad.stderr

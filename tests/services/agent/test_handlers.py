@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from waiting import take
+from spotsweep.services.agent.attempts import Attempts
 from spotsweep.services.agent.handlers import Agent as AgentState, Connection, Slots, handle_control, handle_trial
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.main import connect
@@ -57,18 +58,62 @@ def agent(tmp_path: Path) -> Agent:
 def test_each_lost_delivery_is_counted_and_past_max_lost_the_trial_is_dead_lettered(agent: Agent, delivery: Any) -> None:
     msg = trial(max_lost=2)
     for losses in (1, 2):
+        # Each delivery stands for a run lost with its agent: it comes to one that never ran the attempt.
+        agent.deps.agent.attempts = Attempts()
         d = delivery(encode(msg), redelivered=True)
         handle_trial(d, agent.deps)
         assert d.settled == "ack"
         started = agent.seen(TrialStarted)
         assert started and started[0].redelivered and started[0].losses == losses
     assert len(agent.store.list(loss_prefix("sw", "sw.0", 1))) == 2
+    agent.deps.agent.attempts = Attempts()
     d = delivery(encode(msg), redelivered=True)
     handle_trial(d, agent.deps)
     assert d.settled == "dead-letter"
     failed = [e for e in agent.seen(TrialFinished, n=3) if e.outcome == "failed"]
     assert len(failed) == 1 and failed[0].failure == "lost" and "max_lost=2" in failed[0].error
     assert agent.seen(TrialStarted, timeout=0.3) == []  # the third delivery never ran
+
+
+def test_a_second_copy_of_an_attempt_this_agent_ran_is_dropped_unrun(agent: Agent, delivery: Any) -> None:
+    """The planner republishes what a broker that lost its data forgot, and when in doubt a copy
+    the queue still held: the copy of an attempt that ended here is acked, and nothing starts."""
+    first = delivery(encode(trial()))
+    handle_trial(first, agent.deps)
+    assert first.settled == "ack" and len(agent.seen(TrialStarted)) == 1
+    for redelivered in (False, True):
+        copy = delivery(encode(trial()), redelivered=redelivered)
+        handle_trial(copy, agent.deps)
+        assert copy.settled == "ack"
+    assert agent.seen(TrialStarted, timeout=0.5) == []  # never run again
+
+
+def test_a_second_copy_of_an_attempt_this_agent_is_running_is_dropped_and_the_first_run_counts(
+        tmp_path: Path, delivery: Any) -> None:
+    agent = Agent(tmp_path)
+    agent.deps.agent.slots = Slots(2, None)
+    msg = trial(script="import time; time.sleep(1.5)")
+    first = delivery(encode(msg))
+    running = threading.Thread(target=handle_trial, args=(first, agent.deps))
+    running.start()
+    assert len(agent.seen(TrialStarted)) == 1
+    copy = delivery(encode(msg))
+    handle_trial(copy, agent.deps)
+    assert copy.settled == "ack" and first.settled is None  # dropped while the first still runs
+    running.join(10)
+    finished = agent.seen(TrialFinished)
+    assert first.settled == "ack" and [f.outcome for f in finished] == ["completed"]
+    assert agent.seen(TrialStarted, timeout=0.3) == []
+
+
+def test_a_copy_of_an_attempt_whose_connection_was_lost_runs_again(agent: Agent, delivery: Any) -> None:
+    """A run lost with its connection is redelivered, maybe to this agent on its next connection."""
+    lost = threading.Event()
+    assert agent.deps.agent.attempts.claim(("sw.0", 1), lost) is None  # a run on an earlier connection
+    lost.set()
+    d = delivery(encode(trial()), redelivered=True)
+    handle_trial(d, agent.deps)
+    assert d.settled == "ack" and len(agent.seen(TrialStarted)) == 1
 
 
 def test_a_fresh_delivery_counts_no_loss(agent: Agent, delivery: Any) -> None:
