@@ -16,6 +16,11 @@ class PermanentError(SpotsweepError):
     """Retrying will not help: bad input, a violated invariant."""
 
 
+class Refused(PermanentError):
+    """Input refused on purpose (a hostile code archive, a checkpoint over its limits):
+    the input is bad, not the node that refused it, and every retry meets the same input."""
+
+
 class RetryableError(SpotsweepError):
     """A dependency is down or busy; the same call may succeed later."""
 

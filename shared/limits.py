@@ -34,7 +34,8 @@ class Limits(BaseModel):
     """Per-trial limits the agent enforces on the trial's files (spec ``limits:``).
 
     A line that breaks one is skipped and counted (the trial's ``warnings``),
-    never fatal to the trial and never forwarded.
+    never fatal to the trial and never forwarded; so is a checkpoint with
+    more than ``checkpoint_files`` files (not uploaded).
     """
 
     # strict as the spec is (no "3" -> 3); extra fields refused in a spec, where a typo must not pass
@@ -49,6 +50,9 @@ class Limits(BaseModel):
     lines_per_second: float = Field(default=5000.0, gt=0, allow_inf_nan=False)
     line_burst: int = Field(default=100_000, ge=1)
     log_bytes: int = Field(default=64 << 20, ge=1024)  # stdout plus stderr kept and uploaded per run
+    # Files in one checkpoint: each is a request to the store, and the agent's uploads hold the trial's slot.
+    # A checkpoint over it is not uploaded (the trial's warnings say so); pack many small files into one.
+    checkpoint_files: int = Field(default=10_000, ge=1, le=1_000_000)
 
 
 def has_control(text: str) -> bool:

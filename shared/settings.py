@@ -63,9 +63,9 @@ class Settings(BaseSettings):
     log_upload_seconds: float = Field(  # read where trials run: the agent, and local mode's
         default=15.0, gt=0, description="a running trial's logs are uploaded this often (spotsweep logs lags at most this)",
         json_schema_extra={"read_by": "agent, run"})
-    workdir_limit_mib: float = Field(  # read by `spotsweep submit`, which packs a spec's workdir
-        default=100.0, gt=0, description="the most a sweep's workdir may hold (its files, before compression), MiB",
-        json_schema_extra={"read_by": "submit"})
+    workdir_limit_mib: float = Field(  # read by `spotsweep submit`, which packs a spec's workdir, and by agents, which unpack it
+        default=100.0, gt=0, description="the most a sweep's workdir may hold (its files, before compression), MiB; "
+        "agents refuse a code archive whose files come to more", json_schema_extra={"read_by": "submit, agent"})
 
 
 class _Observed(Settings):

@@ -3,10 +3,11 @@
 A trial message with ``workdir_sha256`` runs in a fresh copy of that archive's
 tree (so no trial sees what another wrote). The tree is cached under the
 agent's work folder, ``code/<sha256>/``, and made atomically: the archive is
-downloaded to a temporary name, its sha256 checked against its name, its
-members checked (no absolute path, no ``..``, no link leading outside, no
-device or FIFO) and extracted with ``tarfile``'s ``data`` filter into a
-temporary folder, which is then renamed into place. A reader never sees a
+downloaded to a temporary name, its sha256 checked against its name, and
+unpacked member by member within caps (bytes, members, compression ratio;
+no absolute path, ``..``, link resolving outside, hard link, device or
+FIFO: :mod:`.unpack`) into a temporary folder, which is then renamed into
+place. A reader never sees a
 half-made tree; two agents on one node racing for one hash both end with
 the same one.
 
@@ -18,24 +19,22 @@ may still be copying is never deleted), and so are temporary folders a
 killed agent left.
 
 A missing or corrupt archive is a :class:`PermanentError` (the attempt fails
-with it: every retry would meet the same archive); an unreachable store is
+with it: every retry would meet the same archive), one the caps or checks
+refuse a :class:`~spotsweep.shared.errors.Refused`; an unreachable store is
 the store's :class:`RetryableError` (the trial goes back to the queue).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
-import posixpath
 import shutil
-import tarfile
 import tempfile
 import threading
 import time
-import zlib
 from pathlib import Path
 
+from spotsweep.services.agent.unpack import DEFAULT_CAPS, Caps, extract
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
 from spotsweep.shared.codepack import code_key
@@ -48,17 +47,18 @@ KEEP_TREES = 8  # code trees kept past their use: a few sweeps at once per node
 IDLE_S = 600.0  # and any tree a run used this recently
 
 
-def working_dir(store: ArtifactStore, cache: Path, sha256: str | None, in_place: Path | None, run: Path) -> Path:
+def working_dir(store: ArtifactStore, cache: Path, sha256: str | None, in_place: Path | None, run: Path,
+                caps: Caps = DEFAULT_CAPS) -> Path:
     """The trial's working directory: a copy of the archive ``sha256`` names in ``run`` (the run's
     own empty folder); without one, ``in_place`` (local mode's workdir), else ``run`` as it is."""
     if sha256 is None:
         return in_place if in_place is not None else run
-    tree = fetch(store, cache, sha256)
+    tree = fetch(store, cache, sha256, caps)
     shutil.copytree(tree, run, symlinks=True, dirs_exist_ok=True)
     return run
 
 
-def fetch(store: ArtifactStore, cache: Path, sha256: str) -> Path:
+def fetch(store: ArtifactStore, cache: Path, sha256: str, caps: Caps = DEFAULT_CAPS) -> Path:
     """The cached tree of ``code/<sha256>.tar.gz``, downloaded and checked on first use."""
     tree = cache / sha256
     if tree.is_dir():
@@ -76,7 +76,7 @@ def fetch(store: ArtifactStore, cache: Path, sha256: str) -> Path:
                 raise PermanentError(f"the sweep's code archive {key} is not in the artifact store (submitted to "
                                      "another store, or deleted)") from e
             _check_hash(archive, sha256, key)
-            extract(archive, unpacked, key)
+            extract(archive, unpacked, key, caps)
             try:
                 os.rename(unpacked, tree)
             except OSError:
@@ -133,36 +133,3 @@ def _check_hash(archive: Path, sha256: str, key: str) -> None:
         raise PermanentError(f"the sweep's code archive {key} is corrupt: its sha256 is {digest.hexdigest()}")
 
 
-def _refusal(member: tarfile.TarInfo) -> str | None:
-    """Why ``member`` may not be extracted, or None."""
-    name = member.name
-    if name.startswith("/") or posixpath.isabs(name):
-        return "an absolute path"
-    if ".." in name.split("/"):
-        return "a path leading out of the folder ('..')"
-    if member.isdev() or member.isfifo():
-        return "a device or FIFO"
-    if member.issym() or member.islnk():
-        target = member.linkname
-        base = posixpath.dirname(name) if member.issym() else ""
-        if posixpath.isabs(target) or posixpath.normpath(posixpath.join(base, target)).split("/")[0] == "..":
-            return f"a link to {target!r}, outside the folder"
-    return None
-
-
-def extract(archive: Path, dest: Path, key: str) -> None:
-    """Extract a code archive into ``dest`` (new), refusing any member that could reach outside it."""
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            tar.errorlevel = 2
-            members = tar.getmembers()
-            for member in members:
-                why = _refusal(member)
-                if why is not None:
-                    raise PermanentError(f"the sweep's code archive {key} is refused: {member.name!r} is {why}")
-            dest.mkdir()
-            tar.extractall(dest, members=members, filter="data")
-    except PermanentError:
-        raise
-    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise PermanentError(f"the sweep's code archive {key} cannot be unpacked: {type(e).__name__}: {e}") from e

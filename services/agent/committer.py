@@ -26,6 +26,7 @@ from spotsweep.services.agent.screen import Screen
 from spotsweep.services.agent.tail import Item, Tail
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
+from spotsweep.shared.errors import Refused
 from spotsweep.shared.messages import CheckpointSaved, Envelope, TrialMessage
 
 _log = log.get("spotsweep.agent")
@@ -97,7 +98,10 @@ class LineReader:
         label: int | None = step
         while label is not None:
             try:
-                staged = uploads.stage(self._ckpt_dir)
+                staged = uploads.stage(self._ckpt_dir, max_files=self._msg.limits.checkpoint_files)
+            except Refused as e:  # the trial's doing: said in its warnings, and the trial goes on
+                self._screen.note("checkpoint_refused", f"checkpoint step {label} not uploaded: {e}")
+                return
             except OSError as e:  # never the trial's fault: that checkpoint is skipped, the next one comes
                 _log.warning("checkpoint skipped: its files could not be snapshot", step=label, error=repr(e),
                              trial_id=self._msg.trial_id)

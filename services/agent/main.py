@@ -24,6 +24,7 @@ from spotsweep.services.agent.handlers import (
 )
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.runner import RunnerConfig, kill_all
+from spotsweep.services.agent.unpack import Caps, MiB
 from spotsweep.services.agent.state import Agent, Slots
 from spotsweep.services.agent.trial_env import names
 from spotsweep.services.agent.trial_user import UserPool
@@ -267,7 +268,8 @@ def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -
     workdir = settings.workdir or Path(tempfile.gettempdir()) / "spotsweep-agent"
     config = RunnerConfig(agent_id=agent_id, workdir=workdir,
                           log_upload_seconds=settings.log_upload_seconds, trial_users=trial_users,
-                          trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny))
+                          trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny),
+                          reap_orphans=True, code_caps=Caps(bytes=int(settings.workdir_limit_mib * MiB)))
     return Agent(store=store, config=config, slots=pool,
                  health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown,
                                own_paths=(str(workdir.resolve()),)), grace=settings.grace)

@@ -31,6 +31,7 @@ from spotsweep.services.agent import code_cache, uploads
 from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.log_shipper import LogShipper
+from spotsweep.services.agent.orphans import Reaper, marks
 from spotsweep.services.agent.supervise import Outcome, RunnerConfig, supervise
 from spotsweep.services.agent.tail import Tail
 from spotsweep.services.agent.trial_env import trial_environment
@@ -65,6 +66,7 @@ class DeliveryLost(RetryableError):
 
 # Started on first use; kills every trial's process group if this agent dies (see .watchdog).
 WATCHDOG = Watchdog()
+REAPER = Reaper()  # kills what a trial left outside its process group once it is over (see .orphans)
 
 
 def _argv(argv: list[str], env: dict[bytes, bytes], cwd: Path) -> list[str]:
@@ -101,7 +103,8 @@ def _agent_environment() -> dict[bytes, bytes]:
 
 
 def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int | None, gpu: str | None,
-                 config: RunnerConfig | None = None, user: TrialUser | None = None) -> dict[bytes, bytes]:
+                 config: RunnerConfig | None = None, user: TrialUser | None = None,
+                 run_id: str | None = None) -> dict[bytes, bytes]:
     """The trial's environment: the allow-listed part of the agent's (never its
     credentials: :mod:`.trial_env`), the spec's ``env``, the trial contract's."""
     agent = _agent_environment()
@@ -116,6 +119,8 @@ def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int |
         ours["SPOTSWEEP_RESUME_STEP"] = str(resume)
     if gpu is not None:
         ours["CUDA_VISIBLE_DEVICES"] = gpu
+    if run_id is not None:
+        ours["SPOTSWEEP_RUN_ID"] = run_id  # names this run alone: what it leaves behind is found by it (orphans.py)
     if user is not None:
         ours.update(user.environment())
     extra, deny = (config.trial_env_pass, config.trial_env_deny) if config is not None else ((), ())
@@ -199,7 +204,8 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
     if not msg.argv or not msg.argv[0]:
         return end("failed", failure="refused", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
     try:
-        cwd = code_cache.working_dir(store, config.workdir / "code", msg.workdir_sha256, config.code_dir, paths.run)
+        cwd = code_cache.working_dir(store, config.workdir / "code", msg.workdir_sha256, config.code_dir, paths.run,
+                                     config.code_caps)
     except PermanentError as e:
         return end("failed", failure="refused", error=f"the trial's code (workdir) cannot be set up, so the attempt did "
                                                    f"not start: {e}")
@@ -216,8 +222,10 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         chown_tree(paths.checkpoint, user)  # the restored checkpoint is the trial's, as its workspace is
     if user is not None and cwd == paths.run and msg.workdir_sha256 is not None:
         chown_tree(paths.run, user)  # so is its copy of the code
-    env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user)
+    env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user, run_id)
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
+        if config.reap_orphans:
+            REAPER.adopt()  # orphans below the agent come to it, not to init: what a trial leaves is found (orphans.py)
         try:
             proc = subprocess.Popen(_argv(msg.argv, env, cwd), cwd=cwd, env=env, stdout=out, stderr=err,
                                     start_new_session=True, **(user.popen() if user is not None else {}))
@@ -226,13 +234,15 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
             # a fork that fails (no memory, no processes left) is the node's.
             kind: Failure = "refused" if e.errno in _NOT_RUNNABLE else "agent"
             return end("failed", failure=kind, error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
+        REAPER.started(proc.pid)
+        run_marks = marks(env, TOKEN_VAR.encode(), b"SPOTSWEEP_RUN_ID")
         started = time.monotonic()
         start = TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses)
         streams: dict[str, tuple[Path, BinaryIO]] = {"stdout": (out_path, out), "stderr": (err_path, err)}
         with LogShipper(store, msg, streams, config.log_upload_seconds):  # the store has the logs while the trial runs
-            outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored)
-        duration = time.monotonic() - started
+            outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored, run_marks)
+        duration = (outcome.ended or time.monotonic()) - started  # the process's time, not the uploads' after it
         if outcome.reason == "lost":
             raise DeliveryLost(run_id, round(duration, 3))
         if outcome.reason == "stopped":
@@ -259,8 +269,9 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
 
 def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMessage, store: ArtifactStore,
                 send: Confirms, config: RunnerConfig, control: RunControls, paths: Paths,
-                restored: dict[str, float]) -> Outcome:
-    """Announce the started process and supervise it to its end; its whole group is dead when this returns.
+                restored: dict[str, float], run_marks: frozenset[bytes] = frozenset()) -> Outcome:
+    """Announce the started process and supervise it to its end; its whole group is dead when this returns,
+    and what left the group (``setsid``) is killed within moments (:mod:`.orphans`).
     Raises :class:`DeliveryLost` when a publish failed (the broker went away mid-trial)."""
     started = time.monotonic()
     try:
@@ -288,6 +299,7 @@ def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMe
         # background job holding GPU memory) goes with it.
         killpg(proc.pid)
         WATCHDOG.discard(proc.pid)
+        REAPER.ended(proc.pid, run_marks)  # and every process that left the group, carrying this run's marks
 
 
 def _classify(outcome: Outcome, rc: int | None, stderr_tail: Callable[[], str],

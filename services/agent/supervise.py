@@ -18,6 +18,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -31,6 +32,7 @@ from spotsweep.services.agent.screen import Screen
 from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.stop_policy import Action, Limits, StopState, decide
 from spotsweep.services.agent.tail import Item, Tail
+from spotsweep.services.agent.unpack import DEFAULT_CAPS, Caps
 from spotsweep.shared import log
 from spotsweep.shared.settings import Settings, default
 from spotsweep.services.agent.trial_user import UserPool
@@ -51,6 +53,10 @@ class RunnerConfig:
     sample_seconds: float = 5.0  # between resource samples of a running trial (sys/ metrics; 1 to 5)
     log_upload_seconds: float = default(Settings, "log_upload_seconds")  # between uploads of a running trial's logs
     code_dir: Path | None = None  # local mode: trials without a code archive run in this folder (the workdir) in place
+    code_caps: Caps = DEFAULT_CAPS  # what a code archive may unpack to (unpack.py)
+    # Be the child subreaper of the trials and kill what they leave outside their groups (orphans.py): the agent
+    # service sets it; off elsewhere, since it changes where every orphan of the process goes (a test runner's too).
+    reap_orphans: bool = False
     trial_users: UserPool | None = None  # --trial-user: trials run as these users (trial_user.py)
     trial_env_pass: tuple[str, ...] = ()  # more of the agent's variables trials get (trial_env.py)
     trial_env_deny: tuple[str, ...] = ()  # variables trials never get, besides the built-in secrets
@@ -64,6 +70,7 @@ class Outcome:
     last_step: int | None = None
     stop_reason: str | None = None
     screen: Screen | None = None  # what the limits skipped (flags and warnings for the final event)
+    ended: float | None = None  # time.monotonic() when the process exited (the agent's uploads after it are not its time)
 
 
 class ExitWait:
@@ -90,6 +97,32 @@ class ExitWait:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class ExitClock:
+    """When the process exited, to the instant, though the supervisor may be busy uploading then.
+
+    A thread waits in ``waitid(..., WNOWAIT)``, which returns at the exit and
+    leaves the process for ``Popen`` to reap. The trial's time (``duration``,
+    what ``timeout.total`` adds up) ends there: a checkpoint of 20,000 files
+    the agent uploads after the exit is the agent's work, not the trial's."""
+
+    def __init__(self, pid: int) -> None:
+        self._at: float | None = None
+        self._thread = threading.Thread(target=self._wait, args=(pid,), name=f"exit-{pid}", daemon=True)
+        self._thread.start()
+
+    def _wait(self, pid: int) -> None:
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        except (ChildProcessError, OSError):
+            pass  # reaped already: it has exited by now
+        self._at = time.monotonic()
+
+    def at(self) -> float:
+        """The exit's time; call it once the process has been reaped."""
+        self._thread.join(1.0)
+        return self._at if self._at is not None else time.monotonic()
 
 
 def _act(proc: subprocess.Popen[bytes], action: Action) -> None:
@@ -119,6 +152,7 @@ def supervise(
     now = time.monotonic()
     state = StopState(started=now, last_line=now)
     wait = ExitWait(proc.pid)
+    ended = ExitClock(proc.pid)
     try:
         while True:
             exited = proc.poll() is not None
@@ -132,6 +166,8 @@ def supervise(
             pump.flush_if_due(now)
             if exited:
                 break
+            if proc.poll() is not None:
+                continue  # it exited while the agent uploaded: read the rest; the agent's time is not the trial's
             state, action = decide(state, control.signals(run_id), now, limits)
             if action == "term" and (seen := drain_clock.since()) is not None:
                 state = replace(state, term_sent_at=min(now, seen))  # the grace began when the drain did, mid-upload or not
@@ -146,7 +182,7 @@ def supervise(
     if tail.refused is not None:
         screen.note("metrics_refused", tail.refused)
     return Outcome(reason=state.reason, final=pump.final, last_step=pump.last_step, stop_reason=state.stop_reason,
-                   screen=screen)
+                   screen=screen, ended=ended.at())
 
 
 def drain(tail: Tail, consume: Callable[[list[Item]], None], seconds: float, screen: Screen) -> None:

@@ -37,7 +37,7 @@ from spotsweep.shared.artifacts.checkpoints import (
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.artifacts.workers import TransferCancelled
 from spotsweep.shared.artifacts.safe_files import Entry, Walk, regular_files, same_file
-from spotsweep.shared.errors import SpotsweepError
+from spotsweep.shared.errors import Refused, SpotsweepError
 from spotsweep.shared.messages import TrialMessage
 from spotsweep.shared.middleware import Backoff, retrying
 
@@ -71,7 +71,7 @@ def restore(store: ArtifactStore, msg: TrialMessage, directory: Path, metrics: d
                     what="restore checkpoint")  # type: ignore[return-value]
 
 
-def snapshot(directory: Path, into: Path) -> Path:
+def snapshot(directory: Path, into: Path, max_files: int | None = None) -> Path:
     """Hard-link the checkpoint's files into ``into``: a consistent set even if
     the script renames newer files into place while the upload runs (the
     contract allows that once the line is written). Copies across devices.
@@ -86,26 +86,30 @@ def snapshot(directory: Path, into: Path) -> Path:
     directory gets a warning naming them, not their content in the bucket.
     When the agent runs as root and the directory belongs to another user
     (``--trial-user``), only files that user owns are taken: a trial hands
-    over only what it could read itself."""
+    over only what it could read itself; and a hard link to a file the trial
+    does not own (or any hard link, when the trial runs as root and so owns
+    every file) is skipped and named (:func:`~spotsweep.shared.artifacts.safe_files.regular_files`).
+
+    ``max_files`` (``limits.checkpoint_files``): a directory with more files is
+    :class:`Refused` (each file is a request, and the upload holds the slot)."""
     shutil.rmtree(into, ignore_errors=True)
     into.mkdir(parents=True, exist_ok=True)
     walk = Walk()
-    for entry in regular_files(directory, walk, owner=_trial_owner(directory)):
+    trial_uid = os.stat(directory, follow_symlinks=False).st_uid
+    owner = trial_uid if os.geteuid() == 0 and trial_uid != 0 else None
+    for n, entry in enumerate(regular_files(directory, walk, owner=owner, trial_uid=trial_uid), 1):
+        if max_files is not None and n > max_files:
+            shutil.rmtree(into, ignore_errors=True)
+            raise Refused(f"the checkpoint directory holds more than {max_files} files (limits.checkpoint_files = "
+                          f"{max_files}): not uploaded; pack small files into fewer (one archive or state file), "
+                          "or raise limits.checkpoint_files in the spec")
         dst = into / entry.rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         _link_or_copy(entry, dst)
     if walk.skipped:
-        _log.warning(f"checkpoint files skipped (links and special files are never followed): {walk.summary()}")
+        _log.warning(f"checkpoint files skipped (links, special files and files the trial does not own are never "
+                     f"uploaded): {walk.summary()}", directory=str(directory))
     return into
-
-
-def _trial_owner(directory: Path) -> int | None:
-    """The uid every checkpoint file must have: the directory's owner when the agent is root and
-    the trial is not (``--trial-user``); None (any) when the trial runs as the agent's own user."""
-    if os.geteuid() != 0:
-        return None
-    uid = os.stat(directory, follow_symlinks=False).st_uid
-    return uid if uid != 0 else None
 
 
 def _link_or_copy(entry: Entry, dst: Path) -> None:
@@ -127,7 +131,7 @@ def _link_or_copy(entry: Entry, dst: Path) -> None:
         _copy_range(entry.fd, 0, entry.stat.st_size, out)
 
 
-def stage(directory: Path, tries: int = 3) -> Path:
+def stage(directory: Path, tries: int = 3, max_files: int | None = None) -> Path:
     """A hard-link snapshot of the checkpoint directory, to upload (see :func:`snapshot`).
 
     A folder that vanishes while the walk lists it (the script replaced a
@@ -137,7 +141,7 @@ def stage(directory: Path, tries: int = 3) -> Path:
     into = directory.with_name(directory.name + ".uploading")
     for attempt in range(tries):
         try:
-            return snapshot(directory, into)
+            return snapshot(directory, into, max_files)
         except FileNotFoundError:
             if attempt == tries - 1:
                 raise

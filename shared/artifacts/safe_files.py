@@ -18,7 +18,13 @@ through :func:`regular_files`:
   another user, so a hard link to a file only root may read would still be
   read with root's rights: files not owned by ``owner`` are skipped too.
   That is the simplest sound rule (a trial can only hand over what it
-  owns), and it needs no helper process running as the trial's user.
+  owns), and it needs no helper process running as the trial's user;
+* ``trial_uid``: the user the trial ran as. A hard link (``st_nlink > 1``)
+  to a file another user owns is skipped whatever ``owner`` says; when the
+  trial ran as root it owns every file, so ownership tells nothing and every
+  hard link is skipped (a root trial once linked ``/etc/shadow`` into its
+  checkpoint, and it was uploaded). The agent's own snapshot links are made
+  after this walk, so they never count.
 """
 
 from __future__ import annotations
@@ -66,17 +72,28 @@ def _opened(fd: int) -> Iterator[int]:
         os.close(fd)
 
 
-def regular_files(directory: str | os.PathLike[str], walk: Walk, owner: int | None = None) -> Iterator[Entry]:
+def regular_files(directory: str | os.PathLike[str], walk: Walk, owner: int | None = None,
+                  trial_uid: int | None = None) -> Iterator[Entry]:
     """An :class:`Entry` for every regular file under ``directory``, sorted by
     path, no link followed; its descriptors are closed when the caller asks for
     the next file. ``directory`` itself must not
     be a link (``NotADirectoryError``/``OSError`` otherwise, ``FileNotFoundError`` when it is gone)."""
     top = os.open(directory, _DIR)
     with _opened(top):
-        yield from _walk(top, "", walk, owner)
+        yield from _walk(top, "", walk, owner, trial_uid)
 
 
-def _walk(dir_fd: int, prefix: str, walk: Walk, owner: int | None) -> Iterator[Entry]:
+def refusal(st: os.stat_result, owner: int | None, trial_uid: int | None) -> str | None:
+    """Why the regular file ``st`` is not the trial's to hand over, or None (see the module's docstring)."""
+    if owner is not None and st.st_uid != owner:
+        return f"owned by uid {st.st_uid}, not the trial's user"
+    if trial_uid is not None and st.st_nlink > 1 and (st.st_uid != trial_uid or trial_uid == 0):
+        whose = f"uid {st.st_uid}'s, not the trial's" if st.st_uid != trial_uid else "a trial running as root may link any file"
+        return f"a hard link ({st.st_nlink} names) to a file the trial does not own ({whose})"
+    return None
+
+
+def _walk(dir_fd: int, prefix: str, walk: Walk, owner: int | None, trial_uid: int | None) -> Iterator[Entry]:
     try:
         names = sorted(os.listdir(dir_fd))
     except FileNotFoundError:
@@ -96,7 +113,7 @@ def _walk(dir_fd: int, prefix: str, walk: Walk, owner: int | None) -> Iterator[E
                 walk.skipped.append((rel, f"not a plain directory: {e.strerror}"))
                 continue
             with _opened(sub):
-                yield from _walk(sub, rel + "/", walk, owner)
+                yield from _walk(sub, rel + "/", walk, owner, trial_uid)
             continue
         if not stat.S_ISREG(st.st_mode):
             walk.skipped.append((rel, "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"))
@@ -113,8 +130,9 @@ def _walk(dir_fd: int, prefix: str, walk: Walk, owner: int | None) -> Iterator[E
             if not stat.S_ISREG(st.st_mode):
                 walk.skipped.append((rel, "not a regular file"))
                 continue
-            if owner is not None and st.st_uid != owner:
-                walk.skipped.append((rel, f"owned by uid {st.st_uid}, not the trial's user"))
+            why = refusal(st, owner, trial_uid)
+            if why is not None:
+                walk.skipped.append((rel, why))
                 continue
             os.set_blocking(fd, True)
             yield Entry(rel, fd, st, dir_fd, name)

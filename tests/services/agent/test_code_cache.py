@@ -87,7 +87,7 @@ def test_without_a_hash_a_run_is_in_its_own_folder_or_local_modes_workdir(tmp_pa
     ([(member("/etc/evil"), b"x")], r"'/etc/evil' is an absolute path"),
     ([(member("link", tarfile.SYMTYPE, "/etc/passwd"), b"")], r"'link' is a link to '/etc/passwd', outside"),
     ([(member("a/link", tarfile.SYMTYPE, "../../x"), b"")], r"'a/link' is a link to '../../x', outside"),
-    ([(member("hard", tarfile.LNKTYPE, "/etc/passwd"), b"")], r"'hard' is a link to '/etc/passwd', outside"),
+    ([(member("hard", tarfile.LNKTYPE, "/etc/passwd"), b"")], r"'hard' is a hard link to '/etc/passwd', outside"),
     ([(member("dev", tarfile.CHRTYPE), b"")], r"'dev' is a device or FIFO"),
     ([(member("fifo", tarfile.FIFOTYPE), b"")], r"'fifo' is a device or FIFO"),
 ])

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from spotsweep.services.agent.runner import RunControls
-from spotsweep.shared.messages import TrialFinished, TrialStarted
+from spotsweep.shared.messages import CheckpointSaved, TrialFinished, TrialStarted
 
 HANGS_AFTER_TWO = """
 import time
@@ -178,3 +178,32 @@ time.sleep(0.5)
     saved_at = next(i for i, e in enumerate(events) if isinstance(e, CheckpointSaved))
     published = {p.step for e in events[:saved_at] if isinstance(e, TrialMetrics) for p in e.points if p.name[:4] != "sys/"}
     assert set(range(1, content + 1)) <= published
+
+
+def test_the_agents_upload_after_the_exit_is_not_the_trials_time(tmp_path: Any, config: Any) -> None:
+    """timeout.total covers the trial's process: a checkpoint the agent is still uploading when the
+    process exits (0) neither fails the trial for timeout.total nor adds to its duration."""
+    from pathlib import Path
+
+    from spotsweep.shared.artifacts.local import LocalArtifactStore
+    from tests.services.agent.conftest import Kit
+
+    class SlowStore(LocalArtifactStore):
+        def put_file(self, key: str, path: Path) -> str:
+            if "/checkpoints/" in key:
+                time.sleep(4.0)  # the store is slow; the trial has long exited by the time this returns
+            return super().put_file(key, path)
+
+    script = """
+import os, pathlib, time
+from spotsweep import trial
+pathlib.Path(os.environ["SPOTSWEEP_CHECKPOINT_DIR"], "state").write_text("1")
+trial.report(1, loss=0.5)
+trial.checkpoint_saved(1)
+time.sleep(0.5)
+"""
+    kit = Kit(SlowStore(tmp_path / "slow"), config)
+    final, events = kit.run(kit.message(script, total_timeout=3.0))
+    assert final.outcome == "completed" and final.failure is None, final
+    assert final.duration is not None and final.duration < 3.0, final.duration  # not the 4 s upload
+    assert [e.step for e in events.of(CheckpointSaved)] == [1]

@@ -76,10 +76,10 @@ def test_a_folder_replaced_during_the_walk_is_snapshot_again_then_skipped(tmp_pa
             raise FileNotFoundError(2, "No such file or directory", str(directory / "step-7"))
         return real(directory, into)
 
-    monkeypatch.setattr(uploads, "snapshot", lambda d, i: flaky(d, i, 2))
+    monkeypatch.setattr(uploads, "snapshot", lambda d, i, *_: flaky(d, i, 2))
     assert sorted(p.name for p in uploads.stage(ckpt).iterdir()) == ["w.bin"] and len(calls) == 3
     calls.clear()
-    monkeypatch.setattr(uploads, "snapshot", lambda d, i: flaky(d, i, 3))
+    monkeypatch.setattr(uploads, "snapshot", lambda d, i, *_: flaky(d, i, 3))
     with pytest.raises(FileNotFoundError):
         uploads.stage(ckpt)
     assert len(calls) == 3
