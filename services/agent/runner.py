@@ -34,7 +34,7 @@ from spotsweep.services.agent.log_shipper import LogShipper
 from spotsweep.services.agent.orphans import Reaper, marks
 from spotsweep.services.agent.supervise import Outcome, RunnerConfig, supervise
 from spotsweep.services.agent.tail import Tail
-from spotsweep.services.agent.trial_env import trial_environment
+from spotsweep.services.agent.trial_env import tracker_ids, trial_environment
 from spotsweep.services.agent.trial_user import TrialUser, chown_tree
 from spotsweep.services.agent.watchdog import TOKEN_VAR, Watchdog
 from spotsweep.services.agent import workspace
@@ -106,7 +106,7 @@ def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int |
                  config: RunnerConfig | None = None, user: TrialUser | None = None,
                  run_id: str | None = None) -> dict[bytes, bytes]:
     """The trial's environment: the allow-listed part of the agent's (never its
-    credentials: :mod:`.trial_env`), the spec's ``env``, the trial contract's."""
+    credentials: :mod:`.trial_env`), the trackers' stable ids, the spec's ``env``, the trial contract's."""
     agent = _agent_environment()
     ours = {
         "SPOTSWEEP_PARAMS": json.dumps(msg.params, separators=(",", ":")), "SPOTSWEEP_SWEEP_ID": msg.sweep_id,
@@ -125,7 +125,7 @@ def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int |
         ours.update(user.environment())
     extra, deny = (config.trial_env_pass, config.trial_env_deny) if config is not None else ((), ())
     spec = {k: v for k, v in msg.env.items() if k != "SPOTSWEEP_RESUME_STEP"}
-    return trial_environment(agent, spec, ours, extra, deny)
+    return trial_environment(agent, spec, ours, extra, deny, tracker_ids(msg.sweep_id, msg.trial_id))
 
 
 class Confirms:
