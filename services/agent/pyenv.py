@@ -14,11 +14,12 @@ unless the file names it with a version the agent's does not satisfy. uv
 sees neither system nor ``.pth`` packages (it would download torch again),
 so the exclusion is what keeps the agent's torch, CUDA build and all.
 
-Per node: ``<workdir>/pyenvs/envs/<key>`` behind a file lock
-``locks/<key>.lock``. A trial takes the lock exclusively to build (a second
-trial wanting the same env waits on that build), then holds it shared while
-it runs, so eviction (least recently used first, above the size cap) only
-removes envs no trial is using. uv's cache (``uv-cache/``) stays across builds.
+Per node: ``<workdir>/pyenvs/envs/<key>`` behind two file locks. A trial
+holds ``locks/<key>.use`` shared from before the build to its end, and takes
+``locks/<key>.build`` exclusively to build (a second trial wanting the same
+env waits on that build); eviction (least recently used first, above the size
+cap) takes ``.use`` exclusively without waiting, so it only removes envs no
+trial is building or running in. uv's cache (``uv-cache/``) stays across builds.
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ def evict(base: Path, cap_bytes: int, keep: str) -> list[str]:
             break
         if env.name == keep:
             continue
-        with (base / "locks" / f"{env.name}.lock").open("a") as lock:
+        with (base / "locks" / f"{env.name}.use").open("a") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -216,11 +217,14 @@ def lease(base: Path, requirements: Path, root: Path, cap_bytes: int, no_build: 
     for sub in ("envs", "locks"):
         (base / sub).mkdir(parents=True, exist_ok=True)
     env = base / "envs" / key
-    with (base / "locks" / f"{key}.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the first builds; the others wait here
-        if not (env / READY).exists():
-            _build(env, requirements, root, named, no_build)
-        os.utime(env / READY)  # last used: now
-        fcntl.flock(lock, fcntl.LOCK_SH)
+    with (base / "locks" / f"{key}.use").open("a") as use, (base / "locks" / f"{key}.build").open("a") as build:
+        fcntl.flock(use, fcntl.LOCK_SH)  # in use from now on: not evicted (an eviction under way ends first)
+        fcntl.flock(build, fcntl.LOCK_EX)  # the first builds; the others wait here
+        try:
+            if not (env / READY).exists():
+                _build(env, requirements, root, named, no_build)
+            os.utime(env / READY)  # last used: now
+        finally:
+            fcntl.flock(build, fcntl.LOCK_UN)
         evict(base, cap_bytes, keep=key)
         yield env

@@ -171,7 +171,7 @@ def test_unused_envs_are_evicted_past_the_cap_and_one_in_use_is_not(tmp_path: Pa
         (base / "envs" / key / pyenv.READY).write_text("1000\n")
         (base / "locks").mkdir(exist_ok=True)
         os.utime(base / "envs" / key / pyenv.READY, (i, i))
-    with (base / "locks" / "held.lock").open("a") as lock:
+    with (base / "locks" / "held.use").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_SH)  # a trial runs in it
         assert pyenv.evict(base, 1500, keep="new") == ["old"]
         assert pyenv.evict(base, 1500, keep="new") == []  # held: kept, over the cap or not
