@@ -177,3 +177,22 @@ def test_unused_envs_are_evicted_past_the_cap_and_one_in_use_is_not(tmp_path: Pa
         assert pyenv.evict(base, 1500, keep="new") == []  # held: kept, over the cap or not
     assert pyenv.evict(base, 1500, keep="new") == ["held"]
     assert [p.name for p in (base / "envs").iterdir()] == ["new"]
+
+
+# ---- the spec key -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("setup", "error"), [
+    ("{pip: ../requirements.txt}", "setup.pip: must be a file of the workdir, relative to it (got '../requirements.txt')"),
+    ("{pip: /etc/requirements.txt}", "setup.pip: must be a file of the workdir, relative to it (got '/etc/requirements.txt')"),
+    ("{pip: 3}", "setup.pip: Input should be a valid string (got 3)"),
+    ("{conda: env.yaml}", "setup.conda: unknown key"),
+])
+def test_a_bad_setup_is_refused_naming_the_field_and_value(setup: str, error: str) -> None:
+    from spotsweep.shared.errors import SpecError
+    from spotsweep.shared.spec import load_spec
+
+    base = "name: s\ncommand: [python, train.py]\nmetric: {name: loss}\nworkdir: .\n"
+    assert load_spec(base + "setup: {pip: deps/requirements.txt}\n").setup.pip == "deps/requirements.txt"  # type: ignore[union-attr]
+    with pytest.raises(SpecError) as e:
+        load_spec(base + f"setup: {setup}\n")
+    assert error in str(e.value)
