@@ -49,7 +49,7 @@ BUILD_SECONDS = 3600.0  # one build, at most (a hung index must not hold the loc
 READY = ".spotsweep-ready"  # written last: its size line is the env's; its mtime, the env's last use
 TAIL_CHARS = 4000
 _INCLUDE = {"-r": "file", "--requirement": "file", "-c": "file", "--constraint": "file",
-            "-e": "path", "--editable": "path", "-f": "path", "--find-links": "path"}
+            "-f": "path", "--find-links": "path"}
 _NETWORK = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy",
             "all_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR")
 
@@ -89,6 +89,9 @@ def _walk(file: Path, root: Path, seen: set[Path], digest: hashlib._Hash, named:
         if "=" in head and head.startswith("--"):
             head, _, rest = head.partition("=")
         kind = _INCLUDE.get(head)
+        if head in ("-e", "--editable"):
+            raise Refused(f"{line!r}: an editable install would point into one run's copy of the workdir, which goes "
+                          f"with the run; name the folder without -e")
         if kind == "file":
             _walk((file.parent / rest.strip()).resolve(), root, seen, digest, named)
         elif kind == "path" or not line.startswith("-"):
@@ -96,7 +99,7 @@ def _walk(file: Path, root: Path, seen: set[Path], digest: hashlib._Hash, named:
             if path is not None:
                 _feed(_inside((file.parent / path).resolve(), root), digest)
             elif kind is None:
-                named.append(line)
+                named.append(line.split(" --", 1)[0].strip())  # without per-line options (--hash=…)
 
 
 def _inside(path: Path, root: Path) -> Path:

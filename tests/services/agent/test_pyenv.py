@@ -68,7 +68,7 @@ def test_included_files_and_local_folders_count(tmp_path: Path) -> None:
     (root / "pkg").mkdir(parents=True)
     (root / "pkg" / "setup.py").write_text("v1")
     (root / "base.txt").write_text("numpy\n")
-    (root / "requirements.txt").write_text("-r base.txt  # shared pins\n-e ./pkg\nrequests>=2 ; python_version > '3'\n")
+    (root / "requirements.txt").write_text("-r base.txt  # shared pins\n./pkg\nrequests>=2 ; python_version > '3' --hash=sha256:ab\n")
     before, named = pyenv.env_key(root / "requirements.txt", root)
     assert named == ["numpy", "requests>=2 ; python_version > '3'"]
     (root / "pkg" / "setup.py").write_text("v2")
@@ -85,6 +85,9 @@ def test_a_path_outside_the_workdir_or_missing_is_refused(tmp_path: Path) -> Non
         pyenv.env_key(root / "requirements.txt", root)
     (root / "requirements.txt").write_text("-r missing.txt\n")
     with pytest.raises(Refused, match="missing.txt does not exist"):
+        pyenv.env_key(root / "requirements.txt", root)
+    (root / "requirements.txt").write_text("-e .\n")  # it would point into one run's copy of the code
+    with pytest.raises(Refused, match="editable install"):
         pyenv.env_key(root / "requirements.txt", root)
 
 
