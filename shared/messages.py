@@ -112,6 +112,9 @@ class TrialMessage(Envelope):
     # What the planner knows of the trial's checkpoints (:class:`ResumeFrom`). None: it does not say (a
     # planner older than this field), and the agent lists the trial's checkpoint prefix as it always did.
     resume_from: ResumeFrom | None = None
+    # The spec's ``setup.pip``: the trial runs in the virtualenv the agent builds from this requirements file of the
+    # workdir (services/agent/pyenv.py). An agent older than this field runs it in its own environment.
+    setup_pip: str | None = None
 
 
 class TrialStarted(Envelope):

@@ -157,6 +157,9 @@ class AgentSettings(_Service):
     trial_env_deny: str | None = Field(
         default=None, description="variables trials never get, besides SPOTSWEEP_* and *_PASSWORD/_SECRET/_TOKEN/_KEY: "
                                   "comma-separated names or globs")
+    pip_envs_gib: float = Field(
+        default=20.0, gt=0, description="disk the setup.pip virtualenvs may fill on the node: past it the least recently "
+                                        "used that no trial runs in are removed (uv's cache is not counted)")
     exit_when_idle: float | None = Field(
         default=None, gt=0, description="exit 0 after this many seconds with no trial running and none received "
                                         "(scale-to-zero: a busy agent never exits); unset: never")

@@ -207,6 +207,21 @@ def _objectives(data: Any) -> Any:
     return data
 
 
+class Setup(_Model):
+    """``setup: {pip: FILE}``: without an image, each trial runs in a virtualenv the agent builds
+    (with uv, once per node) from this requirements file of the sweep's ``workdir``."""
+
+    pip: str = Field(min_length=1)
+
+    @field_validator("pip")
+    @classmethod
+    def _inside_workdir(cls, value: str) -> str:
+        parts = value.replace("\\", "/").split("/")
+        if value.startswith("/") or ".." in parts or "\0" in value:
+            raise ValueError(f"must be a file of the workdir, relative to it (got {value!r})")
+        return value
+
+
 class SweepSpec(_Model):
     name: str
     command: Annotated[list[str], BeforeValidator(_split_command)]
@@ -234,6 +249,7 @@ class SweepSpec(_Model):
     # The sha256 of the packed workdir (``code/<sha256>.tar.gz`` in the store): set by `submit`;
     # a spec posted by another client with one is trusted as given.
     workdir_sha256: str | None = None
+    setup: Setup | None = None  # setup.pip: the trial's Python environment, built by the agent (services/agent/pyenv.py)
 
     @model_validator(mode="before")
     @classmethod

@@ -23,18 +23,18 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from spotsweep.services.agent import code_cache, uploads
+from spotsweep.services.agent import code_cache, pyenv, uploads
 from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.log_shipper import LogShipper
 from spotsweep.services.agent.orphans import Reaper, marks
 from spotsweep.services.agent.supervise import Outcome, RunnerConfig, supervise
 from spotsweep.services.agent.tail import Tail
-from spotsweep.services.agent.trial_env import trial_environment
+from spotsweep.services.agent.trial_env import tracker_ids, trial_environment
 from spotsweep.services.agent.trial_user import TrialUser, chown_tree
 from spotsweep.services.agent.watchdog import TOKEN_VAR, Watchdog
 from spotsweep.services.agent import workspace
@@ -69,12 +69,12 @@ WATCHDOG = Watchdog()
 REAPER = Reaper()  # kills what a trial left outside its process group once it is over (see .orphans)
 
 
-def _argv(argv: list[str], env: dict[bytes, bytes], cwd: Path) -> list[str]:
+def _argv(argv: list[str], env: dict[bytes, bytes], cwd: Path, python: str = sys.executable) -> list[str]:
     """The argv to exec; raises FileNotFoundError when the program does not exist
     (a relative path like ``./run.sh`` is looked for in ``cwd``, as Popen runs it)."""
-    # "python" in a spec means the agent's own interpreter, so a sweep runs in
-    # the environment spotsweep is installed in, with or without an activated venv.
-    argv = [sys.executable, *argv[1:]] if argv and argv[0] in ("python", "python3") else list(argv)
+    # "python" in a spec means the agent's own interpreter (or the trial's setup.pip env's), so a sweep
+    # runs in the environment spotsweep is installed in, with or without an activated venv.
+    argv = [python, *argv[1:]] if argv and argv[0] in ("python", "python3") else list(argv)
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=os.fsdecode(env.get(b"PATH", b"")))
     if program is None or not os.access(os.path.join(cwd, program), os.X_OK):
         raise FileNotFoundError(2, "No such file or directory (or not executable)", argv[0])
@@ -104,17 +104,20 @@ def _agent_environment() -> dict[bytes, bytes]:
 
 def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int | None, gpu: str | None,
                  config: RunnerConfig | None = None, user: TrialUser | None = None,
-                 run_id: str | None = None) -> dict[bytes, bytes]:
+                 run_id: str | None = None, venv: Path | None = None) -> dict[bytes, bytes]:
     """The trial's environment: the allow-listed part of the agent's (never its
-    credentials: :mod:`.trial_env`), the spec's ``env``, the trial contract's."""
+    credentials: :mod:`.trial_env`), the trackers' stable ids, the spec's ``env``, the trial contract's;
+    ``venv``: the trial's setup.pip env, whose ``bin`` comes first on PATH."""
     agent = _agent_environment()
     ours = {
         "SPOTSWEEP_PARAMS": json.dumps(msg.params, separators=(",", ":")), "SPOTSWEEP_SWEEP_ID": msg.sweep_id,
         "SPOTSWEEP_TRIAL_ID": msg.trial_id, "SPOTSWEEP_TRIAL_NAME": msg.trial_name, "SPOTSWEEP_ATTEMPT": str(msg.attempt),
         "SPOTSWEEP_METRICS": str(metrics), "SPOTSWEEP_CHECKPOINT_DIR": str(ckpt_dir), TOKEN_VAR: WATCHDOG.token,
-        "PATH": os.path.dirname(sys.executable) + os.pathsep + (
-            msg.env["PATH"] if "PATH" in msg.env else os.fsdecode(agent.get(b"PATH", b""))),
+        "PATH": (f"{venv / 'bin'}{os.pathsep}" if venv is not None else "") + os.path.dirname(sys.executable)
+        + os.pathsep + (msg.env["PATH"] if "PATH" in msg.env else os.fsdecode(agent.get(b"PATH", b""))),
     }
+    if venv is not None:
+        ours["VIRTUAL_ENV"] = str(venv)
     if resume is not None:
         ours["SPOTSWEEP_RESUME_STEP"] = str(resume)
     if gpu is not None:
@@ -125,7 +128,7 @@ def _environment(msg: TrialMessage, metrics: Path, ckpt_dir: Path, resume: int |
         ours.update(user.environment())
     extra, deny = (config.trial_env_pass, config.trial_env_deny) if config is not None else ((), ())
     spec = {k: v for k, v in msg.env.items() if k != "SPOTSWEEP_RESUME_STEP"}
-    return trial_environment(agent, spec, ours, extra, deny)
+    return trial_environment(agent, spec, ours, extra, deny, tracker_ids(msg.sweep_id, msg.trial_id))
 
 
 class Confirms:
@@ -187,13 +190,13 @@ def run_trial(
     this returns. The run gets a new scratch tree under ``config.workdir``, removed when it ends."""
     run_id = uuid.uuid4().hex[:12]
     with config.trial_users.take() if config.trial_users else nullcontext(None) as user, \
-            workspace.fresh(config.workdir, f"{msg.trial_id}-a{msg.attempt}", user) as paths:
-        return _run(msg, store, Confirms(publish), config, control, gpu, redelivered, losses, run_id, paths, user)
+            workspace.fresh(config.workdir, f"{msg.trial_id}-a{msg.attempt}", user) as paths, ExitStack() as held:
+        return _run(msg, store, Confirms(publish), config, control, gpu, redelivered, losses, run_id, paths, user, held)
 
 
 def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControls,
          gpu: str | None, redelivered: bool, losses: int, run_id: str, paths: Paths,
-         user: TrialUser | None = None) -> TrialFinished | None:
+         user: TrialUser | None = None, held: ExitStack | None = None) -> TrialFinished | None:
     ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
     out_path, err_path = paths.stdout, paths.stderr
 
@@ -222,12 +225,23 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         chown_tree(paths.checkpoint, user)  # the restored checkpoint is the trial's, as its workspace is
     if user is not None and cwd == paths.run and msg.workdir_sha256 is not None:
         chown_tree(paths.run, user)  # so is its copy of the code
-    env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user, run_id)
+    venv = None
+    if msg.setup_pip is not None:
+        try:  # held (shared) until the run ends: no eviction while the trial runs in it
+            venv = (held or ExitStack()).enter_context(pyenv.lease(
+                config.workdir / "pyenvs", cwd / msg.setup_pip, cwd, config.pip_envs_bytes, no_build=user is not None))
+        except pyenv.NoInstaller as e:
+            return end("failed", failure="agent", error=str(e))
+        except (PermanentError, OSError) as e:
+            return end("failed", failure="refused", error=f"setup.pip: the trial's environment cannot be built from "
+                                                       f"{msg.setup_pip!r}, so the attempt did not start: {e}")
+    env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user, run_id, venv)
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
         if config.reap_orphans:
             REAPER.adopt()  # orphans below the agent come to it, not to init: what a trial leaves is found (orphans.py)
         try:
-            proc = subprocess.Popen(_argv(msg.argv, env, cwd), cwd=cwd, env=env, stdout=out, stderr=err,
+            python = str(venv / "bin" / "python") if venv is not None else sys.executable
+            proc = subprocess.Popen(_argv(msg.argv, env, cwd, python), cwd=cwd, env=env, stdout=out, stderr=err,
                                     start_new_session=True, **(user.popen() if user is not None else {}))
         except OSError as e:
             # A command that is not there or not runnable is the spec's (any submitter can name one);

@@ -60,6 +60,7 @@ class RunnerConfig:
     trial_users: UserPool | None = None  # --trial-user: trials run as these users (trial_user.py)
     trial_env_pass: tuple[str, ...] = ()  # more of the agent's variables trials get (trial_env.py)
     trial_env_deny: tuple[str, ...] = ()  # variables trials never get, besides the built-in secrets
+    pip_envs_bytes: int = 20 * 2**30  # setup.pip envs kept on the node, least recently used evicted past it (pyenv.py)
 
 
 @dataclass

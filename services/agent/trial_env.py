@@ -16,6 +16,11 @@ agent's environment would hand them over, so a trial gets only:
   thread counts of OpenMP and MKL);
 * the operator's extra names or globs (``SPOTSWEEP_TRIAL_ENV_PASS``).
 
+Between the agent's and the spec's come the experiment trackers' ids
+(:func:`tracker_ids`): ``WANDB_RUN_ID`` derived from the trial id and
+``WANDB_RESUME=allow``, the same on every attempt, so a preempted trial goes
+on with its W&B run; the spec's ``env`` may set either itself.
+
 ``SPOTSWEEP_HOME`` passes too (no secret; the trainer keeps its data cache
 under it). Whatever the lists say, these never pass from the agent: every other
 ``SPOTSWEEP_*`` (the broker and database URLs, ``SPOTSWEEP_S3_*``, the
@@ -26,7 +31,9 @@ globs the operator marks secret (``SPOTSWEEP_TRIAL_ENV_DENY``).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
 
@@ -43,6 +50,34 @@ PASS_GLOBS = ("LC_*", "CUDA_*", "NVIDIA_*", "NCCL_*")
 SPOTSWEEP_PASS = frozenset({"SPOTSWEEP_HOME"})
 # Never from the agent, whatever PASS or the operator says.
 DENY_GLOBS = ("SPOTSWEEP_*", "*_PASSWORD", "*_PASSWD", "*_SECRET", "*_TOKEN", "*_KEY", "*_CREDENTIALS")
+
+
+WANDB_ID_CHARS = 64  # W&B keeps run ids short; past this the id is cut and ends in a hash
+_NOT_WANDB = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def wandb_run_id(sweep_id: str, trial_id: str) -> str:
+    """A W&B run id for a trial, the same for every attempt: the trial id
+    (which begins with the sweep's id; one that does not gets it in front),
+    every run of characters other than letters, digits, ``-`` and ``_`` made
+    one ``-``; past :data:`WANDB_ID_CHARS` cut, ending in 12 hex digits of the
+    whole id's sha256 so two long ids stay apart."""
+    full = trial_id if trial_id.startswith(sweep_id) else f"{sweep_id}.{trial_id}"
+    slug = _NOT_WANDB.sub("-", full).strip("-") or "trial"
+    if len(slug) <= WANDB_ID_CHARS:
+        return slug
+    digest = hashlib.sha256(full.encode()).hexdigest()[:12]
+    return f"{slug[:WANDB_ID_CHARS - 13].rstrip('-')}-{digest}"
+
+
+def tracker_ids(sweep_id: str, trial_id: str) -> dict[str, str]:
+    """The trackers' variables every attempt of a trial gets alike (unless the
+    spec's ``env`` sets them): W&B resumes the run of that id when it exists
+    (``allow``) and starts it otherwise. MLflow has no such variable for a new
+    run (its server makes run ids; ``MLFLOW_RUN_ID`` only names one that
+    exists): a script finds its run by the ``SPOTSWEEP_TRIAL_ID`` it tagged it
+    with (docs/trial-contract.md)."""
+    return {"WANDB_RUN_ID": wandb_run_id(sweep_id, trial_id), "WANDB_RESUME": "allow"}
 
 
 def names(setting: str | None) -> tuple[str, ...]:
@@ -62,12 +97,14 @@ def passes(name: str, extra: Iterable[str] = (), deny: Iterable[str] = ()) -> bo
 
 
 def trial_environment(agent: Mapping[bytes, bytes], spec: Mapping[str, str], ours: Mapping[str, str],
-                      extra: Iterable[str] = (), deny: Iterable[str] = ()) -> dict[bytes, bytes]:
+                      extra: Iterable[str] = (), deny: Iterable[str] = (),
+                      defaults: Mapping[str, str] | None = None) -> dict[bytes, bytes]:
     """The environment a trial runs with, as bytes for ``Popen``: the agent's
-    variables that :func:`passes`, then the spec's ``env``, then ``ours`` (the
-    trial contract's, which nothing overrides)."""
+    variables that :func:`passes`, then ``defaults`` (:func:`tracker_ids`),
+    then the spec's ``env``, then ``ours`` (the trial contract's, which nothing overrides)."""
     extra, deny = tuple(extra), tuple(deny)
     env = {k: v for k, v in agent.items() if passes(os.fsdecode(k), extra, deny)}
+    env.update((os.fsencode(k), os.fsencode(v)) for k, v in (defaults or {}).items())
     env.update((os.fsencode(k), os.fsencode(v)) for k, v in spec.items())
     env.update((os.fsencode(k), os.fsencode(v)) for k, v in ours.items())
     return env

@@ -1,0 +1,233 @@
+"""``setup: {pip: FILE}``: a trial's virtualenv, built with uv once per node and shared.
+
+An env is named by its content, never by a file name: the requirements
+file's bytes, the bytes of every local file, wheel or folder it names (and of
+the ``-r``/``-c`` files it includes), the agent's Python (version and
+interpreter) and the agent's installed distributions. Two sweeps with the
+same requirements share one env; a changed wheel behind an unchanged line
+gets a new one.
+
+An env builds on the agent's environment: ``--system-site-packages`` plus a
+``.pth`` that adds the agent's own site folders after the env's, and every
+distribution the agent has is left out of uv's resolution (``--excludes``)
+unless the file names it with a version the agent's does not satisfy. uv
+sees neither system nor ``.pth`` packages (it would download torch again),
+so the exclusion is what keeps the agent's torch, CUDA build and all.
+
+Per node: ``<workdir>/pyenvs/envs/<key>`` behind two file locks. A trial
+holds ``locks/<key>.use`` shared from before the build to its end, and takes
+``locks/<key>.build`` exclusively to build (a second trial wanting the same
+env waits on that build); eviction (least recently used first, above the size
+cap) takes ``.use`` exclusively without waiting, so it only removes envs no
+trial is building or running in. uv's cache (``uv-cache/``) stays across builds.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from spotsweep.services.agent.trial_env import passes
+from spotsweep.shared.errors import PermanentError, Refused
+
+BUILD_SECONDS = 3600.0  # one build, at most (a hung index must not hold the lock forever)
+READY = ".spotsweep-ready"  # written last: its size line is the env's; its mtime, the env's last use
+TAIL_CHARS = 4000
+_INCLUDE = {"-r": "file", "--requirement": "file", "-c": "file", "--constraint": "file",
+            "-f": "path", "--find-links": "path"}
+_NETWORK = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy",
+            "all_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR")
+
+
+class NoInstaller(PermanentError):
+    """This node has no ``uv``: the node's fault, not the spec's."""
+
+
+def _lines(text: str) -> Iterator[str]:
+    """A requirements file's logical lines: continuations joined, comments and blanks dropped."""
+    for line in re.sub(r"\\\r?\n", "", text).splitlines():
+        line = re.sub(r"(^|\s)#.*", "", line).strip()
+        if line:
+            yield line
+
+
+def _local(spec: str) -> str | None:
+    """The path a requirement line names (``./pkg``, ``dist/x.whl``, ``name @ file:…``), or None."""
+    if "://" in spec and "file://" not in spec:
+        return None  # a URL: its bytes are uv's business (an https wheel should carry a hash)
+    if " @ " in spec or spec.startswith("file:"):
+        url = spec.split(" @ ", 1)[-1].split(";", 1)[0].strip()
+        return re.sub(r"^file://(localhost)?", "", url).removeprefix("file:") if url.startswith("file:") else None
+    path = re.sub(r"\[.*$", "", spec.split(";", 1)[0].strip())
+    return path if path.startswith((".", "/")) or "/" in path or path.endswith((".whl", ".zip", ".tar.gz")) else None
+
+
+def _walk(file: Path, root: Path, seen: set[Path], digest: hashlib._Hash, named: list[str]) -> None:
+    """Feed ``file`` and all it names to ``digest``; collect its named requirements (not paths) in ``named``."""
+    if file in seen:
+        return
+    seen.add(file)
+    data = _inside(file, root).read_bytes()
+    digest.update(len(data).to_bytes(8, "big") + data)
+    for line in _lines(data.decode("utf-8", "replace")):
+        head, _, rest = line.partition(" ")
+        if "=" in head and head.startswith("--"):
+            head, _, rest = head.partition("=")
+        kind = _INCLUDE.get(head)
+        if head in ("-e", "--editable"):
+            raise Refused(f"{line!r}: an editable install would point into one run's copy of the workdir, which goes "
+                          f"with the run; name the folder without -e")
+        if kind == "file":
+            _walk((file.parent / rest.strip()).resolve(), root, seen, digest, named)
+        elif kind == "path" or not line.startswith("-"):
+            path = _local(rest.strip() if kind else line)
+            if path is not None:
+                _feed(_inside((file.parent / path).resolve(), root), digest)
+            elif kind is None:
+                named.append(line.split(" --", 1)[0].strip())  # without per-line options (--hash=…)
+
+
+def _inside(path: Path, root: Path) -> Path:
+    if not path.is_relative_to(root) or not path.exists():
+        where = "is outside the workdir" if not path.is_relative_to(root) else "does not exist"
+        raise Refused(f"{path.relative_to(root) if path.is_relative_to(root) else path} {where}")
+    return path
+
+
+def _feed(path: Path, digest: hashlib._Hash) -> None:
+    """A file's bytes, or a folder's files (names relative to it, and bytes) in sorted order."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for f in files:
+        data = f.read_bytes()
+        digest.update(str(f.relative_to(path) if f != path else "").encode() + b"\0" + len(data).to_bytes(8, "big") + data)
+
+
+@cache
+def installed() -> tuple[tuple[str, str], ...]:
+    """The agent's distributions, (canonical name, version), sorted: what a trial sees through the ``.pth``."""
+    found = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions() if d.metadata["Name"]}
+    return tuple(sorted(found.items()))
+
+
+def excludes(named: list[str], agent: Mapping[str, str]) -> list[str]:
+    """The agent's distributions uv leaves out: all of them but those a line names with a version
+    the agent's does not satisfy (``torch==2.4`` on an agent with 2.5 is built into the env)."""
+    wanted = set()
+    for line in named:
+        try:
+            req = Requirement(line)
+            have = agent.get(canonicalize_name(req.name))
+            if have is not None and req.specifier and not req.specifier.contains(Version(have), prereleases=True):
+                wanted.add(canonicalize_name(req.name))
+        except (InvalidRequirement, InvalidVersion):
+            continue  # uv says what is wrong with the line
+    return sorted(name for name in agent if name not in wanted)
+
+
+def env_key(requirements: Path, root: Path) -> tuple[str, list[str]]:
+    """(the env's key, the named requirements): see the module's docstring for what goes in."""
+    digest = hashlib.sha256(b"spotsweep-pyenv-1\0")
+    digest.update(f"{sys.version}\0{os.path.realpath(sys.executable)}\0".encode())
+    digest.update(repr(installed()).encode())
+    named: list[str] = []
+    _walk(requirements.resolve(), root.resolve(), set(), digest, named)
+    return digest.hexdigest()[:32], named
+
+
+def _uv() -> str:
+    try:
+        from uv import find_uv_bin  # the PyPI package `uv` (the worker extra)
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found is None:
+            raise NoInstaller("setup.pip needs uv on the agent (pip install 'spotsweep[worker]')") from None
+        return found
+
+
+def _build(env: Path, requirements: Path, root: Path, named: list[str], no_build: bool) -> None:
+    """uv venv + uv pip install into ``env``; raises Refused with the installer's output's tail."""
+    shutil.rmtree(env, ignore_errors=True)  # a build that died half-way
+    uv, base = _uv(), env.parent.parent
+    agent_env = {k: v for k, v in os.environ.items() if passes(k) or k.startswith("UV_") or k in _NETWORK}
+    run_env = {**agent_env, "UV_CACHE_DIR": str(base / "uv-cache"), "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
+    excluded = base / "locks" / f"{env.name}.excludes"
+    excluded.write_text("".join(f"{n}\n" for n in excludes(named, dict(installed()))))
+    log = base / "locks" / f"{env.name}.log"
+    steps = [[uv, "venv", "--python", sys.executable, "--system-site-packages", str(env)],
+             [uv, "pip", "install", "--python", str(env / "bin" / "python"), "-r", str(requirements),
+              "--excludes", str(excluded), *(["--no-build"] if no_build else [])]]
+    with log.open("wb") as out:
+        for i, argv in enumerate(steps):
+            try:
+                rc = subprocess.run(argv, cwd=requirements.parent, env=run_env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, timeout=BUILD_SECONDS).returncode
+            except subprocess.TimeoutExpired:
+                rc = -1
+            if rc != 0:
+                tail = log.read_bytes()[-TAIL_CHARS:].decode("utf-8", "replace").strip()
+                shutil.rmtree(env, ignore_errors=True)
+                raise Refused(f"uv {argv[1]} {argv[2] if i else ''}".rstrip() + f" failed (exit {rc}):\n{tail}")
+            if i == 0:  # the agent's site folders after the env's own: its torch is the trial's
+                pth = "".join(f"import site; site.addsitedir({d!r})\n" for d in site.getsitepackages())
+                next((env / "lib").glob("python*/site-packages")).joinpath("_spotsweep_agent.pth").write_text(pth)
+    size = sum(p.lstat().st_size for p in env.rglob("*"))
+    (env / READY).write_text(f"{size}\n")
+
+
+def evict(base: Path, cap_bytes: int, keep: str) -> list[str]:
+    """Remove the least recently used envs no trial holds until the rest fit ``cap_bytes``; the removed keys."""
+    ready = [(p.stat().st_mtime, p.parent) for p in (base / "envs").glob(f"*/{READY}")]
+    sizes = {env.name: int((env / READY).read_text() or 0) for _, env in ready}
+    total, removed = sum(sizes.values()), []
+    for _, env in sorted(ready):
+        if total <= cap_bytes:
+            break
+        if env.name == keep:
+            continue
+        with (base / "locks" / f"{env.name}.use").open("a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a trial runs in it
+            (env / READY).unlink(missing_ok=True)
+            shutil.rmtree(env, ignore_errors=True)
+        total -= sizes[env.name]
+        removed.append(env.name)
+    return removed
+
+
+@contextmanager
+def lease(base: Path, requirements: Path, root: Path, cap_bytes: int, no_build: bool = False) -> Iterator[Path]:
+    """The env for ``requirements`` (a file under ``root``, the trial's code), built if missing, held
+    (shared) until the block ends. Raises :class:`Refused` (a bad file, a failed build) or :class:`NoInstaller`."""
+    key, named = env_key(requirements, root)
+    for sub in ("envs", "locks"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    env = base / "envs" / key
+    with (base / "locks" / f"{key}.use").open("a") as use, (base / "locks" / f"{key}.build").open("a") as build:
+        fcntl.flock(use, fcntl.LOCK_SH)  # in use from now on: not evicted (an eviction under way ends first)
+        fcntl.flock(build, fcntl.LOCK_EX)  # the first builds; the others wait here
+        try:
+            if not (env / READY).exists():
+                _build(env, requirements, root, named, no_build)
+            os.utime(env / READY)  # last used: now
+        finally:
+            fcntl.flock(build, fcntl.LOCK_UN)
+        evict(base, cap_bytes, keep=key)
+        yield env
