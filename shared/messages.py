@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from spotsweep.shared.errors import DecodeError
+from spotsweep.shared.inputs import Input
 from spotsweep.shared.limits import Limits
 from spotsweep.shared.nonfinite import json_safe as json_safe  # re-exported: the stores import it from here
 
@@ -112,6 +113,9 @@ class TrialMessage(Envelope):
     # What the planner knows of the trial's checkpoints (:class:`ResumeFrom`). None: it does not say (a
     # planner older than this field), and the agent lists the trial's checkpoint prefix as it always did.
     resume_from: ResumeFrom | None = None
+    # The spec's ``inputs``, staged by the agent before the trial starts (services/agent/inputs.py). An
+    # agent older than this field ignores it and the trial finds no data at ``to``.
+    inputs: list[Input] = Field(default_factory=list)
 
 
 class TrialStarted(Envelope):

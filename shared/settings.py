@@ -157,6 +157,9 @@ class AgentSettings(_Service):
     trial_env_deny: str | None = Field(
         default=None, description="variables trials never get, besides SPOTSWEEP_* and *_PASSWORD/_SECRET/_TOKEN/_KEY: "
                                   "comma-separated names or globs")
+    input_cache_size: float = Field(
+        default=50.0, gt=0, description="GiB of staged spec inputs kept on the node; past it the least recently used "
+                                        "versions no running trial holds are deleted")
     exit_when_idle: float | None = Field(
         default=None, gt=0, description="exit 0 after this many seconds with no trial running and none received "
                                         "(scale-to-zero: a busy agent never exits); unset: never")

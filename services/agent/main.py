@@ -269,7 +269,8 @@ def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -
     config = RunnerConfig(agent_id=agent_id, workdir=workdir,
                           log_upload_seconds=settings.log_upload_seconds, trial_users=trial_users,
                           trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny),
-                          reap_orphans=True, code_caps=Caps(bytes=int(settings.workdir_limit_mib * MiB)))
+                          reap_orphans=True, code_caps=Caps(bytes=int(settings.workdir_limit_mib * MiB)),
+                          input_cache_bytes=int(settings.input_cache_size * 2**30))
     return Agent(store=store, config=config, slots=pool,
                  health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown,
                                own_paths=(str(workdir.resolve()),)), grace=settings.grace)

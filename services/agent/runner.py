@@ -23,11 +23,11 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from spotsweep.services.agent import code_cache, uploads
+from spotsweep.services.agent import code_cache, inputs, uploads
 from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.log_shipper import LogShipper
@@ -187,13 +187,13 @@ def run_trial(
     this returns. The run gets a new scratch tree under ``config.workdir``, removed when it ends."""
     run_id = uuid.uuid4().hex[:12]
     with config.trial_users.take() if config.trial_users else nullcontext(None) as user, \
-            workspace.fresh(config.workdir, f"{msg.trial_id}-a{msg.attempt}", user) as paths:
-        return _run(msg, store, Confirms(publish), config, control, gpu, redelivered, losses, run_id, paths, user)
+            workspace.fresh(config.workdir, f"{msg.trial_id}-a{msg.attempt}", user) as paths, ExitStack() as held:
+        return _run(msg, store, Confirms(publish), config, control, gpu, redelivered, losses, run_id, paths, user, held)
 
 
 def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControls,
          gpu: str | None, redelivered: bool, losses: int, run_id: str, paths: Paths,
-         user: TrialUser | None = None) -> TrialFinished | None:
+         user: TrialUser | None = None, held: ExitStack | None = None) -> TrialFinished | None:
     ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
     out_path, err_path = paths.stdout, paths.stderr
 
@@ -222,6 +222,15 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         chown_tree(paths.checkpoint, user)  # the restored checkpoint is the trial's, as its workspace is
     if user is not None and cwd == paths.run and msg.workdir_sha256 is not None:
         chown_tree(paths.run, user)  # so is its copy of the code
+    if msg.inputs:  # staged before the process starts: not the trial's running time (its duration starts at Popen)
+        try:
+            if cwd != paths.run:
+                raise PermanentError("inputs are linked into a run's own folder; this one runs in its workdir in place")
+            staging = inputs.staged(msg, store, config.workdir / "inputs", cwd, config.input_cache_bytes, user)
+            (held if held is not None else ExitStack()).enter_context(staging)
+        except PermanentError as e:
+            return end("failed", failure="refused", error=f"the trial's inputs cannot be staged, so the attempt did "
+                                                       f"not start: {e}")
     env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user, run_id)
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
         if config.reap_orphans:

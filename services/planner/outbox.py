@@ -78,6 +78,7 @@ def trial_message(row: dict[str, Any], spec: SweepSpec, progress: bool = False,
         checkpoint_keep=spec.checkpoints.keep,
         workdir_sha256=spec.workdir_sha256,
         resume_from=resume_from,
+        inputs=spec.inputs,
     )
 
 
