@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from spotsweep.services.agent import inputs
+from spotsweep.services.planner.outbox import trial_message
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.artifacts.port import ObjectInfo
 from spotsweep.shared.errors import PermanentError
@@ -65,7 +66,8 @@ def test_a_bad_input_is_named_by_its_field(given: list[dict[str, str]], field: s
 def test_inputs_go_from_the_spec_into_the_trial_message_and_back() -> None:
     parsed = parse_spec(spec(inputs=[{"from": "s3://datasets/ts/v3/", "to": "data"}, {"from": "/mnt/w", "to": "w"}]))
     assert parsed.to_json_dict()["inputs"][0] == {"from": "s3://datasets/ts/v3/", "to": "data"}
-    msg = message(parsed.inputs)
+    row = {"sweep_id": "sw", "trial_id": "sw.0", "attempt": 1, "trial_name": "t", "idx": 0, "params": {}}
+    msg = trial_message(row, parsed)  # what the planner publishes
     again = TrialMessage.model_validate_json(msg.model_dump_json())
     assert again.inputs == parsed.inputs and again.inputs[0].bucket_prefix == ("datasets", "ts/v3/")
 
