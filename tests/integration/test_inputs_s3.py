@@ -1,5 +1,9 @@
 """Six trials on one agent read one 64 MiB ``inputs`` prefix that moto's S3 served once, and cannot write to it.
 
+Twice: through the real services (planner, collector, agent as processes over
+RabbitMQ, PostgreSQL and moto), the agent's log showing one staging; and
+through the agent's runner alone, counting every byte the S3 server sent.
+
 The real runner (``run_trial``, the agent's per-slot call) over moto's S3
 server, the six trials in six threads at once as the agent's slots run them,
 each as an unprivileged trial user (``--trial-user``: a trial running as
@@ -21,11 +25,14 @@ from pathlib import Path
 
 import pytest
 
+import psycopg
+
 from spotsweep.services.agent.runner import RunControls, RunnerConfig, run_trial
 from spotsweep.services.agent.trial_user import UserPool, resolve
 from spotsweep.shared.artifacts.s3 import S3ArtifactStore
 from spotsweep.shared.messages import TrialFinished, TrialMessage
 from spotsweep.shared.spec import parse_spec
+from tests.support.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs trials as another user: needs root")
 USER = "spotsweep-input"
@@ -75,9 +82,44 @@ def workdir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_six_trials_share_one_download_of_a_read_only_input(s3_env: dict[str, str], workdir: Path) -> None:
+def _ensure_user() -> None:
     if subprocess.run(["id", USER], capture_output=True).returncode != 0:
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+
+
+@pytest.mark.integration
+def test_a_sweep_of_six_trials_stages_its_input_once_on_the_agent(cluster: Cluster, s3_env: dict[str, str],
+                                                                    workdir: Path) -> None:
+    _ensure_user()
+    endpoint, keys = s3_env["SPOTSWEEP_S3_ENDPOINT"], (s3_env["SPOTSWEEP_S3_ACCESS_KEY"], s3_env["SPOTSWEEP_S3_SECRET_KEY"])
+    bucket = "datasets-" + s3_env["SPOTSWEEP_S3_BUCKET"][-8:]
+    payload = os.urandom(SIZE)
+    S3ArtifactStore(endpoint, *keys, bucket).put_bytes("tinystories/v3/weights.bin", payload)
+    cluster.start("planner", "planner")
+    cluster.start("collector", "collector")
+    cluster.start("agent", "agent", "--class", "cpu", "--slots", "6", "--trial-user", USER, "--workdir", str(workdir))
+    sweep = cluster.submit({
+        "name": "inputs", "command": [PYTHON, "-c", TRIAL.replace("{", "{{").replace("}", "}}")],
+        "metric": {"name": "match", "mode": "max"}, "space": {"k": list(range(6))}, "max_concurrent": 6,
+        "resources": {"gpus": 0, "class": "cpu"}, "env": {"EXPECT": hashlib.sha256(payload).hexdigest()},
+        "inputs": [{"from": f"s3://{bucket}/tinystories/v3/", "to": "data"}],
+    })
+    db = cluster.env["SPOTSWEEP_DATABASE_URL"]
+    sql = "SELECT count(*) FILTER (WHERE state IN ('completed', 'failed')) FROM trial_results WHERE sweep_id = %s"
+    assert wait_for(db, sql, (sweep,), lambda n: n >= 6, timeout=180) == 6, cluster.logs()
+    with psycopg.connect(db) as conn:
+        rows = conn.execute("SELECT state, metrics, error FROM trial_results WHERE sweep_id = %s", (sweep,)).fetchall()
+    for state, metrics, error in rows:
+        assert state == "completed", error
+        assert metrics["match"] == 1.0 and metrics["writes"] == 0.0, metrics  # read it whole, changed nothing
+    agent_log = (cluster.tmp / "agent.log").read_text()
+    assert agent_log.count("input staged") == 1, agent_log  # one download on the node for six trials
+    trees = [p for p in (workdir / "inputs").iterdir() if not p.name.startswith(".")]
+    assert len(trees) == 1 and (trees[0] / "weights.bin").stat().st_size == SIZE
+
+
+def test_six_trials_share_one_download_of_a_read_only_input(s3_env: dict[str, str], workdir: Path) -> None:
+    _ensure_user()
     endpoint, keys = s3_env["SPOTSWEEP_S3_ENDPOINT"], (s3_env["SPOTSWEEP_S3_ACCESS_KEY"], s3_env["SPOTSWEEP_S3_SECRET_KEY"])
     bucket = "datasets-" + s3_env["SPOTSWEEP_S3_BUCKET"][-8:]
     payload = os.urandom(SIZE)
