@@ -24,7 +24,8 @@ cache no longer holds the recorded version, the attempt fails permanently
 saying so (S3 keeps no old content to fetch again).
 
 Past ``--input-cache-size`` the least recently used trees (by their folder's
-mtime, set on every use) that no running trial holds are deleted.
+mtime, set on every use) that no running trial holds are deleted, and so is
+what a killed agent left (a half download) once no one holds its lock.
 
 An absolute path (``from: /mnt/shared/x``, a shared filesystem) is linked
 as it is, uncached; its own permissions say who may write to it.
@@ -190,6 +191,7 @@ def _locked(path: Path, how: int) -> Iterator[int]:
 def evict(cache: Path, cap_bytes: int) -> list[str]:
     """Delete the least recently used trees until the cache holds at most ``cap_bytes``,
     skipping those a running trial holds; returns the versions deleted."""
+    _leftovers(cache)
     trees = []
     for path in cache.iterdir() if cache.is_dir() else []:
         if not path.name.startswith(".") and path.is_dir():
@@ -211,9 +213,7 @@ def evict(cache: Path, cap_bytes: int) -> list[str]:
             if path.is_dir():
                 doomed = cache / f".{path.name}-evicted"
                 os.rename(path, doomed)
-                for folder, _, _ in os.walk(doomed):
-                    os.chmod(folder, 0o755)
-                shutil.rmtree(doomed, ignore_errors=True)
+                _remove(doomed)
                 total -= size
                 gone.append(path.name)
         finally:
@@ -221,6 +221,29 @@ def evict(cache: Path, cap_bytes: int) -> list[str]:
     if gone:
         _log.info("input cache: least recently used versions deleted", versions=gone, bytes_left=total)
     return gone
+
+
+def _leftovers(cache: Path) -> None:
+    """Delete what a killed agent left: a download's temporary folder (``.<version>-...``) or a tree
+    evicted halfway, each only while no one holds its version's lock (a download going on holds it)."""
+    for path in cache.iterdir() if cache.is_dir() else []:
+        if not (path.name.startswith(".") and "-" in path.name and path.is_dir()):
+            continue
+        fd = os.open(cache / f".{path.name[1:].split('-', 1)[0]}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _remove(path)
+        except BlockingIOError:
+            continue
+        finally:
+            os.close(fd)
+
+
+def _remove(tree: Path) -> None:
+    """Delete a read-only tree (its folders made writable first: an agent that is not root needs that)."""
+    for folder, _, _ in os.walk(tree):
+        os.chmod(folder, 0o755)
+    shutil.rmtree(tree, ignore_errors=True)
 
 
 def _size(tree: Path) -> int:

@@ -171,3 +171,16 @@ def test_the_least_recently_used_tree_no_trial_holds_goes_first(tmp_path: Path) 
     assert trees["old"].is_dir() and (trees["old"] / "f").read_bytes() == b"x" * 100
     assert inputs.evict(cache, 150) == []  # under the cap now
     assert inputs.evict(cache, 50) == [trees["old"].name]  # and no longer held
+
+
+def test_a_killed_agents_half_download_is_deleted_once_no_one_downloads_it(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    half = cache / ".v1-abc123" / "tree"
+    half.mkdir(parents=True)
+    (half / "part").write_bytes(b"x")
+    half.chmod(0o555)
+    with inputs._locked(cache / ".v1.lock", inputs.fcntl.LOCK_EX):  # a download still going on
+        inputs.evict(cache, 2**30)
+        assert (half / "part").exists()
+    inputs.evict(cache, 2**30)
+    assert not (cache / ".v1-abc123").exists()
