@@ -18,7 +18,7 @@ is behind it (not its files: they are not its user's; ``--trial-user``
 makes that hold, a trial running as root can write anywhere).
 
 A trial sees one version for its whole life: the versions its first staging
-resolved are recorded in the store (``inputs/<sweep>/<trial>.json``), and a
+resolved are recorded in the store (``sweeps/<sweep>/trials/<trial>/inputs.json``), and a
 later attempt uses those. If the prefix has changed since and this node's
 cache no longer holds the recorded version, the attempt fails permanently
 saying so (S3 keeps no old content to fetch again).
@@ -65,7 +65,7 @@ def version_of(bucket: str, prefix: str, objects: list[ObjectInfo]) -> str:
 
 def pin_key(msg: TrialMessage) -> str:
     """Where the versions a trial's first staging resolved are recorded."""
-    return f"inputs/{msg.sweep_id}/{msg.trial_id}.json"
+    return f"sweeps/{msg.sweep_id}/trials/{msg.trial_id}/inputs.json"  # under sweeps/: where agents may write
 
 
 @contextmanager
