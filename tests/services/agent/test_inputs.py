@@ -184,3 +184,31 @@ def test_a_killed_agents_half_download_is_deleted_once_no_one_downloads_it(tmp_p
         assert (half / "part").exists()
     inputs.evict(cache, 2**30)
     assert not (cache / ".v1-abc123").exists()
+
+
+def test_a_path_on_the_node_is_linked_as_it_is_and_a_taken_path_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "mnt" / "weights"
+    shared.mkdir(parents=True)
+    (shared / "w.bin").write_bytes(b"w")
+    items = parse_spec(spec(inputs=[{"from": str(shared), "to": "models/base"}])).inputs
+    run = tmp_path / "run"
+    run.mkdir()
+    with inputs.staged(message(items), Buckets(tmp_path / "s3"), tmp_path / "cache", run, 2**30):
+        assert (run / "models" / "base" / "w.bin").read_bytes() == b"w" and (run / "models" / "base").is_symlink()
+    again = tmp_path / "again"
+    (again / "models" / "base").mkdir(parents=True)  # the trial's code has a folder there
+    with pytest.raises(PermanentError, match="already has something at that path"):
+        with inputs.staged(message(items), Buckets(tmp_path / "s3"), tmp_path / "cache", again, 2**30):
+            pass
+
+
+def test_an_attempt_whose_input_cannot_be_staged_fails_refused_before_it_starts(tmp_path: Path) -> None:
+    from spotsweep.services.agent.runner import RunControls, RunnerConfig, run_trial
+
+    items = parse_spec(spec(inputs=[{"from": "s3://d/empty/", "to": "data"}])).inputs
+    store, config = Buckets(tmp_path / "s3"), RunnerConfig(agent_id="a", workdir=tmp_path / "work")
+    started: list[object] = []
+    final = run_trial(message(items), store, started.append, config, RunControls())
+    assert final is not None and final.outcome == "failed" and final.failure == "refused", final
+    assert final.error is not None and "inputs cannot be staged" in final.error and "no object under" in final.error
+    assert started == []  # the command never ran
