@@ -130,6 +130,7 @@ class TrialStarted(Envelope):
     resume_step: int | None = None
     redelivered: bool = False  # the broker redelivered the attempt: its previous holder vanished
     losses: int = 0  # how many times that has happened to this attempt
+    staging: float | None = None  # seconds spent staging the trial's inputs before it started (journalled); None: none
 
 
 class MetricPoint(BaseModel):

@@ -109,6 +109,9 @@ def test_a_sweep_of_six_trials_stages_its_input_once_on_the_agent(cluster: Clust
     assert wait_for(db, sql, (sweep,), lambda n: n >= 6, timeout=180) == 6, cluster.logs()
     with psycopg.connect(db) as conn:
         rows = conn.execute("SELECT state, metrics, error FROM trial_results WHERE sweep_id = %s", (sweep,)).fetchall()
+        staging = [r[0] for r in conn.execute("SELECT body->'staging' FROM trial_events WHERE sweep_id = %s AND kind = "
+                                              "'trial.started'", (sweep,))]
+    assert len(staging) == 6 and all(isinstance(s, (int, float)) and s >= 0 for s in staging), staging  # journalled
     for state, metrics, error in rows:
         assert state == "completed", error
         assert metrics["match"] == 1.0 and metrics["writes"] == 0.0, metrics  # read it whole, changed nothing
