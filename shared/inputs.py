@@ -33,7 +33,9 @@ class Input(BaseModel):
         if source.startswith("s3://"):
             bucket = source[5:].split("/", 1)[0]
             if not bucket:
-                raise ValueError(f"must name a bucket: s3://BUCKET/PREFIX (got {source!r})")
+                raise ValueError(f"must name a bucket: s3://BUCKET/PREFIX/ (got {source!r})")
+            if not source.endswith("/"):  # s3://b/v3 would also take v30/...: a prefix is a folder
+                raise ValueError(f"must be a folder prefix ending in '/' (got {source!r}; did you mean {source + '/'!r}?)")
             return source
         if source.startswith("/") and ".." not in PurePosixPath(source).parts:
             return source

@@ -79,6 +79,8 @@ def staged(msg: TrialMessage, store: ArtifactStore, cache: Path, run: Path, cap_
         pins: dict[str, str] = json.loads(store.get_bytes(pin_key(msg)))
     except NotFound:
         pins = {}
+    except ValueError as e:
+        raise PermanentError(f"the trial's record of its input versions ({pin_key(msg)}) is not JSON: {e}") from e
     resolved = dict(pins)
     with ExitStack() as held:
         for item in msg.inputs:

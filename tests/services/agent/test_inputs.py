@@ -53,7 +53,8 @@ def spec(**extra: Any) -> dict[str, Any]:
     ([{"from": "s3://datasets/ts/", "to": "../up"}], "inputs[0].to", "relative path"),
     ([{"from": "s3://datasets/ts/", "to": "/abs"}], "inputs[0].to", "relative path"),
     ([{"from": "https://example.com/x.tar", "to": "data"}], "inputs[0].from", "not supported"),
-    ([{"from": "s3:///nobucket", "to": "data"}], "inputs[0].from", "must name a bucket"),
+    ([{"from": "s3:///nobucket/", "to": "data"}], "inputs[0].from", "must name a bucket"),
+    ([{"from": "s3://datasets/ts/v3", "to": "data"}], "inputs[0].from", "ending in '/'"),
     ([{"from": "s3://a/x/", "to": "data"}, {"from": "s3://a/y/", "to": "data/sub"}], "inputs", "neither inside"),
     ([{"from": "s3://a/x/", "to": "data", "mode": "rw"}], "inputs[0].mode", ""),
 ])
