@@ -102,6 +102,9 @@ def _fetch(store: ArtifactStore, item: Input, cache: Path, pinned: str | None, h
     in_bucket = getattr(store, "in_bucket", None)
     if in_bucket is None:
         raise PermanentError(f"input {item.source}: s3:// inputs need an agent with an S3 store (SPOTSWEEP_S3_ENDPOINT)")
+    if bucket == getattr(store, "bucket", None):  # every sweep's checkpoints and logs: not for a spec to read
+        raise PermanentError(f"input {item.source}: the artifact bucket {bucket!r} holds every sweep's checkpoints "
+                             "and logs and is not an input source; put the data in a bucket of its own")
     source: ArtifactStore = in_bucket(bucket)
     cache.mkdir(parents=True, exist_ok=True)
     os.chmod(cache, 0o755)  # trial users reach the trees; the trees themselves are read-only

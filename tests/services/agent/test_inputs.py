@@ -29,6 +29,7 @@ class Buckets(LocalArtifactStore):
 
     def __init__(self, root: Path) -> None:
         super().__init__(root / "spotsweep")
+        self.bucket = "spotsweep"
         self.top, self.gets = root, 0
         self._count = threading.Lock()
 
@@ -213,3 +214,14 @@ def test_an_attempt_whose_input_cannot_be_staged_fails_refused_before_it_starts(
     assert final is not None and final.outcome == "failed" and final.failure == "refused", final
     assert final.error is not None and "inputs cannot be staged" in final.error and "no object under" in final.error
     assert started == []  # the command never ran
+
+
+def test_the_artifact_bucket_is_no_input_source(tmp_path: Path) -> None:
+    """Its objects are every sweep's checkpoints and logs, which trials otherwise cannot read."""
+    put(tmp_path / "s3", "spotsweep", "sweeps/other/trials/x/checkpoints/000000000001/model.pt", b"theirs")
+    items = parse_spec(spec(inputs=[{"from": "s3://spotsweep/sweeps/other/", "to": "data"}])).inputs
+    (tmp_path / "run").mkdir()
+    with pytest.raises(PermanentError, match="not an input source"):
+        with inputs.staged(message(items), Buckets(tmp_path / "s3"), tmp_path / "cache", tmp_path / "run", 2**30):
+            pass
+    assert not (tmp_path / "run" / "data").exists()
