@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from spotsweep.shared.errors import DecodeError
+from spotsweep.shared.inputs import Input
 from spotsweep.shared.limits import Limits
 from spotsweep.shared.nonfinite import json_safe as json_safe  # re-exported: the stores import it from here
 
@@ -115,6 +116,9 @@ class TrialMessage(Envelope):
     # The spec's ``setup.pip``: the trial runs in the virtualenv the agent builds from this requirements file of the
     # workdir (services/agent/pyenv.py). An agent older than this field runs it in its own environment.
     setup_pip: str | None = None
+    # The spec's ``inputs``, staged by the agent before the trial starts (services/agent/inputs.py). An
+    # agent older than this field ignores it and the trial finds no data at ``to``.
+    inputs: list[Input] = Field(default_factory=list)
 
 
 class TrialStarted(Envelope):
@@ -129,6 +133,7 @@ class TrialStarted(Envelope):
     resume_step: int | None = None
     redelivered: bool = False  # the broker redelivered the attempt: its previous holder vanished
     losses: int = 0  # how many times that has happened to this attempt
+    staging: float | None = None  # seconds spent staging the trial's inputs before it started (journalled); None: none
 
 
 class MetricPoint(BaseModel):

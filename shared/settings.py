@@ -160,6 +160,9 @@ class AgentSettings(_Service):
     pip_envs_gib: float = Field(
         default=20.0, gt=0, description="disk the setup.pip virtualenvs may fill on the node: past it the least recently "
                                         "used that no trial runs in are removed (uv's cache is not counted)")
+    input_cache_size: float = Field(
+        default=50.0, gt=0, description="GiB of staged spec inputs kept on the node; past it the least recently used "
+                                        "versions no running trial holds are deleted")
     exit_when_idle: float | None = Field(
         default=None, gt=0, description="exit 0 after this many seconds with no trial running and none received "
                                         "(scale-to-zero: a busy agent never exits); unset: never")

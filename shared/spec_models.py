@@ -25,6 +25,7 @@ from pydantic import BaseModel, BeforeValidator, Field, StrictBool, StrictFloat,
 from pydantic import field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from spotsweep.shared.inputs import Inputs
 from spotsweep.shared.limits import TRIAL_NAME_CHARS, Limits
 from spotsweep.shared.naming import check_template
 from spotsweep.shared.spec_base import Duration, Finite, _Model, _Problems
@@ -250,6 +251,7 @@ class SweepSpec(_Model):
     # a spec posted by another client with one is trusted as given.
     workdir_sha256: str | None = None
     setup: Setup | None = None  # setup.pip: the trial's Python environment, built by the agent (services/agent/pyenv.py)
+    inputs: Inputs = Field(default_factory=list)  # data staged once per node, linked read-only (shared/inputs.py)
 
     @model_validator(mode="before")
     @classmethod

@@ -270,7 +270,8 @@ def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -
                           log_upload_seconds=settings.log_upload_seconds, trial_users=trial_users,
                           trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny),
                           reap_orphans=True, code_caps=Caps(bytes=int(settings.workdir_limit_mib * MiB)),
-                          pip_envs_bytes=int(settings.pip_envs_gib * 2**30))
+                          pip_envs_bytes=int(settings.pip_envs_gib * 2**30),
+                          input_cache_bytes=int(settings.input_cache_size * 2**30))
     return Agent(store=store, config=config, slots=pool,
                  health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown,
                                own_paths=(str(workdir.resolve()),)), grace=settings.grace)

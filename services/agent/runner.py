@@ -27,7 +27,7 @@ from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from spotsweep.services.agent import code_cache, pyenv, uploads
+from spotsweep.services.agent import code_cache, inputs, pyenv, uploads
 from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.log_shipper import LogShipper
@@ -225,6 +225,18 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         chown_tree(paths.checkpoint, user)  # the restored checkpoint is the trial's, as its workspace is
     if user is not None and cwd == paths.run and msg.workdir_sha256 is not None:
         chown_tree(paths.run, user)  # so is its copy of the code
+    staged: float | None = None
+    if msg.inputs:  # staged before the process starts: not the trial's running time (its duration starts at Popen)
+        staged = time.monotonic()
+        try:
+            if cwd != paths.run:
+                raise PermanentError("inputs are linked into a run's own folder; this one runs in its workdir in place")
+            staging = inputs.staged(msg, store, config.workdir / "inputs", cwd, config.input_cache_bytes, user)
+            (held if held is not None else ExitStack()).enter_context(staging)
+            staged = round(time.monotonic() - staged, 3)
+        except PermanentError as e:
+            return end("failed", failure="refused", error=f"the trial's inputs cannot be staged, so the attempt did "
+                                                       f"not start: {e}")
     venv = None
     if msg.setup_pip is not None:
         try:  # held (shared) until the run ends: no eviction while the trial runs in it
@@ -252,7 +264,7 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         run_marks = marks(env, TOKEN_VAR.encode(), b"SPOTSWEEP_RUN_ID")
         started = time.monotonic()
         start = TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
-                             run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses)
+                             run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses, staging=staged)
         streams: dict[str, tuple[Path, BinaryIO]] = {"stdout": (out_path, out), "stderr": (err_path, err)}
         with LogShipper(store, msg, streams, config.log_upload_seconds):  # the store has the logs while the trial runs
             outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored, run_marks)

@@ -54,6 +54,7 @@ class RunnerConfig:
     log_upload_seconds: float = default(Settings, "log_upload_seconds")  # between uploads of a running trial's logs
     code_dir: Path | None = None  # local mode: trials without a code archive run in this folder (the workdir) in place
     code_caps: Caps = DEFAULT_CAPS  # what a code archive may unpack to (unpack.py)
+    input_cache_bytes: int = 50 * 2**30  # --input-cache-size: staged inputs kept past their use (inputs.py)
     # Be the child subreaper of the trials and kill what they leave outside their groups (orphans.py): the agent
     # service sets it; off elsewhere, since it changes where every orphan of the process goes (a test runner's too).
     reap_orphans: bool = False

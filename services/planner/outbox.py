@@ -79,6 +79,7 @@ def trial_message(row: dict[str, Any], spec: SweepSpec, progress: bool = False,
         workdir_sha256=spec.workdir_sha256,
         resume_from=resume_from,
         setup_pip=spec.setup.pip if spec.setup is not None else None,
+        inputs=spec.inputs,
     )
 
 

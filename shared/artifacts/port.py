@@ -27,6 +27,7 @@ class ObjectInfo:
     key: str
     size: int | None = None
     modified: datetime | None = None
+    etag: str | None = None  # the store's version tag of the content (S3's ETag), where it has one
 
 
 class ArtifactStore(ABC):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import builtins
 
+import copy
 import io
 import os
 import tempfile
@@ -156,6 +157,12 @@ class S3ArtifactStore(ArtifactStore):
             region=settings.s3_region,
             http_client=s3_http_client(settings.s3_ca_file) if settings.s3_ca_file is not None else None,
         )
+
+    def in_bucket(self, bucket: str) -> S3ArtifactStore:
+        """This store's client over another (existing) bucket, never created: the source of ``inputs``."""
+        other = copy.copy(self)
+        other.bucket = bucket
+        return other
 
     def __repr__(self) -> str:
         scheme = "https" if self.secure else "http"
@@ -370,7 +377,7 @@ class S3ArtifactStore(ArtifactStore):
     def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
         with self._translate("list", prefix):
             objects = self._client.list_objects(self.bucket, prefix=prefix, recursive=True)
-            found = [ObjectInfo(o.object_name, o.size, o.last_modified) for o in objects if o.object_name and not o.is_dir]
+            found = [ObjectInfo(o.object_name, o.size, o.last_modified, o.etag) for o in objects if o.object_name and not o.is_dir]
         return sorted(found, key=lambda o: o.key)
 
     def delete(self, key: str) -> None:

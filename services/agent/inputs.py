@@ -1,0 +1,255 @@
+"""A trial's ``inputs`` on an agent: staged once per node in a content-addressed cache, linked read-only.
+
+An ``s3://bucket/prefix/`` input is listed (one listing) and named by its
+*version*: the sha256 of every object's key, size and ETag
+(:func:`version_of`), so a changed object is a new version and an unchanged
+prefix is the same one on every node. The version's tree is
+``<cache>/<version>/``: made once per node however many trials want it at
+once. Each version has a lock file (``.<version>.lock``, ``flock``, so two
+agents on one node share it too): the one that finds no tree takes it
+exclusively and downloads (the checkpoints' parallel download,
+:func:`~spotsweep.shared.artifacts.transfer.download_files`, which checks
+every size), lists again to check no object changed meanwhile, makes the
+tree read-only (files 0444, folders 0555, owned by the agent) and renames it
+into place; the others wait on the lock. Every trial using a tree holds a
+shared lock on it for its whole run, and the trial gets a symbolic link at
+``to`` in its working directory: it may remove the link, never change what
+is behind it (not its files: they are not its user's; ``--trial-user``
+makes that hold, a trial running as root can write anywhere).
+
+A trial sees one version for its whole life: the versions its first staging
+resolved are recorded in the store (``sweeps/<sweep>/trials/<trial>/inputs.json``), and a
+later attempt uses those. If the prefix has changed since and this node's
+cache no longer holds the recorded version, the attempt fails permanently
+saying so (S3 keeps no old content to fetch again).
+
+Past ``--input-cache-size`` the least recently used trees (by their folder's
+mtime, set on every use) that no running trial holds are deleted, and so is
+what a killed agent left (a half download) once no one holds its lock.
+
+An absolute path (``from: /mnt/shared/x``, a shared filesystem) is linked
+as it is, uncached; its own permissions say who may write to it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from spotsweep.services.agent.trial_user import TrialUser
+from spotsweep.shared import log
+from spotsweep.shared.artifacts.port import ArtifactStore, NotFound, ObjectInfo
+from spotsweep.shared.artifacts.transfer import download_files
+from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.inputs import Input
+from spotsweep.shared.messages import TrialMessage
+
+_log = log.get("spotsweep.agent")
+
+
+def version_of(bucket: str, prefix: str, objects: list[ObjectInfo]) -> str:
+    """The content version of a prefix's listing: equal listings (keys relative to the prefix,
+    sizes, ETags) give equal versions; any changed, added or removed object a new one."""
+    rows = sorted((o.key[len(prefix):], o.size, o.etag or (o.modified.isoformat() if o.modified else None))
+                  for o in objects)
+    return hashlib.sha256(json.dumps([bucket, rows]).encode()).hexdigest()[:32]
+
+
+def pin_key(msg: TrialMessage) -> str:
+    """Where the versions a trial's first staging resolved are recorded."""
+    return f"sweeps/{msg.sweep_id}/trials/{msg.trial_id}/inputs.json"  # under sweeps/: where agents may write
+
+
+@contextmanager
+def staged(msg: TrialMessage, store: ArtifactStore, cache: Path, run: Path, cap_bytes: int,
+           user: TrialUser | None = None) -> Iterator[None]:
+    """Every input of ``msg`` linked into ``run`` for as long as the block runs (each tree held)."""
+    if not msg.inputs:
+        yield
+        return
+    try:
+        pins: dict[str, str] = json.loads(store.get_bytes(pin_key(msg)))
+    except NotFound:
+        pins = {}
+    except ValueError as e:
+        raise PermanentError(f"the trial's record of its input versions ({pin_key(msg)}) is not JSON: {e}") from e
+    resolved = dict(pins)
+    with ExitStack() as held:
+        for item in msg.inputs:
+            if item.source.startswith("/"):
+                _link(Path(item.source), run, item.to, user)
+                continue
+            tree, version = _fetch(store, item, cache, pins.get(item.to), held)
+            resolved[item.to] = version
+            _link(tree, run, item.to, user)
+        if resolved != pins:
+            store.put_bytes(pin_key(msg), json.dumps(resolved).encode())
+        evict(cache, cap_bytes)  # past the cap: the least recently used trees no trial holds (ours are held)
+        yield
+
+
+def _fetch(store: ArtifactStore, item: Input, cache: Path, pinned: str | None, held: ExitStack) -> tuple[Path, str]:
+    """The tree of ``item``'s version (``pinned``, else the current one), held shared until ``held`` closes."""
+    bucket, prefix = item.bucket_prefix
+    in_bucket = getattr(store, "in_bucket", None)
+    if in_bucket is None:
+        raise PermanentError(f"input {item.source}: s3:// inputs need an agent with an S3 store (SPOTSWEEP_S3_ENDPOINT)")
+    if bucket == getattr(store, "bucket", None):  # every sweep's checkpoints and logs: not for a spec to read
+        raise PermanentError(f"input {item.source}: the artifact bucket {bucket!r} holds every sweep's checkpoints "
+                             "and logs and is not an input source; put the data in a bucket of its own")
+    source: ArtifactStore = in_bucket(bucket)
+    cache.mkdir(parents=True, exist_ok=True)
+    os.chmod(cache, 0o755)  # trial users reach the trees; the trees themselves are read-only
+    objects = _listing(source, item)
+    version = version_of(bucket, prefix, objects)
+    if pinned is not None and pinned != version:
+        if not (cache / pinned).is_dir():
+            raise PermanentError(f"input {item.source} changed since the trial's first attempt (version {pinned}, now "
+                                 f"{version}) and this node no longer holds the old one: the trial cannot see one "
+                                 "consistent version")
+        version, objects = pinned, []
+    tree = cache / version
+    while True:
+        fd = os.open(cache / f".{version}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        if tree.is_dir():
+            held.callback(os.close, fd)  # held shared while the trial runs: eviction passes it by
+            os.utime(tree)  # used now: what eviction ranks by
+            return tree, version
+        os.close(fd)  # not there: made under the exclusive lock (the others wait on it), then taken shared
+        with _locked(cache / f".{version}.lock", fcntl.LOCK_EX):
+            if not tree.is_dir():
+                if not objects:
+                    raise PermanentError(f"input {item.source}: version {version} vanished from this node's cache")
+                _make(source, item, objects, version, tree)
+
+
+def _listing(source: ArtifactStore, item: Input) -> list[ObjectInfo]:
+    bucket, prefix = item.bucket_prefix
+    objects = [o for o in source.list_info(prefix) if not o.key.endswith("/")]
+    if not objects:
+        raise PermanentError(f"input {item.source}: no object under s3://{bucket}/{prefix}")
+    return objects
+
+
+def _make(source: ArtifactStore, item: Input, objects: list[ObjectInfo], version: str, tree: Path) -> None:
+    """Download ``objects`` into ``tree`` (absent), checked, read-only; the caller holds the version's lock."""
+    bucket, prefix = item.bucket_prefix
+    started = time.monotonic()
+    sizes = {o.key[len(prefix):]: o.size or 0 for o in objects}
+    if any(not rel or rel.startswith("/") or ".." in rel.split("/") for rel in sizes):
+        raise PermanentError(f"input {item.source}: an object's key does not make a safe path under the prefix")
+    with tempfile.TemporaryDirectory(dir=tree.parent, prefix=f".{version}-") as tmp:
+        staging = Path(tmp) / "tree"
+        staging.mkdir()
+        if not download_files(source, prefix, sizes, staging):
+            raise RetryableError(f"input {item.source}: an object vanished or changed size while it was downloaded")
+        if version_of(bucket, prefix, _listing(source, item)) != version:
+            raise RetryableError(f"input {item.source} changed while it was downloaded: staged again on the next try")
+        _read_only(staging)
+        os.rename(staging, tree)
+    total = sum(sizes.values())
+    seconds = time.monotonic() - started
+    _log.info("input staged", source=item.source, version=version, files=len(sizes), bytes=total,
+              seconds=round(seconds, 3), mib_per_s=round(total / 2**20 / max(seconds, 1e-6), 1))
+
+
+def _read_only(root: Path) -> None:
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o444)
+        os.chmod(folder, 0o555)
+
+
+def _link(target: Path, run: Path, to: str, user: TrialUser | None) -> None:
+    """A symbolic link at ``run/to`` to ``target``; folders made on the way are the trial's."""
+    link = run / to
+    for parent in reversed(link.relative_to(run).parents[:-1]):
+        folder = run / parent
+        if not folder.is_dir():
+            folder.mkdir()
+            if user is not None:
+                os.chown(folder, user.uid, user.gid)
+    if link.is_symlink() or link.exists():
+        raise PermanentError(f"input to {to!r}: the trial's code already has something at that path")
+    os.symlink(target, link)
+
+
+@contextmanager
+def _locked(path: Path, how: int) -> Iterator[int]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, how)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def evict(cache: Path, cap_bytes: int) -> list[str]:
+    """Delete the least recently used trees until the cache holds at most ``cap_bytes``,
+    skipping those a running trial holds; returns the versions deleted."""
+    _leftovers(cache)
+    trees = []
+    for path in cache.iterdir() if cache.is_dir() else []:
+        if not path.name.startswith(".") and path.is_dir():
+            try:
+                trees.append((path.stat().st_mtime, path, _size(path)))
+            except OSError:
+                continue
+    total = sum(size for _, _, size in trees)
+    gone: list[str] = []
+    for _, path, size in sorted(trees):
+        if total <= cap_bytes:
+            break
+        fd = os.open(cache / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a trial is using it
+            if path.is_dir():
+                doomed = cache / f".{path.name}-evicted"
+                os.rename(path, doomed)
+                _remove(doomed)
+                total -= size
+                gone.append(path.name)
+        finally:
+            os.close(fd)
+    if gone:
+        _log.info("input cache: least recently used versions deleted", versions=gone, bytes_left=total)
+    return gone
+
+
+def _leftovers(cache: Path) -> None:
+    """Delete what a killed agent left: a download's temporary folder (``.<version>-...``) or a tree
+    evicted halfway, each only while no one holds its version's lock (a download going on holds it)."""
+    for path in cache.iterdir() if cache.is_dir() else []:
+        if not (path.name.startswith(".") and "-" in path.name and path.is_dir()):
+            continue
+        fd = os.open(cache / f".{path.name[1:].split('-', 1)[0]}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _remove(path)
+        except BlockingIOError:
+            continue
+        finally:
+            os.close(fd)
+
+
+def _remove(tree: Path) -> None:
+    """Delete a read-only tree (its folders made writable first: an agent that is not root needs that)."""
+    for folder, _, _ in os.walk(tree):
+        os.chmod(folder, 0o755)
+    shutil.rmtree(tree, ignore_errors=True)
+
+
+def _size(tree: Path) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(tree) for f in files)
