@@ -27,6 +27,7 @@ from pydantic.fields import FieldInfo
 
 from spotsweep.shared.limits import TRIAL_NAME_CHARS, Limits
 from spotsweep.shared.naming import check_template
+from spotsweep.shared.quantity import cpu_cores, memory_bytes
 from spotsweep.shared.spec_base import Duration, Finite, _Model, _Problems
 from spotsweep.shared.spec_search import (
     GRID_CONTINUOUS as GRID_CONTINUOUS,  # re-exported by spec.py
@@ -181,8 +182,14 @@ class Checkpoints(_Model):
 
 
 class Resources(_Model):
+    """What one trial reserves on its agent. ``cpus`` and ``memory`` (Kubernetes quantities: ``8``, ``500m``;
+    ``256Mi``, ``32Gi``) are optional: an agent starts a trial only when they fit what its running trials
+    leave free, and a trial over its memory is killed and fails (docs/trial-contract.md, Resources)."""
+
     gpus: int = Field(default=1, ge=0)
     resource_class: str = Field(default="gpu", alias="class", min_length=1)  # routes trials to agents serving it
+    cpus: Annotated[float | None, BeforeValidator(cpu_cores)] = None  # cores reserved (not a hard limit)
+    memory: Annotated[int | None, BeforeValidator(memory_bytes)] = None  # bytes reserved and enforced
 
 
 def _split_command(value: object) -> object:
