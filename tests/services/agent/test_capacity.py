@@ -133,3 +133,32 @@ def test_a_process_within_its_limit_runs_untouched() -> None:
         assert not group.oom_killed()
     finally:
         group.remove()
+
+
+class _Rss:
+    """A sampler whose trial holds ``mib`` resident."""
+
+    def __init__(self, mib: float) -> None:
+        self.mib = mib
+
+    def sample(self) -> dict[str, float]:
+        return {"sys/rss_mb": self.mib}
+
+
+@pytest.mark.parametrize(("rss_mib", "killed"), [(300.0, True), (200.0, False)])
+def test_without_a_cgroup_the_monitor_kills_a_trial_over_its_memory(rss_mib: float, killed: bool) -> None:
+    from spotsweep.services.agent.monitor import RunMonitor
+    from spotsweep.shared.messages import TrialMessage
+
+    msg = TrialMessage(sweep_id="s", trial_id="s.0", attempt=1, trial_name="t", index=0, params={}, argv=["x"],
+                       metric="loss", memory=256 * Mi)
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        monitor = RunMonitor(msg, "r1", proc.pid, lambda e: None, lambda step, values: None, every=1,
+                             clock=iter([0.0, 2.0]).__next__, sampler=_Rss(rss_mib), memory_limit=256 * Mi)  # type: ignore[arg-type]
+        monitor.poll(0.0)
+        assert monitor.over_memory is killed
+        assert (proc.wait(5) == -9) if killed else proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
