@@ -162,3 +162,13 @@ def test_without_a_cgroup_the_monitor_kills_a_trial_over_its_memory(rss_mib: flo
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_request_travels_from_the_spec_to_the_agent_in_the_trial_message() -> None:
+    from spotsweep.services.planner.outbox import trial_message
+
+    spec = load_spec(SPEC + "resources: {class: cpu, gpus: 0, cpus: 500m, memory: 256Mi}")
+    row = {"sweep_id": "s", "trial_id": "s.0", "attempt": 1, "trial_name": "t", "idx": 0, "params": {}}
+    msg = trial_message(row, spec)
+    assert (msg.cpus, msg.memory, msg.resource_class) == (0.5, 256 * Mi, "cpu")
+    assert trial_message(row, load_spec(SPEC)).memory is None
