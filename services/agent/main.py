@@ -66,7 +66,8 @@ def start(
     agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
     config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent",
                           log_upload_seconds=log_upload_seconds, code_dir=code_dir)
-    return connect(broker, Agent(store=store, config=config, slots=slots), resource_class)
+    return connect(broker, Agent(store=store, config=config, slots=slots,
+                                 ledger=Ledger(detect(None, None, resource_class))), resource_class)
 
 
 def connect(broker: Broker, agent: Agent, resource_class: str = "gpu",
