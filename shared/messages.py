@@ -89,6 +89,10 @@ class TrialMessage(Envelope):
     metric: str
     gpus: int = 0
     resource_class: str = "gpu"
+    # The spec's resources.cpus (cores) and resources.memory (bytes): reserved on the agent, memory enforced.
+    # None: no request (an older planner's message too). An older agent ignores them.
+    cpus: float | None = None
+    memory: int | None = None
     # Limits the agent enforces (from the spec's retries and timeout blocks).
     max_lost: int = 10  # deliveries of this attempt lost with their agent before it is dead-lettered
     stall_timeout: float | None = None  # seconds without a line from the trial before it is killed

@@ -13,11 +13,12 @@ logged only through :func:`redact_url`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from spotsweep.shared.quantity import cpu_cores, memory_bytes
 from spotsweep.shared.secret_files import SecretFiles
 from spotsweep.shared.redact import redact as redact_url  # noqa: F401 - URLs are logged only through it
 
@@ -123,6 +124,12 @@ class AgentSettings(_Service):
     slots: int | None = Field(default=None, ge=1, description="trials at once; default: one per GPU group, or 1 without GPUs")
     resource_class: str = Field(default="gpu", min_length=1, description="resource class served", json_schema_extra=_flag("--class"))
     gpus_per_slot: int = Field(default=1, ge=1, description="GPUs each trial gets")
+    cpus: Annotated[float | None, BeforeValidator(cpu_cores)] = Field(
+        default=None, description="cores the trials may reserve in all (resources.cpus: 8, 500m); unset: the CPUs "
+                                  "the agent may run on")
+    memory: Annotated[int | None, BeforeValidator(memory_bytes)] = Field(
+        default=None, description="memory the trials may reserve in all (resources.memory: 64Gi, 512Mi); unset: the "
+                                  "node's, or the agent's cgroup limit when lower")
     grace: float = Field(default=90.0, ge=0, description="seconds a preempted trial gets to write and upload its "
                                                           "checkpoint (an upload still going then is abandoned)")
     after_grace: float = Field(

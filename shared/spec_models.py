@@ -22,12 +22,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr
-from pydantic import field_validator, model_validator
+from pydantic import SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 from pydantic.fields import FieldInfo
 
 from spotsweep.shared.inputs import Inputs
 from spotsweep.shared.limits import TRIAL_NAME_CHARS, Limits
 from spotsweep.shared.naming import check_template
+from spotsweep.shared.quantity import cpu_cores, memory_bytes
 from spotsweep.shared.spec_base import Duration, Finite, _Model, _Problems
 from spotsweep.shared.spec_search import (
     GRID_CONTINUOUS as GRID_CONTINUOUS,  # re-exported by spec.py
@@ -182,8 +183,20 @@ class Checkpoints(_Model):
 
 
 class Resources(_Model):
+    """What one trial reserves on its agent. ``cpus`` and ``memory`` (Kubernetes quantities: ``8``, ``500m``;
+    ``256Mi``, ``32Gi``) are optional: an agent starts a trial only when they fit what its running trials
+    leave free, and a trial over its memory is killed and fails (docs/trial-contract.md, Resources)."""
+
     gpus: int = Field(default=1, ge=0)
     resource_class: str = Field(default="gpu", alias="class", min_length=1)  # routes trials to agents serving it
+    cpus: Annotated[float | None, BeforeValidator(cpu_cores, json_schema_input_type=Union[float, str, None])] = None  # cores reserved (not a hard limit)
+    memory: Annotated[int | None, BeforeValidator(memory_bytes, json_schema_input_type=Union[int, str, None])] = None  # bytes reserved, enforced
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``cpus``/``memory`` keys when not asked: a spec without them dumps as before this field existed."""
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k not in ("cpus", "memory")}
 
 
 def _split_command(value: object) -> object:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotsweep.services.agent import handback
+from spotsweep.services.agent.capacity import Request
 from spotsweep.services.agent.runner import DeliveryLost, run_trial
 from spotsweep.services.agent.state import Agent, Slots
 from spotsweep.shared import log, topology
@@ -129,7 +130,15 @@ def _handle_trial(delivery: Delivery, conn: Connection) -> None:
     msg = decode(delivery.body)
     if not isinstance(msg, TrialMessage):
         raise DecodeError(f"expected a trial message on the trials queue, got {getattr(msg, 'kind', '?')}")
-    with log.bound(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt):
+    with log.bound(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt), \
+            conn.agent.ledger.hold(Request(msg.cpus, msg.memory), lambda: _stop_waiting(msg, conn)) as room:
+        if room.verdict == "never":
+            _refuse(delivery, msg, conn, room.reason)
+            return
+        if conn.lost.is_set():
+            raise RetryableError(conn.lost_reason)  # the delivery is void: the broker hands it out again
+        if conn.agent.kill.is_set():
+            return  # a hard stop: neither reported nor acked (the closing connection puts it back)
         if conn.agent.preempt.is_set() or conn.agent.health.tripped:
             # Draining (the node is going away) or a broken node: do not start
             # it here; another agent takes it.
@@ -146,6 +155,23 @@ def _handle_trial(delivery: Delivery, conn: Connection) -> None:
         except BaseException:
             conn.agent.attempts.release(key, conn.lost)  # lost or not reported: it comes back to run again
             raise
+
+
+def _stop_waiting(msg: TrialMessage, conn: Connection) -> bool:
+    """Whether a trial waiting for room on this agent should stop waiting (and be handed back, or
+    reported cancelled without running)."""
+    agent = conn.agent
+    return (conn.lost.is_set() or agent.preempt.is_set() or agent.kill.is_set() or agent.health.tripped
+            or agent.is_cancelled(msg.sweep_id))
+
+
+def _refuse(delivery: Delivery, msg: TrialMessage, conn: Connection, reason: str) -> None:
+    """A trial whose resources this agent can never offer: report the attempt failed with the reason, and ack.
+    The planner retries it within retries.max_failures, so an agent of the class that offers more may run it."""
+    error = f"not run: {reason} (agent {conn.agent.config.agent_id}; docs/trial-contract.md, Resources)"
+    _log.error("trial refused: it asks for more than this agent offers", reason=reason)
+    conn.publish_event(_failed(msg, conn, error, failure="refused"))
+    delivery.ack()
 
 
 def _claimed(delivery: Delivery, msg: TrialMessage, conn: Connection, key: tuple[str, int]) -> None:

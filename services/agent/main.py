@@ -18,7 +18,8 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from spotsweep.services.agent import harden, idle, insecure, notice
+from spotsweep.services.agent import cgroup, harden, idle, insecure, notice
+from spotsweep.services.agent.capacity import Ledger, detect
 from spotsweep.services.agent.handlers import (
     Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
 )
@@ -37,6 +38,7 @@ from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepErr
 from spotsweep.shared.health import probes
 from spotsweep.shared.health_startup import CurrentBroker, broker_check, first_broker, reusing
 from spotsweep.shared.middleware import Backoff
+from spotsweep.shared.quantity import human_bytes
 from spotsweep.shared.runtime import Cleanup, ExitCode, broker_factory, serve, with_startup_retries
 from spotsweep.shared.settings import AgentSettings, Settings, default
 
@@ -64,7 +66,8 @@ def start(
     agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
     config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent",
                           log_upload_seconds=log_upload_seconds, code_dir=code_dir)
-    return connect(broker, Agent(store=store, config=config, slots=slots), resource_class)
+    return connect(broker, Agent(store=store, config=config, slots=slots,
+                                 ledger=Ledger(detect(None, None, resource_class))), resource_class)
 
 
 def connect(broker: Broker, agent: Agent, resource_class: str = "gpu",
@@ -266,13 +269,21 @@ def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -
     if settings.s3_endpoint:
         check_writable(store, agent_id)
     workdir = settings.workdir or Path(tempfile.gettempdir()) / "spotsweep-agent"
+    cgroups = cgroup.find()
+    if cgroups is not None:
+        cgroups.remove_stale()
+    capacity = detect(settings.cpus, settings.memory, settings.resource_class,
+                      cgroups.own_limit() if cgroups is not None else None)
+    _log.info(f"offering trials {capacity.cpus:g} cores and {human_bytes(capacity.memory)} in all; "
+              + (f"a memory cgroup per trial (v{cgroups.version}, {cgroups.path})" if cgroups is not None else
+                 "no memory cgroups here: the resource monitor enforces resources.memory"))
     config = RunnerConfig(agent_id=agent_id, workdir=workdir,
                           log_upload_seconds=settings.log_upload_seconds, trial_users=trial_users,
                           trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny),
                           reap_orphans=True, code_caps=Caps(bytes=int(settings.workdir_limit_mib * MiB)),
                           pip_envs_bytes=int(settings.pip_envs_gib * 2**30),
-                          input_cache_bytes=int(settings.input_cache_size * 2**30))
-    return Agent(store=store, config=config, slots=pool,
+                          input_cache_bytes=int(settings.input_cache_size * 2**30), cgroups=cgroups)
+    return Agent(store=store, config=config, slots=pool, ledger=Ledger(capacity),
                  health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown,
                                own_paths=(str(workdir.resolve()),)), grace=settings.grace)
 

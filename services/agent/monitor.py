@@ -10,6 +10,13 @@ as a ``trial.progress`` event with no points and the new ``flags``, so
 ``trial_results.flags`` shows it while the trial runs; at the end every
 flag raised is noted on the run's :class:`~.screen.Screen`, so the final
 event carries them too (with the reason among its ``warnings``).
+
+With ``memory_limit`` (a trial's ``resources.memory`` on a node where the
+agent cannot give it a memory cgroup: :mod:`.cgroup`), a sample whose
+``sys/rss_mb`` is over it kills the trial's process group and sets
+:attr:`RunMonitor.over_memory`; the first sample comes a second after the
+start, then one every ``every`` seconds, so a fast leak can go past the
+limit until then (a cgroup stops it at once).
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from collections.abc import Callable
 
 from spotsweep.services.agent import anomalies, lines
 from spotsweep.services.agent.anomalies import Watch
-from spotsweep.services.agent.resources import SAMPLE_EVERY_S, Sampler, due
+from spotsweep.services.agent.resources import MIB, SAMPLE_EVERY_S, Sampler, due
+from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.screen import Screen
 from spotsweep.shared import log
 from spotsweep.shared.messages import Envelope, TrialMessage, TrialProgress
@@ -32,7 +40,8 @@ class RunMonitor:
 
     def __init__(self, msg: TrialMessage, run_id: str, pid: int, publish: Callable[[Envelope], None],
                  take_samples: Callable[[int, dict[str, float]], None], every: float = SAMPLE_EVERY_S,
-                 clock: Callable[[], float] = time.monotonic, sampler: Sampler | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, sampler: Sampler | None = None,
+                 memory_limit: int | None = None) -> None:
         self._msg = msg
         self._run_id = run_id
         self._publish = publish
@@ -44,6 +53,9 @@ class RunMonitor:
         self._sampler = sampler or Sampler(pid)
         self.watch = Watch(msg.metric, msg.metric_mode, msg.stall_timeout)
         self._sent: set[str] = set()
+        self._pid = pid
+        self._memory_limit = memory_limit
+        self.over_memory = False  # killed for going over memory_limit
 
     def points(self, points: lines.Points) -> None:
         """A line of the trial's points, as the pump took it."""
@@ -59,6 +71,9 @@ class RunMonitor:
             if values:
                 self._take_samples(int(self._msg.elapsed + now - self._started), values)
                 self.watch = anomalies.decide(self.watch, anomalies.Sample(now, values))
+                if self._memory_limit is not None and values.get("sys/rss_mb", 0.0) * MIB > self._memory_limit:
+                    self.over_memory = True
+                    killpg(self._pid)
         new = [flag for flag in self.watch.flags if flag not in self._sent]
         if new:
             self._sent.update(new)

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 
 from spotsweep.services.agent import code_cache, inputs, pyenv, uploads
 from spotsweep.services.agent.signals import killpg
+from spotsweep.services.agent.cgroup import TrialCgroup
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.log_shipper import LogShipper
 from spotsweep.services.agent.orphans import Reaper, marks
@@ -42,6 +43,7 @@ from spotsweep.services.agent.workspace import Paths
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.errors import PermanentError, RetryableError
+from spotsweep.shared.quantity import human_bytes
 from spotsweep.shared.messages import CheckpointSaved, Envelope, Failure, Outcome as Result, TrialFinished, TrialMessage, TrialStarted
 
 __all__ = ["DeliveryLost", "RunControls", "RunnerConfig", "kill_all", "run_trial"]
@@ -197,9 +199,6 @@ def run_trial(
 def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControls,
          gpu: str | None, redelivered: bool, losses: int, run_id: str, paths: Paths,
          user: TrialUser | None = None, held: ExitStack | None = None) -> TrialFinished | None:
-    ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
-    out_path, err_path = paths.stdout, paths.stderr
-
     def end(outcome: Result, **fields: Any) -> TrialFinished:
         return TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, outcome=outcome, **fields)
@@ -248,26 +247,49 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
             return end("failed", failure="refused", error=f"setup.pip: the trial's environment cannot be built from "
                                                        f"{msg.setup_pip!r}, so the attempt did not start: {e}")
     env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user, run_id, venv)
+    cgroup = None
+    if msg.memory is not None and config.cgroups is not None:
+        cgroup = config.cgroups.make(run_id, msg.memory, user.uid if user is not None else None)
+    try:
+        return _started(msg, store, send, config, control, redelivered, losses, run_id, paths, user, env, cwd,
+                        resume, restored, cgroup, end, venv, staged)
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+
+
+def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControls,
+             redelivered: bool, losses: int, run_id: str, paths: Paths, user: TrialUser | None,
+             env: dict[bytes, bytes], cwd: Path, resume: int | None, restored: dict[str, float],
+             cgroup: TrialCgroup | None, end: Callable[..., TrialFinished], venv: Path | None = None,
+             staged: float | None = None) -> TrialFinished | None:
+    """Start the process (in its memory cgroup, when it has one), supervise it, upload its logs, classify its end."""
+    ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
+    out_path, err_path = paths.stdout, paths.stderr
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
         if config.reap_orphans:
             REAPER.adopt()  # orphans below the agent come to it, not to init: what a trial leaves is found (orphans.py)
         try:
             python = str(venv / "bin" / "python") if venv is not None else sys.executable
             proc = subprocess.Popen(_argv(msg.argv, env, cwd, python), cwd=cwd, env=env, stdout=out, stderr=err,
-                                    start_new_session=True, **(user.popen() if user is not None else {}))
+                                    start_new_session=True, preexec_fn=cgroup.joiner() if cgroup else None,
+                                    **(user.popen() if user is not None else {}))
         except OSError as e:
             # A command that is not there or not runnable is the spec's (any submitter can name one);
             # a fork that fails (no memory, no processes left) is the node's.
             kind: Failure = "refused" if e.errno in _NOT_RUNNABLE else "agent"
             return end("failed", failure=kind, error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
         REAPER.started(proc.pid)
+        if cgroup is not None:
+            cgroup.join(proc.pid)  # in case its own preexec_fn could not (its user may not write the file)
         run_marks = marks(env, TOKEN_VAR.encode(), b"SPOTSWEEP_RUN_ID")
         started = time.monotonic()
         start = TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses, staging=staged)
         streams: dict[str, tuple[Path, BinaryIO]] = {"stdout": (out_path, out), "stderr": (err_path, err)}
         with LogShipper(store, msg, streams, config.log_upload_seconds):  # the store has the logs while the trial runs
-            outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored, run_marks)
+            outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored, run_marks,
+                                  None if cgroup is not None else msg.memory)
         duration = (outcome.ended or time.monotonic()) - started  # the process's time, not the uploads' after it
         if outcome.reason == "lost":
             raise DeliveryLost(run_id, round(duration, 3))
@@ -283,7 +305,8 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         # requests behind what an abandoned upload still sends): the next attempt's commits and end prune.
         if not uploads.nothing_stored(msg, redelivered, resume, send.checkpoints) and not control.preempt.is_set():
             uploads.retain(store, msg)
-        result, failure, error = _classify(outcome, proc.returncode, lambda: _tail_text(err), msg)
+        over = outcome.over_memory or (cgroup is not None and cgroup.oom_killed())
+        result, failure, error = _classify(outcome, proc.returncode, lambda: _tail_text(err), msg, over)
     screen = outcome.screen
     if cut is not None and screen is not None:
         screen.note("log_truncated", cut)
@@ -295,7 +318,8 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
 
 def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMessage, store: ArtifactStore,
                 send: Confirms, config: RunnerConfig, control: RunControls, paths: Paths,
-                restored: dict[str, float], run_marks: frozenset[bytes] = frozenset()) -> Outcome:
+                restored: dict[str, float], run_marks: frozenset[bytes] = frozenset(),
+                memory_limit: int | None = None) -> Outcome:
     """Announce the started process and supervise it to its end; its whole group is dead when this returns,
     and what left the group (``setsid``) is killed within moments (:mod:`.orphans`).
     Raises :class:`DeliveryLost` when a publish failed (the broker went away mid-trial)."""
@@ -307,7 +331,7 @@ def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMe
         _log.info("trial started", pid=proc.pid, resume_step=start.resume_step, redelivered=start.redelivered,
                   sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, run_id=start.run_id)
         outcome = supervise(proc, msg, store, send, config, control, Tail(paths.metrics, msg.limits.line_bytes),
-                            paths.checkpoint, start.run_id, restored)
+                            paths.checkpoint, start.run_id, restored, memory_limit)
         send.wait()  # the final event is published only after its points and checkpoints are confirmed
         return outcome
     except RetryableError as e:
@@ -329,13 +353,18 @@ def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMe
 
 
 def _classify(outcome: Outcome, rc: int | None, stderr_tail: Callable[[], str],
-              msg: TrialMessage) -> tuple[Result, Failure | None, str | None]:
-    """(outcome, failure kind, error) of an attempt whose process has exited; ``stderr_tail``: the end of its stderr."""
+              msg: TrialMessage, over_memory: bool = False) -> tuple[Result, Failure | None, str | None]:
+    """(outcome, failure kind, error) of an attempt whose process has exited; ``stderr_tail``: the end of its stderr;
+    ``over_memory``: its cgroup's OOM killer or the resource monitor killed a process of it."""
     if outcome.reason in ("preempted", "cancelled"):
         return outcome.reason, None, None  # type: ignore[return-value]
     if outcome.reason == "exited" and rc == 0:
         return "completed", None, None
     tail = stderr_tail()
+    if over_memory and msg.memory is not None:
+        # "oom": retries.on_oom applies to it as to a CUDA out-of-memory exit.
+        why = f"exceeded its memory request ({human_bytes(msg.memory)}, resources.memory): killed"
+        return "failed", "oom", f"{why}\n{tail}".rstrip()
     if outcome.reason == "stalled":
         why = f"stalled: no metric, checkpoint or heartbeat line for {msg.stall_timeout:g} s (timeout.stall); killed"
         return "failed", "stalled", f"{why}\n{tail}".rstrip()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spotsweep.services.agent.attempts import Attempts
+from spotsweep.services.agent.capacity import Ledger, detect
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.idle import Idle
@@ -84,6 +85,8 @@ class Agent:
     lock: threading.Lock = field(default_factory=threading.Lock)
     idle: Idle = field(default_factory=Idle)  # how long no trial ran (--exit-when-idle)
     attempts: Attempts = field(default_factory=Attempts)  # run or running here: a second copy is dropped
+    # The cpus and memory its running trials reserved, against its capacity (--cpus, --memory): capacity.py.
+    ledger: Ledger = field(default_factory=lambda: Ledger(detect(None, None, "gpu")))
 
     def is_cancelled(self, sweep_id: str) -> bool:
         with self.lock:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from spotsweep.services.agent.cgroup import Hierarchy
 from spotsweep.services.agent.committer import DrainClock, LineReader
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.monitor import RunMonitor
@@ -62,6 +63,9 @@ class RunnerConfig:
     trial_env_pass: tuple[str, ...] = ()  # more of the agent's variables trials get (trial_env.py)
     trial_env_deny: tuple[str, ...] = ()  # variables trials never get, besides the built-in secrets
     pip_envs_bytes: int = 20 * 2**30  # setup.pip envs kept on the node, least recently used evicted past it (pyenv.py)
+    # Where each trial with resources.memory gets its own memory cgroup (cgroup.py); None: the resource
+    # monitor kills a trial whose tree's resident memory is over its request (monitor.py).
+    cgroups: Hierarchy | None = None
 
 
 @dataclass
@@ -73,6 +77,7 @@ class Outcome:
     stop_reason: str | None = None
     screen: Screen | None = None  # what the limits skipped (flags and warnings for the final event)
     ended: float | None = None  # time.monotonic() when the process exited (the agent's uploads after it are not its time)
+    over_memory: bool = False  # the resource monitor killed it over its memory request
 
 
 class ExitWait:
@@ -137,16 +142,18 @@ def _act(proc: subprocess.Popen[bytes], action: Action) -> None:
 def supervise(
     proc: subprocess.Popen[bytes], msg: TrialMessage, store: ArtifactStore, publish: Callable[[Envelope], None],
     config: RunnerConfig, control: RunControls, tail: Tail, ckpt_dir: Path, run_id: str,
-    restored: dict[str, float] | None = None,
+    restored: dict[str, float] | None = None, memory_limit: int | None = None,
 ) -> Outcome:
     """Supervise until the process exits. ``publish`` may publish without waiting
-    (:class:`~.runner.Confirms`); its ``wait`` is called before each checkpoint commit."""
+    (:class:`~.runner.Confirms`); its ``wait`` is called before each checkpoint commit. ``memory_limit``:
+    bytes the process tree may hold before the resource monitor kills it (where no cgroup does)."""
     confirm: Callable[[], None] = getattr(publish, "wait", lambda: None)
     pump = MetricPump(msg, run_id, publish, config.batch_points, config.batch_seconds, restored)
     screen = Screen(msg.limits, known=pump.final, trial_id=msg.trial_id)
     drain_clock = DrainClock(control, control.grace)  # an upload in flight at a preemption: until the grace, no longer
     reader = LineReader(msg, tail, screen, pump, store, ckpt_dir, publish, confirm, drain_clock.out_of_time)
-    monitor = RunMonitor(msg, run_id, proc.pid, publish, pump.take_samples, config.sample_seconds)
+    monitor = RunMonitor(msg, run_id, proc.pid, publish, pump.take_samples, config.sample_seconds,
+                         memory_limit=memory_limit)
     pump.watch = monitor.points
     # Running time left to this trial over all its attempts (timeout.total).
     budget = None if msg.total_timeout is None else msg.total_timeout - msg.elapsed
@@ -184,7 +191,7 @@ def supervise(
     if tail.refused is not None:
         screen.note("metrics_refused", tail.refused)
     return Outcome(reason=state.reason, final=pump.final, last_step=pump.last_step, stop_reason=state.stop_reason,
-                   screen=screen, ended=ended.at())
+                   screen=screen, ended=ended.at(), over_memory=monitor.over_memory)
 
 
 def drain(tail: Tail, consume: Callable[[list[Item]], None], seconds: float, screen: Screen) -> None:
