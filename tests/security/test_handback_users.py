@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from spotsweep.services.agent.attempts import Attempts
 from spotsweep.services.agent.handback import handback_prefix, unpaired_losses
 from spotsweep.services.agent.handlers import Agent as AgentState, Connection, Slots, handle_trial
 from spotsweep.services.agent.main import connect, consume_trials
@@ -145,6 +146,8 @@ class Node:
         """A redelivered delivery handled to its end: how it was settled, and the losses its start
         reported (-1: it never started)."""
         before = len(self.events)
+        # Each run stands for another agent's (this one's may have died): none of them ran the attempt.
+        self.conn.agent.attempts = Attempts()
         d = delivery(encode(msg), redelivered=True)
         handle_trial(d, self.conn)
         assert wait_until(lambda: any(isinstance(e, TrialFinished) for e in self.events[before:]), timeout=30)
