@@ -59,13 +59,6 @@ def run_refused(hostile: Hostile, name: str, sha: str) -> dict[str, Any]:
     return row
 
 
-def clean_sweep_completes(hostile: Hostile) -> None:
-    hostile.assert_bystander_complete()
-    after = hostile.submit({**bystander_spec(), "name": "after"})
-    assert hostile.wait_sweep(after, timeout=60) == "completed", hostile.cluster.logs()
-    hostile.assert_outputs_clean()
-
-
 def tree_bytes(root: Path) -> int:
     return sum(p.lstat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -77,7 +70,7 @@ def test_a_gzip_bomb_is_refused_while_unpacking_and_never_lands(hostile: Hostile
     assert f"code archive code/{sha}.tar.gz is refused" in row["error"], row["error"]
     assert "a ratio over 200" in row["error"] or "more than 100 MiB" in row["error"], row["error"]
     assert tree_bytes(hostile.tmp / "agent") < 40 * MiB  # 300 MiB before; at most the ratio's first 16 MiB or so
-    clean_sweep_completes(hostile)
+    hostile.assert_clean_sweep_completes()
 
 
 def test_a_link_chain_that_resolves_outside_is_refused(hostile: Hostile) -> None:
@@ -86,4 +79,4 @@ def test_a_link_chain_that_resolves_outside_is_refused(hostile: Hostile) -> None
     row = run_refused(hostile, "chain", sha)
     assert "'b/escape' is inside a folder that resolves outside the tree" in row["error"], row["error"]
     assert not list((hostile.tmp / "agent").rglob("escape"))
-    clean_sweep_completes(hostile)
+    hostile.assert_clean_sweep_completes()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hostile import Hostile, bystander_spec
+from hostile import Hostile
 
 from spotsweep.shared.artifacts import S3ArtifactStore
 from spotsweep.shared.settings import Settings
@@ -37,13 +37,6 @@ def one_row(hostile: Hostile, body: dict[str, Any], state: str = "completed") ->
     assert hostile.wait_sweep(sweep_id, timeout=90) == state, (hostile.trials(sweep_id), hostile.cluster.logs())
     [row] = hostile.trials(sweep_id)
     return row
-
-
-def clean_sweep_completes(hostile: Hostile) -> None:
-    hostile.assert_bystander_complete()
-    after = hostile.submit({**bystander_spec(), "name": "after"})
-    assert hostile.wait_sweep(after, timeout=60) == "completed", hostile.cluster.logs()
-    hostile.assert_outputs_clean()
 
 
 def store_of(hostile: Hostile) -> S3ArtifactStore:
@@ -70,7 +63,7 @@ def test_a_checkpoint_of_20000_small_files_is_refused_and_the_trial_completes(ho
     assert "checkpoint_refused" in row["flags"], row
     assert any("limits.checkpoint_files = 10000" in w for w in row["warnings"]), row["warnings"]
     assert not store_of(hostile).list(f"sweeps/{row['sweep_id']}/trials/")  # nothing half-uploaded
-    clean_sweep_completes(hostile)
+    hostile.assert_clean_sweep_completes()
 
 
 LINKS_A_SECRET = """
@@ -94,7 +87,7 @@ def test_a_hard_link_to_a_file_the_trial_does_not_own_is_not_uploaded(hostile: H
     assert any(k.endswith("/files/model.pt") for k in keys), keys  # the rest of the checkpoint went up
     assert not any(k.endswith("/shadow") for k in keys), keys
     assert "shadow (a hard link (" in (hostile.tmp / "agent.log").read_text()  # said which file and why
-    clean_sweep_completes(hostile)
+    hostile.assert_clean_sweep_completes()
 
 
 LEAVES_A_SETSID_CHILD = """
@@ -117,7 +110,7 @@ def test_a_setsid_child_dies_with_its_trial(hostile: Hostile) -> None:
     finally:
         if running(pid):
             os.kill(pid, 9)
-    clean_sweep_completes(hostile)
+    hostile.assert_clean_sweep_completes()
 
 
 def running(pid: int) -> bool:

@@ -134,6 +134,13 @@ class Hostile:
             time.sleep(0.2)
         assert n == expected, f"bystander has {n} of its {expected} points\n{self.cluster.logs()}"
 
+    def assert_clean_sweep_completes(self) -> None:
+        """The bystander completed, and a clean sweep submitted after the hostile input completes within a minute."""
+        self.assert_bystander_complete()
+        after = self.submit({**bystander_spec(), "name": "after"})
+        assert self.wait_sweep(after, timeout=60) == "completed", self.cluster.logs()
+        self.assert_outputs_clean()
+
     def _points(self, sweep_id: str) -> int:
         return int(self.sql("SELECT count(*) FROM metric_points WHERE sweep_id = %s AND name NOT LIKE 'sys/%%'", sweep_id)[0][0])
 
