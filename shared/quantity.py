@@ -2,6 +2,9 @@
 
 Pure parsing and formatting, shared by the spec (``resources``), the agent's
 ``--cpus``/``--memory`` and the messages between them (bytes and cores).
+Written here rather than imported: the one maintained parser
+(``kubernetes.utils.parse_quantity``) comes with the whole Kubernetes client,
+which the control plane and the agents otherwise never need.
 """
 
 from __future__ import annotations
