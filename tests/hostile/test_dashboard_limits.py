@@ -161,17 +161,33 @@ def test_sockets_that_never_finish_their_headers_are_closed(dashboard: Served) -
 
 
 def _raw_get(port: int, path: str) -> bytes:
+    """The raw answer to a GET; what arrived before the server closed, if it closed with the request unread."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: dashboard\r\nConnection: close\r\n\r\n".encode())
         out = b""
-        while chunk := s.recv(65536):
-            out += chunk
+        try:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: dashboard\r\nConnection: close\r\n\r\n".encode())
+            while chunk := s.recv(65536):
+                out += chunk
+        except ConnectionResetError:
+            pass
     return out
 
 
+def _short_and_silent(answer: bytes, statuses: tuple[bytes, ...]) -> None:
+    head = answer.split(b"\r\n", 1)[0]
+    assert any(head.find(status) > 0 for status in statuses), answer[:200]
+    assert len(answer) < 3000 and b"x" * 400 not in answer and b"y" * 400 not in answer
+
+
+def test_a_long_id_gets_a_short_404(dashboard: Served) -> None:
+    for path in (f"/api/sweeps/{'x' * 10_000}", f"/sweeps/{'x' * 10_000}", f"/sweeps/{SWEEP}/trials/{'y' * 10_000}"):
+        _short_and_silent(_raw_get(dashboard.port, path), (b" 404 ",))
+
+
 def test_a_100_kb_id_gets_a_short_answer(dashboard: Served) -> None:
-    for path, status in ((f"/api/sweeps/{'x' * 100_000}", b" 404 "), (f"/sweeps/{'x' * 100_000}", b" 404 "),
-                         (f"/sweeps/{SWEEP}/trials/{'y' * 100_000}", b" 404 ")):
+    """Past the 16 KiB request head h11 refuses the request (400) once it has read that much of it
+    unfinished; had it all come in one read, the route's 404. Either is short, and never echoes the id."""
+    for path in (f"/api/sweeps/{'x' * 100_000}", f"/sweeps/{'x' * 100_000}", f"/sweeps/{SWEEP}/trials/{'y' * 100_000}"):
         answer = _raw_get(dashboard.port, path)
-        assert answer.split(b"\r\n", 1)[0].find(status) > 0, answer[:200]
-        assert len(answer) < 3000 and b"x" * 400 not in answer and b"y" * 400 not in answer
+        if answer:  # a server that closed with the request unread may have been reset before its answer arrived
+            _short_and_silent(answer, (b" 400 ", b" 404 "))
