@@ -4,6 +4,8 @@ agents as processes over RabbitMQ, PostgreSQL and moto's S3, and a trial image b
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from spotsweep.services.agent.container import LABEL
 from tests.integration.test_workdir import ended, submitted, write_spec
 from tests.support.cluster import Cluster, wait_for
 from tests.support.trial_image import IMAGE, MARKER, MARKER_TEXT, need, trial_image
+from waiting import wait_until  # tests/support
 
 pytestmark = pytest.mark.integration
 
@@ -128,3 +131,26 @@ def test_an_image_that_cannot_be_pulled_fails_the_trial_once_with_the_reason(
     assert row["state"] == "failed" and "'spotsweep-no-such-image:nope' is not on this node and cannot be pulled" \
         in row["error"], row
     assert one(database_url, "SELECT attempts, failures FROM trial_results WHERE sweep_id = %s", sweep_id) == (1, 1)
+
+
+def test_a_killed_agent_leaves_no_container_running_and_the_next_one_removes_what_it_left(
+        cluster: Cluster, database_url: str, tmp_path: Path) -> None:
+    trial_image("docker")
+    cluster.start("planner", "planner")
+    cluster.start("collector", "collector")
+    agent(cluster, "first", "docker", tmp_path)
+    code(tmp_path)
+    spec = write_spec(tmp_path / "specs" / "orphan.yaml", workdir="../code", command=["python3", "train.py", "calm", "300"])
+    sweep_id, _ = submitted(cluster, spec)
+    at_step = "SELECT max(step) FROM metric_points WHERE sweep_id = %s AND name = 'acc'"
+    assert (wait_for(database_url, at_step, (sweep_id,), lambda s: (s or 0) >= 2) or 0) >= 2, cluster.logs()
+    os.kill(cluster.procs["first"].pid, signal.SIGKILL)  # the agent alone (the OOM killer's pick): its watchdog lives
+    assert wait_until(lambda: not running_containers("docker"), 30), running_containers("docker")
+    assert left_containers("docker")  # stopped, not yet removed
+    agent(cluster, "second", "docker", tmp_path, "--workdir", str(tmp_path / "first"))
+    assert wait_until(lambda: not left_containers("docker"), 60), cluster.logs()
+
+
+def running_containers(runtime: str) -> list[str]:
+    return subprocess.run([need(runtime), "ps", "--quiet", "--filter", f"label={LABEL}"],
+                          capture_output=True, text=True, check=True).stdout.split()
