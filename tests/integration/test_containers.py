@@ -67,8 +67,9 @@ def one(db: str, sql: str, *args: Any) -> Any:
         return conn.execute(sql, args).fetchone()
 
 
-def left_containers(runtime: str) -> list[str]:
-    return subprocess.run([need(runtime), "ps", "--all", "--quiet", "--filter", f"label={LABEL}"],
+def left_containers(runtime: str, workdir: Path, *more: str) -> list[str]:
+    """The containers of the agents on ``workdir`` (``--all``: stopped ones too; ``more``: other filters)."""
+    return subprocess.run([need(runtime), "ps", "--all", "--quiet", "--filter", f"label={LABEL}={workdir}", *more],
                           capture_output=True, text=True, check=True).stdout.split()
 
 
@@ -96,8 +97,10 @@ def test_a_trial_runs_in_its_image_and_resumes_in_a_new_container_on_another_age
                             "kind = 'trial.started' ORDER BY recorded_at", (sweep_id,)).fetchall()
     assert len(runs) == 2 and runs[0][0] != runs[1][0], runs  # two agents
     assert all(image.startswith(f"{IMAGE} sha256:") for _, image in runs), runs  # the image's id on each attempt
+    sampled = "SELECT count(*) FROM metric_points WHERE sweep_id = %s AND name = 'sys/rss_mb'"
+    assert one(database_url, sampled, sweep_id)[0] >= 1  # resource samples, from the container's processes
     cluster.stop()
-    assert not left_containers("docker")
+    assert not left_containers("docker", tmp_path / "first") and not left_containers("docker", tmp_path / "second")
 
 
 @pytest.mark.parametrize("runtime", ["docker", "podman"])
@@ -145,12 +148,10 @@ def test_a_killed_agent_leaves_no_container_running_and_the_next_one_removes_wha
     at_step = "SELECT max(step) FROM metric_points WHERE sweep_id = %s AND name = 'acc'"
     assert (wait_for(database_url, at_step, (sweep_id,), lambda s: (s or 0) >= 2) or 0) >= 2, cluster.logs()
     os.kill(cluster.procs["first"].pid, signal.SIGKILL)  # the agent alone (the OOM killer's pick): its watchdog lives
-    assert wait_until(lambda: not running_containers("docker"), 30), running_containers("docker")
-    assert left_containers("docker")  # stopped, not yet removed
-    agent(cluster, "second", "docker", tmp_path, "--workdir", str(tmp_path / "first"))
-    assert wait_until(lambda: not left_containers("docker"), 60), cluster.logs()
-
-
-def running_containers(runtime: str) -> list[str]:
-    return subprocess.run([need(runtime), "ps", "--quiet", "--filter", f"label={LABEL}"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    workdir = tmp_path / "first"
+    assert wait_until(lambda: not left_containers("docker", workdir, "--filter", "status=running"), 30)
+    [left] = left_containers("docker", workdir)  # stopped, not yet removed
+    agent(cluster, "second", "docker", tmp_path, "--workdir", str(workdir))  # where the first one ran
+    assert wait_until(lambda: left not in left_containers("docker", workdir), 60), cluster.logs()
+    cluster.stop()  # the trial the second agent took again is stopped, its container removed
+    assert not left_containers("docker", workdir)
