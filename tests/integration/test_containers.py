@@ -5,8 +5,11 @@ agents as processes over RabbitMQ, PostgreSQL and moto's S3, and a trial image b
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,8 @@ import psycopg
 import pytest
 
 from spotsweep.services.agent.container import LABEL
+from spotsweep.shared.artifacts import S3ArtifactStore
+from tests.integration.test_inputs_s3 import USER, _ensure_user
 from tests.integration.test_workdir import ended, submitted, write_spec
 from tests.support.cluster import Cluster, wait_for
 from tests.support.trial_image import IMAGE, MARKER, MARKER_TEXT, need, trial_image
@@ -155,3 +160,44 @@ def test_a_killed_agent_leaves_no_container_running_and_the_next_one_removes_wha
     assert wait_until(lambda: left not in left_containers("docker", workdir), 60), cluster.logs()
     cluster.stop()  # the trial the second agent took again is stopped, its container removed
     assert not left_containers("docker", workdir)
+
+
+READER = """
+import json, os, pathlib
+data = pathlib.Path("data/tokens.bin")
+try:
+    (data.parent / "new").write_bytes(b"x")
+    wrote = 1.0
+except OSError:
+    wrote = 0.0
+with open(os.environ["SPOTSWEEP_METRICS"], "a") as out:
+    out.write(json.dumps({"step": 1, "size": data.stat().st_size, "uid": os.getuid(), "wrote": wrote}) + "\\n")
+"""
+
+
+def test_a_container_runs_as_the_trial_user_and_reads_its_staged_input_read_only(
+        cluster: Cluster, s3_env: dict[str, str], tmp_path: Path) -> None:
+    trial_image("docker")
+    _ensure_user()
+    work = Path(tempfile.mkdtemp(prefix="spotsweep-boxed-", dir="/tmp"))  # where the trial user can reach it
+    work.chmod(0o755)
+    try:
+        bucket = "datasets-" + s3_env["SPOTSWEEP_S3_BUCKET"][-8:]
+        S3ArtifactStore(s3_env["SPOTSWEEP_S3_ENDPOINT"], s3_env["SPOTSWEEP_S3_ACCESS_KEY"],
+                        s3_env["SPOTSWEEP_S3_SECRET_KEY"], bucket).put_bytes("v1/tokens.bin", b"t" * 4096)
+        cluster.start("planner", "planner")
+        cluster.start("collector", "collector")
+        cluster.start("agent", "agent", "--class", "cpu", "--runtime", "docker", "--default-image", IMAGE,
+                      "--trial-user", USER, "--workdir", str(work))
+        folder = code(tmp_path)
+        (folder / "read.py").write_text(READER)
+        spec = write_spec(tmp_path / "specs" / "reader.yaml", workdir="../code", command=["python3", "read.py"],
+                          inputs=[{"from": f"s3://{bucket}/v1/", "to": "data"}], retries={"max_failures": 0})
+        sweep_id, _ = submitted(cluster, spec)
+        [row] = ended(cluster.env["SPOTSWEEP_DATABASE_URL"], sweep_id, 1)
+        assert row["state"] == "completed", (row, cluster.logs())
+        assert row["metrics"]["size"] == 4096 and row["metrics"]["wrote"] == 0.0, row
+        assert row["metrics"]["uid"] == pwd.getpwnam(USER).pw_uid, row
+    finally:
+        cluster.kill_all()
+        shutil.rmtree(work, ignore_errors=True)
