@@ -24,7 +24,10 @@ setup: $(BIN)/spotsweep
 demo: setup
 	$(BIN)/spotsweep run examples/deepseek-small.yaml --workers 2 --csv results.csv
 
+# As root it first installs and starts Docker and Podman when missing (deploy/container-runtime.sh), for
+# the tests that run trials in containers; elsewhere those tests skip and say why.
 test: setup lint
+	@if [ "$$(id -u)" = 0 ]; then deploy/container-runtime.sh; else echo "make test: not root: the container tests run where docker and podman do"; fi
 	$(BIN)/pytest
 
 # mypy checks the installed layout (spotsweep.shared...), which the editable

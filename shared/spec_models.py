@@ -191,12 +191,14 @@ class Resources(_Model):
     resource_class: str = Field(default="gpu", alias="class", min_length=1)  # routes trials to agents serving it
     cpus: Annotated[float | None, BeforeValidator(cpu_cores, json_schema_input_type=Union[float, str, None])] = None  # cores reserved (not a hard limit)
     memory: Annotated[int | None, BeforeValidator(memory_bytes, json_schema_input_type=Union[int, str, None])] = None  # bytes reserved, enforced
+    # /dev/shm of the trial's container (--runtime docker|podman; PyTorch's DataLoader workers share tensors there)
+    shm: Annotated[int | None, BeforeValidator(memory_bytes, json_schema_input_type=Union[int, str, None])] = None
 
     @model_serializer(mode="wrap")
     def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No ``cpus``/``memory`` keys when not asked: a spec without them dumps as before this field existed."""
+        """No ``cpus``/``memory``/``shm`` keys when not asked: a spec without them dumps as before this field existed."""
         data: dict[str, Any] = handler(self)
-        return {k: v for k, v in data.items() if v is not None or k not in ("cpus", "memory")}
+        return {k: v for k, v in data.items() if v is not None or k not in ("cpus", "memory", "shm")}
 
 
 def _split_command(value: object) -> object:
@@ -265,6 +267,10 @@ class SweepSpec(_Model):
     workdir_sha256: str | None = None
     setup: Setup | None = None  # setup.pip: the trial's Python environment, built by the agent (services/agent/pyenv.py)
     inputs: Inputs = Field(default_factory=list)  # data staged once per node, linked read-only (shared/inputs.py)
+    # The OCI image the command runs in, on agents started with --runtime docker|podman (services/agent/container.py);
+    # None: the agent's --default-image there. The container's network: the runtime's bridge unless the spec asks.
+    image: str | None = Field(default=None, min_length=1, max_length=512, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
+    network: Literal["bridge", "host", "none"] = "bridge"
 
     @model_validator(mode="before")
     @classmethod
@@ -318,6 +324,9 @@ class SweepSpec(_Model):
             problems.append((("objectives",), f"the first objective must be metric (got {self.objectives[0].name!r}, "
                              f"metric {self.metric.name!r})"))
         problems += search_problems(self, BUILTINS)
+        if self.image is not None and self.setup is not None:
+            problems.append((("setup",), f"setup.pip builds a virtualenv for trials without an image; with image "
+                                         f"{self.image!r}, install the packages in the image"))
         if problems:
             raise _Problems(problems)
         return self

@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from spotsweep.services.agent import cgroup, harden, idle, insecure, notice
+from spotsweep.services.agent import cgroup, container, harden, idle, insecure, notice
 from spotsweep.services.agent.capacity import Ledger, detect
 from spotsweep.services.agent.handlers import (
     Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
@@ -272,17 +272,19 @@ def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -
     cgroups = cgroup.find()
     if cgroups is not None:
         cgroups.remove_stale()
+    runtime = container.from_settings(settings.runtime, settings.default_image, workdir)
     capacity = detect(settings.cpus, settings.memory, settings.resource_class,
                       cgroups.own_limit() if cgroups is not None else None)
     _log.info(f"offering trials {capacity.cpus:g} cores and {human_bytes(capacity.memory)} in all; "
-              + (f"a memory cgroup per trial (v{cgroups.version}, {cgroups.path})" if cgroups is not None else
+              + (f"each in a container ({settings.runtime}; default image {settings.default_image})" if runtime else
+                 f"a memory cgroup per trial (v{cgroups.version}, {cgroups.path})" if cgroups is not None else
                  "no memory cgroups here: the resource monitor enforces resources.memory"))
     config = RunnerConfig(agent_id=agent_id, workdir=workdir,
                           log_upload_seconds=settings.log_upload_seconds, trial_users=trial_users,
                           trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny),
                           reap_orphans=True, code_caps=Caps(bytes=int(settings.workdir_limit_mib * MiB)),
                           pip_envs_bytes=int(settings.pip_envs_gib * 2**30),
-                          input_cache_bytes=int(settings.input_cache_size * 2**30), cgroups=cgroups)
+                          input_cache_bytes=int(settings.input_cache_size * 2**30), cgroups=cgroups, runtime=runtime)
     return Agent(store=store, config=config, slots=pool, ledger=Ledger(capacity),
                  health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown,
                                own_paths=(str(workdir.resolve()),)), grace=settings.grace)

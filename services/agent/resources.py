@@ -87,8 +87,8 @@ def gpu_values(readings: Iterable[GpuReading], pids: set[int]) -> dict[str, floa
 
 
 def devices(cuda_visible: str | None) -> list[str]:
-    """The GPU indexes or UUIDs named by a ``CUDA_VISIBLE_DEVICES`` value."""
-    return [d.strip() for d in (cuda_visible or "").split(",") if d.strip() and d.strip() != "-1"]
+    """The GPU indexes or UUIDs named by a ``CUDA_VISIBLE_DEVICES`` value (or ``NVIDIA_VISIBLE_DEVICES``'s ids)."""
+    return [d.strip() for d in (cuda_visible or "").split(",") if d.strip() not in ("", "-1", "all", "none", "void")]
 
 
 class _Nvml:
@@ -201,8 +201,9 @@ class Sampler:
             tree = _tree(self._pid, self._processes)
             if self._since is None:
                 self._since = tree[0].create_time()
-                # The GPUs the agent gave it (the runner sets CUDA_VISIBLE_DEVICES).
-                self._gpus = devices(tree[0].environ().get("CUDA_VISIBLE_DEVICES"))
+                # The GPUs the agent gave it: CUDA_VISIBLE_DEVICES (a process), NVIDIA_VISIBLE_DEVICES (a container's init).
+                env = tree[0].environ()
+                self._gpus = devices(env.get("CUDA_VISIBLE_DEVICES") or env.get("NVIDIA_VISIBLE_DEVICES"))
         except (psutil.Error, OSError):
             return {}
         at = self._clock()

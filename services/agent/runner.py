@@ -25,11 +25,13 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from spotsweep.services.agent import code_cache, inputs, pyenv, uploads
-from spotsweep.services.agent.signals import killpg
+from spotsweep.services.agent.signals import killpg, on_kill
 from spotsweep.services.agent.cgroup import TrialCgroup
+from spotsweep.services.agent.container import ImageUnavailable, Mounts, Request
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.log_shipper import LogShipper
 from spotsweep.services.agent.orphans import Reaper, marks
@@ -176,6 +178,33 @@ class Confirms:
             self._started.result()
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How one run's process starts: its environment and folder, and its process env, cgroup or image."""
+
+    env: dict[bytes, bytes]
+    cwd: Path
+    venv: Path | None = None  # setup.pip's virtualenv (process mode)
+    cgroup: TrialCgroup | None = None  # its memory cgroup (process mode)
+    image: tuple[str, str] | None = None  # (image, id) under a container runtime
+
+
+def _image(msg: TrialMessage, config: RunnerConfig) -> tuple[str, str] | None:
+    """The run's (image, id), pulled when missing, under a container runtime; None in process mode.
+    Raises :class:`ImageUnavailable`, or :class:`PermanentError` for a spec this agent cannot run."""
+    runtime = config.runtime
+    if runtime is None:
+        if msg.image is not None:
+            raise PermanentError(f"the trial asks for image {msg.image!r}, but this agent runs trials as processes "
+                                 f"(--runtime process): run it on agents started with --runtime docker or podman")
+        return None
+    if msg.setup_pip is not None:
+        raise PermanentError("setup.pip builds a virtualenv for process mode; this agent runs trials in containers "
+                             "(--runtime): install the packages in the image")
+    image = msg.image or runtime.default_image
+    return image, runtime.image_id(image)
+
+
 def run_trial(
     msg: TrialMessage,
     store: ArtifactStore,
@@ -205,6 +234,12 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
 
     if not msg.argv or not msg.argv[0]:
         return end("failed", failure="refused", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
+    try:
+        image = _image(msg, config)
+    except ImageUnavailable as e:
+        return end("failed", failure="image", error=str(e))
+    except PermanentError as e:
+        return end("failed", failure="refused", error=str(e))
     try:
         cwd = code_cache.working_dir(store, config.workdir / "code", msg.workdir_sha256, config.code_dir, paths.run,
                                      config.code_caps)
@@ -248,32 +283,55 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
                                                        f"{msg.setup_pip!r}, so the attempt did not start: {e}")
     env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user, run_id, venv)
     cgroup = None
-    if msg.memory is not None and config.cgroups is not None:
+    if msg.memory is not None and config.cgroups is not None and image is None:  # a container has the runtime's
         cgroup = config.cgroups.make(run_id, msg.memory, user.uid if user is not None else None)
     try:
-        return _started(msg, store, send, config, control, redelivered, losses, run_id, paths, user, env, cwd,
-                        resume, restored, cgroup, end, venv, staged)
+        return _started(msg, store, send, config, control, redelivered, losses, run_id, paths, user,
+                        Launch(env, cwd, venv, cgroup, image), resume, restored, end, staged)
     finally:
         if cgroup is not None:
             cgroup.remove()
 
 
+def _spawn(launch: Launch, msg: TrialMessage, config: RunnerConfig, paths: Paths, user: TrialUser | None,
+           name: str, out: BinaryIO, err: BinaryIO) -> subprocess.Popen[bytes]:
+    """Start the trial's process in a session of its own: the command itself (as its user, in its cgroup, with
+    its venv's python), or the container runtime's client running it in its image as container ``name``."""
+    env, cwd, cgroup = launch.env, launch.cwd, launch.cgroup
+    if launch.image is None or config.runtime is None:
+        python = str(launch.venv / "bin" / "python") if launch.venv is not None else sys.executable
+        return subprocess.Popen(_argv(msg.argv, env, cwd, python), cwd=cwd, env=env, stdout=out, stderr=err,
+                                start_new_session=True, preexec_fn=cgroup.joiner() if cgroup else None,
+                                **(user.popen() if user is not None else {}))
+    gpus = env.get(b"CUDA_VISIBLE_DEVICES")
+    request = Request(launch.image[0], msg.cpus, msg.memory, msg.shm, gpus.decode() if gpus else None, msg.network,
+                      (user.uid, user.gid) if user is not None else None)
+    argv = config.runtime.command(name, request, msg.argv, cwd, env,
+                                  Mounts.of(paths.root, cwd, [cwd / item.to for item in msg.inputs]))
+    agent = _agent_environment()  # the client runs as the agent, with its registry credentials and daemon settings
+    client = {**env, **{k: v for k, v in agent.items() if k in (b"PATH", b"HOME") or k.startswith(_RUNTIME_VARS)}}
+    return subprocess.Popen(argv, cwd=paths.root, env=client, stdout=out, stderr=err, start_new_session=True)
+
+
+# The agent's variables the runtime's client reads (its daemon, its config, rootless Podman's socket).
+_RUNTIME_VARS = (b"DOCKER_", b"CONTAINER_", b"CONTAINERS_", b"XDG_RUNTIME_DIR", b"REGISTRY_AUTH_FILE")
+
+
 def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControls,
-             redelivered: bool, losses: int, run_id: str, paths: Paths, user: TrialUser | None,
-             env: dict[bytes, bytes], cwd: Path, resume: int | None, restored: dict[str, float],
-             cgroup: TrialCgroup | None, end: Callable[..., TrialFinished], venv: Path | None = None,
+             redelivered: bool, losses: int, run_id: str, paths: Paths, user: TrialUser | None, launch: Launch,
+             resume: int | None, restored: dict[str, float], end: Callable[..., TrialFinished],
              staged: float | None = None) -> TrialFinished | None:
-    """Start the process (in its memory cgroup, when it has one), supervise it, upload its logs, classify its end."""
+    """Start the process (in its memory cgroup or its container, when it has one), supervise it, upload its logs,
+    classify its end."""
     ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
     out_path, err_path = paths.stdout, paths.stderr
+    env, cgroup, runtime = launch.env, launch.cgroup, config.runtime if launch.image is not None else None
+    name = f"spotsweep-{run_id}"
     with out_path.open("w+b") as out, err_path.open("w+b") as err:
         if config.reap_orphans:
             REAPER.adopt()  # orphans below the agent come to it, not to init: what a trial leaves is found (orphans.py)
         try:
-            python = str(venv / "bin" / "python") if venv is not None else sys.executable
-            proc = subprocess.Popen(_argv(msg.argv, env, cwd, python), cwd=cwd, env=env, stdout=out, stderr=err,
-                                    start_new_session=True, preexec_fn=cgroup.joiner() if cgroup else None,
-                                    **(user.popen() if user is not None else {}))
+            proc = _spawn(launch, msg, config, paths, user, name, out, err)
         except OSError as e:
             # A command that is not there or not runnable is the spec's (any submitter can name one);
             # a fork that fails (no memory, no processes left) is the node's.
@@ -282,14 +340,23 @@ def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Ru
         REAPER.started(proc.pid)
         if cgroup is not None:
             cgroup.join(proc.pid)  # in case its own preexec_fn could not (its user may not write the file)
+        sampled = None
+        if runtime is not None:
+            on_kill(proc.pid, lambda: runtime.kill(name))
+            sampled = runtime.pid(name)  # the container's init: its tree is the trial's (the client is not)
         run_marks = marks(env, TOKEN_VAR.encode(), b"SPOTSWEEP_RUN_ID")
         started = time.monotonic()
         start = TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
-                             run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses, staging=staged)
+                             run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses, staging=staged,
+                             image=" ".join(launch.image) if launch.image is not None else None)
         streams: dict[str, tuple[Path, BinaryIO]] = {"stdout": (out_path, out), "stderr": (err_path, err)}
         with LogShipper(store, msg, streams, config.log_upload_seconds):  # the store has the logs while the trial runs
-            outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored, run_marks,
-                                  None if cgroup is not None else msg.memory)
+            try:
+                outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored, run_marks,
+                                      None if cgroup is not None or runtime is not None else msg.memory, sampled)
+            finally:
+                on_kill(proc.pid, None)
+                container_oom = runtime is not None and runtime.finish(name)
         duration = (outcome.ended or time.monotonic()) - started  # the process's time, not the uploads' after it
         if outcome.reason == "lost":
             raise DeliveryLost(run_id, round(duration, 3))
@@ -305,8 +372,14 @@ def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Ru
         # requests behind what an abandoned upload still sends): the next attempt's commits and end prune.
         if not uploads.nothing_stored(msg, redelivered, resume, send.checkpoints) and not control.preempt.is_set():
             uploads.retain(store, msg)
-        over = outcome.over_memory or (cgroup is not None and cgroup.oom_killed())
+        # A container's command SIGKILLed though the agent killed nothing: its memory limit's OOM killer (Podman on
+        # cgroup v1 does not say so in OOMKilled, as Docker does).
+        container_oom = container_oom or (runtime is not None and msg.memory is not None and outcome.reason == "exited"
+                                          and proc.returncode == 128 + 9)
+        over = outcome.over_memory or container_oom or (cgroup is not None and cgroup.oom_killed())
         result, failure, error = _classify(outcome, proc.returncode, lambda: _tail_text(err), msg, over)
+        if runtime is not None and failure == "exit":
+            failure = runtime.failure(proc.returncode) or failure
     screen = outcome.screen
     if cut is not None and screen is not None:
         screen.note("log_truncated", cut)
@@ -319,7 +392,7 @@ def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Ru
 def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMessage, store: ArtifactStore,
                 send: Confirms, config: RunnerConfig, control: RunControls, paths: Paths,
                 restored: dict[str, float], run_marks: frozenset[bytes] = frozenset(),
-                memory_limit: int | None = None) -> Outcome:
+                memory_limit: int | None = None, sampled: int | None = None) -> Outcome:
     """Announce the started process and supervise it to its end; its whole group is dead when this returns,
     and what left the group (``setsid``) is killed within moments (:mod:`.orphans`).
     Raises :class:`DeliveryLost` when a publish failed (the broker went away mid-trial)."""
@@ -331,7 +404,7 @@ def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMe
         _log.info("trial started", pid=proc.pid, resume_step=start.resume_step, redelivered=start.redelivered,
                   sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, run_id=start.run_id)
         outcome = supervise(proc, msg, store, send, config, control, Tail(paths.metrics, msg.limits.line_bytes),
-                            paths.checkpoint, start.run_id, restored, memory_limit)
+                            paths.checkpoint, start.run_id, restored, memory_limit, sampled)
         send.wait()  # the final event is published only after its points and checkpoints are confirmed
         return outcome
     except RetryableError as e:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from spotsweep.services.agent.cgroup import Hierarchy
 from spotsweep.services.agent.committer import DrainClock, LineReader
+from spotsweep.services.agent.container import Runtime
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.monitor import RunMonitor
 from spotsweep.services.agent.pump import MetricPump
@@ -66,6 +67,7 @@ class RunnerConfig:
     # Where each trial with resources.memory gets its own memory cgroup (cgroup.py); None: the resource
     # monitor kills a trial whose tree's resident memory is over its request (monitor.py).
     cgroups: Hierarchy | None = None
+    runtime: Runtime | None = None  # --runtime docker|podman: each trial runs in a container (container.py); None: a process
 
 
 @dataclass
@@ -142,17 +144,18 @@ def _act(proc: subprocess.Popen[bytes], action: Action) -> None:
 def supervise(
     proc: subprocess.Popen[bytes], msg: TrialMessage, store: ArtifactStore, publish: Callable[[Envelope], None],
     config: RunnerConfig, control: RunControls, tail: Tail, ckpt_dir: Path, run_id: str,
-    restored: dict[str, float] | None = None, memory_limit: int | None = None,
+    restored: dict[str, float] | None = None, memory_limit: int | None = None, sampled: int | None = None,
 ) -> Outcome:
     """Supervise until the process exits. ``publish`` may publish without waiting
     (:class:`~.runner.Confirms`); its ``wait`` is called before each checkpoint commit. ``memory_limit``:
-    bytes the process tree may hold before the resource monitor kills it (where no cgroup does)."""
+    bytes the process tree may hold before the resource monitor kills it (where no cgroup does); ``sampled``: the
+    process whose tree the resource samples read, when not ``proc`` (a container's init, not its client)."""
     confirm: Callable[[], None] = getattr(publish, "wait", lambda: None)
     pump = MetricPump(msg, run_id, publish, config.batch_points, config.batch_seconds, restored)
     screen = Screen(msg.limits, known=pump.final, trial_id=msg.trial_id)
     drain_clock = DrainClock(control, control.grace)  # an upload in flight at a preemption: until the grace, no longer
     reader = LineReader(msg, tail, screen, pump, store, ckpt_dir, publish, confirm, drain_clock.out_of_time)
-    monitor = RunMonitor(msg, run_id, proc.pid, publish, pump.take_samples, config.sample_seconds,
+    monitor = RunMonitor(msg, run_id, sampled or proc.pid, publish, pump.take_samples, config.sample_seconds,
                          memory_limit=memory_limit)
     pump.watch = monitor.points
     # Running time left to this trial over all its attempts (timeout.total).

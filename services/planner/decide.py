@@ -309,8 +309,9 @@ def _finished(sweep: SweepState, trial: TrialView, event: TrialFinished, run_end
             return TrialUpdate(TrialState.PENDING, n + 1, f, p, error=note, params=halved, **again)
     failures = f + 1
     # A trial past timeout.total would be killed again at once; one that keeps
-    # killing its agents was dead-lettered: neither is retried.
-    retryable = event.failure not in ("timeout", "lost")
+    # killing its agents was dead-lettered; one whose image cannot be pulled would
+    # meet the same registry answer: none is retried.
+    retryable = event.failure not in ("timeout", "lost", "image")
     if retryable and failures <= policy.max_failures and sweep.active:
         return TrialUpdate(TrialState.PENDING, n + 1, failures, p, error=event.error, **again)
     return TrialUpdate(TrialState.FAILED, n, failures, p, error=event.error, **done)

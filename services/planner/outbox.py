@@ -82,6 +82,9 @@ def trial_message(row: dict[str, Any], spec: SweepSpec, progress: bool = False,
         resume_from=resume_from,
         setup_pip=spec.setup.pip if spec.setup is not None else None,
         inputs=spec.inputs,
+        image=spec.image,
+        network=spec.network,
+        shm=spec.resources.shm,
     )
 
 

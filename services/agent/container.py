@@ -1,0 +1,194 @@
+"""Running a trial's command in an OCI image with Docker or Podman (the agent's ``--runtime``).
+
+The trial contract does not change inside a container, because the container
+sees the run's files at the paths the host does: the run's tree (working
+directory, ``SPOTSWEEP_METRICS``, ``SPOTSWEEP_CHECKPOINT_DIR``) is bind-mounted
+at its own path, each staged input read-only at the path its link points to,
+and the agent still supervises a child process: the runtime's client
+(``docker run`` in the foreground). The client forwards the signals it gets
+(``--sig-proxy``, its default) to the container's init (``--init``), which
+passes them to the command, so SIGTERM and the grace work as in process mode.
+A SIGKILL cannot be forwarded: :func:`~.signals.killpg` calls :meth:`Runtime.kill`
+for a container's group first. If the agent itself dies, its watchdog kills
+every process carrying the agent's token, which the container's processes do
+(it is in their environment), and the next agent removes the stopped
+containers (:meth:`Runtime.remove_stale`).
+
+Why the CLI and not an API client: the same argv serves Docker and Podman
+(``podman`` takes Docker's flags), the user's registry credentials and
+daemon settings apply as for ``docker run``, and a trial runs for minutes, so
+a client process per trial costs nothing that matters (bench/containers.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from spotsweep.shared import log
+from spotsweep.shared.errors import PermanentError
+from spotsweep.shared.messages import Failure
+
+_log = log.get("spotsweep.agent")
+LABEL = "io.spotsweep.agent"  # every trial container carries it: the agent's workdir, for remove_stale
+# The trial's variables that describe the host, not the container: the image's own apply.
+_HOST_ONLY = frozenset({b"PATH", b"VIRTUAL_ENV", b"HOME", b"CUDA_VISIBLE_DEVICES"})
+PULL_TIMEOUT = 3600.0  # a multi-GB training image on a slow link
+
+
+class ImageUnavailable(PermanentError):
+    """The trial's image is not on the node and cannot be pulled: the trial fails (failure kind ``image``), for good."""
+
+
+@dataclass(frozen=True)
+class Mounts:
+    """What the container sees of the host, each at its host path: (path, read-only)."""
+
+    paths: tuple[tuple[str, bool], ...]
+
+    @classmethod
+    def of(cls, root: Path, cwd: Path, inputs: list[Path]) -> Mounts:
+        """The run's tree and the working directory (writable), and each staged input's target (read-only)."""
+        rw = [str(root)] + ([str(cwd)] if not cwd.is_relative_to(root) else [])
+        ro = [os.path.realpath(p) for p in inputs]
+        return cls(tuple((p, False) for p in rw) + tuple((p, True) for p in dict.fromkeys(ro)))
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one trial asks of its container (the message's resources, the slot's GPUs, the spec's network)."""
+
+    image: str
+    cpus: float | None = None
+    memory: int | None = None
+    shm: int | None = None
+    gpus: str | None = None  # the slot's devices, as CUDA_VISIBLE_DEVICES names them: "0" or "2,3"
+    network: str = "bridge"
+    user: tuple[int, int] | None = None  # uid, gid
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A container runtime's CLI (``docker`` or ``podman``) and the image trials without ``image`` run in."""
+
+    binary: str
+    default_image: str
+    owner: str  # the agent's workdir: labels its containers, so the next agent there removes what this one left
+
+    def _run(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([self.binary, *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+    def image_id(self, image: str) -> str:
+        """The image's id (``sha256:…``), pulled first when the node lacks it (as ``docker run`` does, so an image
+        built on the node is used as it is); raises :class:`ImageUnavailable` with the runtime's reason."""
+        found = self._run("image", "inspect", "--format", "{{.Id}}", image)
+        if found.returncode != 0:
+            started = time.monotonic()
+            try:
+                pulled = self._run("pull", "--quiet", image, timeout=PULL_TIMEOUT)
+            except subprocess.TimeoutExpired as e:
+                raise ImageUnavailable(f"image {image!r}: not pulled within {PULL_TIMEOUT:g} s") from e
+            if pulled.returncode != 0:
+                why = (pulled.stderr.strip() or pulled.stdout.strip()).splitlines()[-1:] or ["no reason given"]
+                raise ImageUnavailable(f"image {image!r} is not on this node and cannot be pulled: {why[0][:300]}")
+            _log.info("image pulled", image=image, seconds=round(time.monotonic() - started, 1))
+            found = self._run("image", "inspect", "--format", "{{.Id}}", image)
+        return found.stdout.strip()
+
+    def command(self, name: str, request: Request, argv: list[str], cwd: Path, env: Mapping[bytes, bytes],
+                mounts: Mounts) -> list[str]:
+        """The client's argv that runs ``argv`` as the trial: its environment passed by name (``-e NAME``: the
+        values never show in the process table), read-only root, ``/tmp`` in memory, no swap past the request."""
+        r = request
+        args = [self.binary, "run", "--name", name, "--init", "--read-only", "--tmpfs", "/tmp:exec",
+                "--label", f"{LABEL}={self.owner}", "--workdir", str(cwd), "--network", r.network,
+                "--env", "HOME=/tmp"]
+        if r.user is not None:
+            args += ["--user", f"{r.user[0]}:{r.user[1]}"]
+        if r.cpus is not None:
+            args += ["--cpus", f"{r.cpus:g}"]
+        if r.memory is not None:
+            args += ["--memory", str(r.memory), "--memory-swap", str(r.memory)]
+        if r.shm is not None:
+            args += ["--shm-size", str(r.shm)]
+        args += self._gpus(r.gpus)
+        for path, ro in mounts.paths:
+            args += ["--volume", f"{path}:{path}" + (":ro" if ro else "")]
+        for key in sorted(env):
+            if key not in _HOST_ONLY:
+                args += ["--env", os.fsdecode(key)]
+        return [*args, r.image, *argv]
+
+    def _gpus(self, gpus: str | None) -> list[str]:
+        """The slot's GPUs: Docker's ``--gpus`` (the NVIDIA container toolkit), Podman's CDI devices."""
+        if not gpus:
+            return []
+        ids = gpus.split(",")
+        if os.path.basename(self.binary).startswith("podman"):
+            return [arg for i in ids for arg in ("--device", f"nvidia.com/gpu={i}")]
+        # NVIDIA_VISIBLE_DEVICES names the host's ids for the resource sampler (resources.py) as the toolkit does.
+        return ["--gpus", f'"device={gpus}"', "--env", f"NVIDIA_VISIBLE_DEVICES={gpus}"]
+
+    @staticmethod
+    def failure(rc: int | None) -> Failure | None:
+        """What the client's own exit codes mean (``docker run``'s and ``podman run``'s): 125 the runtime failed
+        (the node's), 126 and 127 the command cannot run in the image (the spec's); None: the command's own exit."""
+        return {125: "agent", 126: "refused", 127: "refused"}.get(rc) if rc is not None else None  # type: ignore[return-value]
+
+    def pid(self, name: str, wait: float = 10.0) -> int | None:
+        """The host pid of the container's init once it runs (for the resource samples); None if it never did."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            state = self._run("inspect", "--format", "{{.State.Pid}} {{.State.Status}}", name).stdout.split()
+            if state and state[0].isdigit() and int(state[0]) > 0:
+                return int(state[0])
+            if state[1:] and state[1] in ("exited", "dead"):
+                return None
+            time.sleep(0.05)
+        return None
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the container (the client cannot forward that signal); one already gone is not an error."""
+        self._run("kill", name, timeout=30.0)
+
+    def finish(self, name: str) -> bool:
+        """Remove the exited container; True when its memory limit's OOM killer ended it."""
+        oom = self._run("inspect", "--format", "{{.State.OOMKilled}}", name).stdout.strip() == "true"
+        self._run("rm", "--force", name, timeout=60.0)
+        return oom
+
+    def remove_stale(self) -> None:
+        """Remove the containers an earlier agent on this workdir left (it was killed outright)."""
+        left = self._run("ps", "--all", "--quiet", "--filter", f"label={LABEL}={self.owner}").stdout.split()
+        if left:
+            _log.info("removing containers an earlier agent left", count=len(left))
+            self._run("rm", "--force", *left, timeout=120.0)
+
+
+def from_settings(kind: str, default_image: str | None, workdir: Path) -> Runtime | None:
+    """``--runtime``'s Runtime, its binary found and its daemon answering, and what an earlier agent on ``workdir``
+    left removed; None for ``process``. A runtime that cannot serve trials stops the agent (exit 2) naming the flag."""
+    if kind == "process":
+        return None
+    binary = shutil.which(kind)
+    if binary is None:
+        raise PermanentError(f"--runtime {kind}: no {kind!r} program on PATH (install it, or use --runtime process)")
+    if not default_image:
+        raise PermanentError(f"--runtime {kind} needs --default-image (SPOTSWEEP_DEFAULT_IMAGE): the image trials "
+                             "whose spec names none run in")
+    try:
+        answer = subprocess.run([binary, "version", "--format", "{{.Server.Version}}"], capture_output=True,
+                                text=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        answer = subprocess.CompletedProcess([], 1, "", "no answer in 30 s")
+    if answer.returncode != 0:
+        why = (answer.stderr.strip().splitlines() or ["no reason given"])[-1]
+        raise PermanentError(f"--runtime {kind}: {kind} cannot run containers here: {why[:300]}")
+    runtime = Runtime(binary, default_image, str(workdir.resolve()))
+    runtime.remove_stale()
+    return runtime
