@@ -36,6 +36,7 @@ CHUNK = 1 << 20
 def version_of(item: Input, headers: Message | None) -> str:
     """The version of ``item`` as served with ``headers`` (see the module's docstring; none needed with ``sha256``)."""
     name = url_file_name(item.source)
+    key: list[str | None]
     if item.sha256 is not None:
         key = ["sha256", item.sha256, name]
     else:
