@@ -16,7 +16,6 @@ import threading
 from spotsweep.services.agent.state import Agent
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker, Outgoing
-from spotsweep.shared.errors import SpotsweepError
 from spotsweep.shared.messages import AgentSeen, encode
 
 _log = log.get("spotsweep.agent")
@@ -32,19 +31,18 @@ def seen(agent: Agent) -> AgentSeen:
 
 def start(broker: Broker, agent: Agent, resource_class: str, lost: threading.Event,
           every: float = EVERY_S) -> threading.Thread:
-    """Announce on ``broker`` now and every ``every`` seconds until ``lost`` is set or a publish fails
-    (the connection is gone: the next connection starts its own)."""
+    """Announce on ``broker`` now and every ``every`` seconds until ``lost`` is set or an announcement
+    failed (the connection is gone: the next connection starts its own)."""
 
     def loop() -> None:
         while True:
             message = seen(agent)
-            try:
-                broker.publish_async([Outgoing(topology.EVENTS_EXCHANGE, topology.agent_seen_routing_key(resource_class),
-                                               encode(message), message_id=message.message_id)])
-            except SpotsweepError as e:
-                _log.debug("announcement not sent: the connection is gone", error=str(e))
-                return
+            sent = broker.publish_async([Outgoing(topology.EVENTS_EXCHANGE, topology.agent_seen_routing_key(resource_class),
+                                                  encode(message), message_id=message.message_id)])
             if lost.wait(every):
+                return
+            if sent.done() and (error := sent.exception()) is not None:
+                _log.debug("announcements stop: the connection is gone", error=str(error))
                 return
 
     thread = threading.Thread(target=loop, name="agent-announce", daemon=True)
