@@ -141,6 +141,8 @@ def submit(spec: SweepSpec, settings: Settings) -> str:
     spec = code_upload.with_code(spec, settings)
     sweep_id = new_sweep_id(spec.name)
     _post(submission(spec, sweep_id), settings, served=spec.resources.resource_class)
+    if (too_big := idle_classes.submit_warning(settings, spec.resources)) is not None:
+        print(too_big, file=sys.stderr)
     return sweep_id
 
 
@@ -313,7 +315,10 @@ def status(sweep_id: str | None, settings: Settings, as_json: bool, limit: int |
     if db is not None:
         for warning in idle_classes.warnings_for(settings, idle_classes.waiting_classes(db)):
             print(warning, file=sys.stderr)
+    unfit = {} if db is None else idle_classes.waiting_unfit(db)
     for r in rows:
+        if r["sweep_id"] in unfit:
+            print(f"{shown(r['sweep_id'])}: waiting: {unfit[r['sweep_id']]}")
         if r["state"] in ("rejected", "failed") and r["error"]:
             print(f"{shown(r['sweep_id'])} {r['state']}: {_said(r['error'])}")
         if r["note"]:

@@ -278,6 +278,22 @@ class TrialLost(Envelope):
     duration: float | None = None  # seconds the lost run's process ran (counted in the trial's running time)
 
 
+class AgentSeen(Envelope):
+    """What an agent offers its trials, announced when it connects and every minute after
+    (``services/agent/announce.py``), so ``submit`` and ``status`` can name a request no agent
+    of its class can ever hold. About no sweep: ``sweep_id`` is empty. An older collector
+    dead-letters it; an older agent never sends it (and is then not judged)."""
+
+    kind: Literal["agent.seen"] = "agent.seen"
+    sweep_id: str = ""
+    agent: str = Field(min_length=1, max_length=255)
+    resource_class: str = Field(min_length=1, max_length=255)
+    slots: int = Field(ge=0, le=2**31 - 1)
+    cpus: float = Field(ge=0, allow_inf_nan=False)  # cores offered to all its trials together (--cpus, else detected)
+    memory: int = Field(ge=0, le=2**63 - 1)  # bytes offered to all its trials together (--memory, else detected)
+    gpus: int = Field(default=0, ge=0, le=2**31 - 1)  # GPUs each slot gets
+
+
 class SubmitSweep(Envelope):
     """Start a sweep: posted to ``spotsweep.sweeps`` by ``spotsweep submit``.
     ``sweep_id`` names the sweep (``name-<hex8>``); a redelivery is a no-op."""
@@ -323,7 +339,7 @@ Event = Annotated[Union[TrialStarted, TrialMetrics, TrialProgress, CheckpointSav
                   Field(discriminator="kind")]
 Message = Annotated[
     Union[TrialMessage, TrialStarted, TrialMetrics, TrialProgress, CheckpointSaved, TrialFinished, TrialLost, CancelSweep,
-          StopTrial],
+          StopTrial, AgentSeen],
     Field(discriminator="kind"),
 ]
 _MESSAGE = TypeAdapter(Message)
@@ -376,7 +392,7 @@ def decode_command(data: Any) -> SubmitSweep | CancelSweep | ExtendSweep:
 
 _EVERY = TypeAdapter(Annotated[
     Union[TrialMessage, TrialStarted, TrialMetrics, TrialProgress, CheckpointSaved, TrialFinished, TrialLost, CancelSweep,
-          StopTrial, SubmitSweep, ExtendSweep],
+          StopTrial, SubmitSweep, ExtendSweep, AgentSeen],
     Field(discriminator="kind"),
 ])
 

@@ -9,7 +9,7 @@
 --                     and views (migrations alter them) and writes the tables.
 --   spotsweep_reader  `status`, `ls`, `report`, the dashboard, `spotsweep.results()`: SELECT on
 --                     the public views trial_results, metric_points, sweep_results, run_events,
---                     trial_journal, trial_segments (and the migration record, which readers check, never
+--                     trial_journal, trial_segments, agent_capacity (and the migration record, which readers check, never
 --                     write); no table.
 --
 -- Both are groups (NOLOGIN); give each process a login of its own, e.g.
@@ -46,5 +46,6 @@ $$;
 
 -- The reader: the public views only (a view reads its tables with its owner's rights).
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM spotsweep_reader;
-GRANT SELECT ON trial_results, metric_points, sweep_results, run_events, trial_journal, trial_segments TO spotsweep_reader;
+GRANT SELECT ON trial_results, metric_points, sweep_results, run_events, trial_journal, trial_segments,
+                agent_capacity TO spotsweep_reader;
 GRANT SELECT ON _yoyo_migration TO spotsweep_reader;

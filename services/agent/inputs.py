@@ -40,10 +40,11 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from spotsweep.services.agent import inputs_url
 from spotsweep.services.agent.trial_user import TrialUser
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound, ObjectInfo
@@ -87,7 +88,8 @@ def staged(msg: TrialMessage, store: ArtifactStore, cache: Path, run: Path, cap_
             if item.source.startswith("/"):
                 _link(Path(item.source), run, item.to, user)
                 continue
-            tree, version = _fetch(store, item, cache, pins.get(item.to), held)
+            tree, version = (_fetch_url(item, cache, pins.get(item.to), held) if item.is_url
+                             else _fetch(store, item, cache, pins.get(item.to), held))
             resolved[item.to] = version
             _link(tree, run, item.to, user)
         if resolved != pins:
@@ -106,16 +108,43 @@ def _fetch(store: ArtifactStore, item: Input, cache: Path, pinned: str | None, h
         raise PermanentError(f"input {item.source}: the artifact bucket {bucket!r} holds every sweep's checkpoints "
                              "and logs and is not an input source; put the data in a bucket of its own")
     source: ArtifactStore = in_bucket(bucket)
+    objects = _listing(source, item)
+    current = version_of(bucket, prefix, objects)
+    version = _pinned(item, cache, current, pinned)
+    make = None if version != current else (lambda staging: _make(source, item, objects, version, staging))
+    return _hold(cache, version, make, held, item), version
+
+
+def _fetch_url(item: Input, cache: Path, pinned: str | None, held: ExitStack) -> tuple[Path, str]:
+    """As :func:`_fetch`, for a URL. With ``sha256`` the version is known without asking: no request
+    when this node holds it. Else one GET whose headers name the version; its body is read only when
+    this node does not hold that version yet."""
+    if item.sha256 is not None:
+        version = inputs_url.version_of(item, None)
+        return _hold(cache, version, lambda staging: inputs_url.fetch(item, staging), held, item), version
+    with inputs_url.opened(item.source) as response:
+        current = inputs_url.version_of(item, response.headers)
+        version = _pinned(item, cache, current, pinned)
+        make = None if version != current else (lambda staging: inputs_url.save(item, response, staging))
+        return _hold(cache, version, make, held, item), version
+
+
+def _pinned(item: Input, cache: Path, current: str, pinned: str | None) -> str:
+    """The version a trial uses: the one its first attempt pinned (which this node must still hold), else the current."""
+    if pinned is None or pinned == current:
+        return current
+    if not (cache / pinned).is_dir():
+        raise PermanentError(f"input {item.source} changed since the trial's first attempt (version {pinned}, now "
+                             f"{current}) and this node no longer holds the old one: the trial cannot see one "
+                             "consistent version")
+    return pinned
+
+
+def _hold(cache: Path, version: str, make: Callable[[Path], None] | None, held: ExitStack, item: Input) -> Path:
+    """``<cache>/<version>``, held shared until ``held`` closes; made by ``make(folder)`` under the version's
+    exclusive lock when absent (the others wait on it), then made read-only and renamed into place."""
     cache.mkdir(parents=True, exist_ok=True)
     os.chmod(cache, 0o755)  # trial users reach the trees; the trees themselves are read-only
-    objects = _listing(source, item)
-    version = version_of(bucket, prefix, objects)
-    if pinned is not None and pinned != version:
-        if not (cache / pinned).is_dir():
-            raise PermanentError(f"input {item.source} changed since the trial's first attempt (version {pinned}, now "
-                                 f"{version}) and this node no longer holds the old one: the trial cannot see one "
-                                 "consistent version")
-        version, objects = pinned, []
     tree = cache / version
     while True:
         fd = os.open(cache / f".{version}.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -123,13 +152,23 @@ def _fetch(store: ArtifactStore, item: Input, cache: Path, pinned: str | None, h
         if tree.is_dir():
             held.callback(os.close, fd)  # held shared while the trial runs: eviction passes it by
             os.utime(tree)  # used now: what eviction ranks by
-            return tree, version
-        os.close(fd)  # not there: made under the exclusive lock (the others wait on it), then taken shared
+            return tree
+        os.close(fd)  # not there: made under the exclusive lock, then taken shared
         with _locked(cache / f".{version}.lock", fcntl.LOCK_EX):
-            if not tree.is_dir():
-                if not objects:
-                    raise PermanentError(f"input {item.source}: version {version} vanished from this node's cache")
-                _make(source, item, objects, version, tree)
+            if tree.is_dir():
+                continue
+            if make is None:
+                raise PermanentError(f"input {item.source}: version {version} vanished from this node's cache")
+            with tempfile.TemporaryDirectory(dir=cache, prefix=f".{version}-") as tmp:
+                staging = Path(tmp) / "tree"
+                staging.mkdir()
+                started = time.monotonic()
+                make(staging)
+                _read_only(staging)
+                os.rename(staging, tree)
+            total, seconds = _size(tree), time.monotonic() - started
+            _log.info("input staged", source=item.source, version=version, bytes=total, seconds=round(seconds, 3),
+                      mib_per_s=round(total / 2**20 / max(seconds, 1e-6), 1))
 
 
 def _listing(source: ArtifactStore, item: Input) -> list[ObjectInfo]:
@@ -140,26 +179,16 @@ def _listing(source: ArtifactStore, item: Input) -> list[ObjectInfo]:
     return objects
 
 
-def _make(source: ArtifactStore, item: Input, objects: list[ObjectInfo], version: str, tree: Path) -> None:
-    """Download ``objects`` into ``tree`` (absent), checked, read-only; the caller holds the version's lock."""
+def _make(source: ArtifactStore, item: Input, objects: list[ObjectInfo], version: str, staging: Path) -> None:
+    """Download ``objects`` into ``staging``, every size checked, and check the prefix did not change meanwhile."""
     bucket, prefix = item.bucket_prefix
-    started = time.monotonic()
     sizes = {o.key[len(prefix):]: o.size or 0 for o in objects}
     if any(not rel or rel.startswith("/") or ".." in rel.split("/") for rel in sizes):
         raise PermanentError(f"input {item.source}: an object's key does not make a safe path under the prefix")
-    with tempfile.TemporaryDirectory(dir=tree.parent, prefix=f".{version}-") as tmp:
-        staging = Path(tmp) / "tree"
-        staging.mkdir()
-        if not download_files(source, prefix, sizes, staging):
-            raise RetryableError(f"input {item.source}: an object vanished or changed size while it was downloaded")
-        if version_of(bucket, prefix, _listing(source, item)) != version:
-            raise RetryableError(f"input {item.source} changed while it was downloaded: staged again on the next try")
-        _read_only(staging)
-        os.rename(staging, tree)
-    total = sum(sizes.values())
-    seconds = time.monotonic() - started
-    _log.info("input staged", source=item.source, version=version, files=len(sizes), bytes=total,
-              seconds=round(seconds, 3), mib_per_s=round(total / 2**20 / max(seconds, 1e-6), 1))
+    if not download_files(source, prefix, sizes, staging):
+        raise RetryableError(f"input {item.source}: an object vanished or changed size while it was downloaded")
+    if version_of(bucket, prefix, _listing(source, item)) != version:
+        raise RetryableError(f"input {item.source} changed while it was downloaded: staged again on the next try")
 
 
 def _read_only(root: Path) -> None:

@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from spotsweep.services.agent import cgroup, container, harden, idle, insecure, notice
+from spotsweep.services.agent import announce, cgroup, container, harden, idle, insecure, notice
 from spotsweep.services.agent.capacity import Ledger, detect
 from spotsweep.services.agent.handlers import (
     Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
@@ -90,6 +90,7 @@ def connect(broker: Broker, agent: Agent, resource_class: str = "gpu",
     control_queue = broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
     broker.consume(control_queue, partial(handle_control, conn=conn), prefetch=10, accept_users=accept_users)
     send_notices(conn)
+    announce.start(broker, agent, resource_class, conn.lost)  # what it offers, for submit and status (issue 30)
 
     count = agent.slots.count
     conn.resume = partial(consume_trials, broker, conn, resource_class, count, count, accept_users)

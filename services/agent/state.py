@@ -34,6 +34,7 @@ class Slots:
 
     def __init__(self, n: int, gpus: list[str] | None) -> None:
         self.count = n
+        self.gpus = len(gpus[0].split(",")) if gpus else 0  # GPUs each slot gets (a group "0,1" is two)
         self._workdirs: set[Path] = set()
         self._free: queue.Queue[tuple[int, str | None]] = queue.Queue()
         for i in range(n):

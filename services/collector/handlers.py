@@ -9,8 +9,10 @@ key stays. The fast path skips the staging copy, which halves PostgreSQL's
 work per point (bench/ingest.py); redeliveries are rare. Checkpoint
 events are journaled in ``trial_events`` by message id (lifecycle events are
 journaled by the planner, which decides them: the collector's queue is bound
-to metrics and checkpoints only). The batch is acked only after the commit
-(see ``BatchingHandler``).
+to metrics and checkpoints only). An agent's announcement of what it offers
+(``agent.seen``) updates its row of ``agents`` (the newest announcement wins)
+and is not journaled. The batch is acked only after the commit (see
+``BatchingHandler``).
 
 One bad point hurts no one: a point the database could not take (a metric
 name that is empty, longer than ``limits.HARD_METRIC_NAME_CHARS`` or holds a
@@ -34,7 +36,7 @@ from spotsweep.shared.broker.port import Delivery
 from spotsweep.shared.db import Conn, Database
 from spotsweep.shared.db.journal import journal
 from spotsweep.shared.limits import HARD_METRIC_NAME_CHARS, Limits, metric_name_problem
-from spotsweep.shared.messages import Envelope, TrialMetrics, TrialProgress, decode
+from spotsweep.shared.messages import AgentSeen, Envelope, TrialMetrics, TrialProgress, decode
 
 _log = log.get("spotsweep.collector")
 
@@ -65,12 +67,15 @@ def write_events(events: Sequence[Envelope], db: Database) -> int:
     """Write events idempotently; returns the number of new points."""
     points = [p for e in events if isinstance(e, TrialMetrics) for p in storable_points(e)]
     # Progress repeats the objective's points for the planner: they are stored as points already.
-    other = [e for e in events if not isinstance(e, (TrialMetrics, TrialProgress))]
+    other = [e for e in events if not isinstance(e, (TrialMetrics, TrialProgress, AgentSeen))]
+    agents = [e for e in events if isinstance(e, AgentSeen)]
     inserted = 0
     with db.transaction() as conn:
         if points:
             inserted = _write_points(conn, points)
         journal(conn, other)
+        if agents:
+            _write_agents(conn, agents)
     if points:
         _log.debug("points written", new=inserted, received=len(points))
     return inserted
@@ -110,3 +115,15 @@ def _write_points(conn: Conn, points: Sequence[tuple[Any, ...]]) -> int:
         _copy(cur, "points_stage", points)
         cur.execute(f"INSERT INTO points {_COLUMNS} SELECT {_COLUMNS[1:-1]} FROM points_stage ON CONFLICT DO NOTHING")
         return cur.rowcount
+
+
+def _write_agents(conn: Conn, seen: Sequence[AgentSeen]) -> None:
+    """Each agent's newest announcement (an older one, delivered late, changes nothing)."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO agents (agent_id, resource_class, slots, cpus, memory, gpus, last_seen)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent_id) DO UPDATE SET"
+            " resource_class = EXCLUDED.resource_class, slots = EXCLUDED.slots, cpus = EXCLUDED.cpus,"
+            " memory = EXCLUDED.memory, gpus = EXCLUDED.gpus, last_seen = EXCLUDED.last_seen"
+            " WHERE agents.last_seen <= EXCLUDED.last_seen",
+            [(e.agent, e.resource_class, e.slots, e.cpus, e.memory, e.gpus, e.time) for e in seen])

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from manifests import OVERLAYS, ROOT, agents, flags, named, of_kind, parse_cli, render, spotsweep_workloads, workloads
 
+from spotsweep.shared.quantity import cpu_cores, memory_bytes
 from spotsweep.shared.secret_files import file_variable
 from spotsweep.shared.settings import PROCESSES, Settings
 from spotsweep.shared.settings_cli import load
 
 CONTROL = ("planner", "collector", "reporter")
+AGENT_SHARE = (0.5, 2**30)  # cores and bytes an agent pod requests for the agent itself (docs/deploy.md)
 SPOT = {  # overlay -> (how its agents are pinned to spot nodes, the toleration of the cloud's spot taint, notice)
     "gke-spot": ({"cloud.google.com/gke-spot": "true"}, "cloud.google.com/gke-spot", "gcp"),
     "eks-spot": ({"eks.amazonaws.com/capacityType": "SPOT", "karpenter.sh/capacity-type": "spot"}, None, "aws"),
@@ -81,6 +83,19 @@ def test_every_agent_has_probes_resources_and_only_the_capabilities_trial_users_
         assert len(f["--trial-user"].split(",")) == int(f["--slots"])
         secret_volume = next(v for v in spec["volumes"] if "secret" in v)
         assert secret_volume["secret"]["defaultMode"] == 0o400  # root's alone: trials cannot read it
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_an_agent_pods_requests_are_what_it_offers_its_trials_and_its_own_share(overlay: str) -> None:
+    """The scheduler reserves what the agent promises its slots (--cpus, --memory, which it never overcommits),
+    plus AGENT_SHARE for the agent itself, and the memory limit leaves the trials all of theirs."""
+    for sj, args in agent_args(overlay):
+        f = flags(args)
+        (c,) = sj["spec"]["jobTargetRef"]["template"]["spec"]["containers"]
+        requests, limits = c["resources"]["requests"], c["resources"]["limits"]
+        assert cpu_cores(requests["cpu"]) == cpu_cores(f["--cpus"]) + AGENT_SHARE[0], sj["metadata"]["name"]
+        assert memory_bytes(requests["memory"]) == memory_bytes(f["--memory"]) + AGENT_SHARE[1], sj["metadata"]["name"]
+        assert memory_bytes(limits["memory"]) >= memory_bytes(requests["memory"])
 
 
 @pytest.mark.parametrize("overlay", sorted(SPOT))

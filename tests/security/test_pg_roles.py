@@ -33,7 +33,8 @@ from spotsweep.shared.db import Database
 pytestmark = [pytest.mark.needs_pg, pytest.mark.timeout(180)]
 
 ROLES_SQL = Path(__file__).parents[2] / "deploy" / "postgres" / "roles.sql"
-VIEWS = ("trial_results", "metric_points", "sweep_results", "run_events", "trial_journal", "trial_segments")
+VIEWS = ("trial_results", "metric_points", "sweep_results", "run_events", "trial_journal", "trial_segments",
+         "agent_capacity")
 SPEC = {
     "name": "pgroles",
     "command": ["python", "-c", "from spotsweep import trial; trial.report(1, loss=trial.params['x'])"],

@@ -53,7 +53,12 @@ def spec(**extra: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(("given", "field", "words"), [
     ([{"from": "s3://datasets/ts/", "to": "../up"}], "inputs[0].to", "relative path"),
     ([{"from": "s3://datasets/ts/", "to": "/abs"}], "inputs[0].to", "relative path"),
-    ([{"from": "https://example.com/x.tar", "to": "data"}], "inputs[0].from", "not supported"),
+    ([{"from": "ftp://example.com/x.tar", "to": "data"}], "inputs[0].from", "https:// URL of a file"),
+    ([{"from": "https://example.com/", "to": "data"}], "inputs[0].from", "URL of one file"),
+    ([{"from": "https://user:pw@example.com/x.tar", "to": "data"}], "inputs[0].from", "without credentials"),
+    ([{"from": "http://example.com/x.tar", "to": "data"}], "inputs[0]", "needs sha256"),
+    ([{"from": "s3://a/x/", "to": "data", "sha256": "0" * 64}], "inputs[0]", "sha256 is for a URL"),
+    ([{"from": "https://example.com/x.tar", "to": "data", "sha256": "xyz"}], "inputs[0].sha256", ""),
     ([{"from": "s3:///nobucket/", "to": "data"}], "inputs[0].from", "must name a bucket"),
     ([{"from": "s3://datasets/ts/v3", "to": "data"}], "inputs[0].from", "ending in '/'"),
     ([{"from": "s3://a/x/", "to": "data"}, {"from": "s3://a/y/", "to": "data/sub"}], "inputs", "neither inside"),

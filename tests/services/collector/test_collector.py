@@ -110,3 +110,22 @@ def test_a_nul_in_a_journaled_event_is_replaced_not_fatal(database_url: str) -> 
     write_events([CheckpointSaved(sweep_id="s", trial_id="s.0", attempt=1, step=2, uri="s3://b/x\x00y")], db)
     with db.transaction() as conn:
         assert conn.execute("SELECT body->>'uri' AS uri FROM trial_events").fetchone()["uri"] == "s3://b/x\ufffdy"
+
+
+def test_an_agents_newest_announcement_is_what_readers_see(database_url: str) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from spotsweep.shared.messages import AgentSeen
+
+    db = Database(database_url)
+    db.migrate()
+    now = datetime.now(timezone.utc)
+    old = AgentSeen(agent="n1", resource_class="gpu", slots=2, cpus=8, memory=2**30, time=now - timedelta(minutes=1))
+    new = AgentSeen(agent="n1", resource_class="gpu", slots=4, cpus=16, memory=2**34, gpus=1, time=now)
+    write_events([new], db)
+    write_events([old], db)  # delivered late: changes nothing
+    with db.transaction() as conn:
+        rows = conn.execute("SELECT agent_id, resource_class, slots, cpus, memory, gpus FROM agent_capacity").fetchall()
+        journaled = conn.execute("SELECT count(*) AS n FROM trial_events").fetchone()["n"]
+    assert rows == [{"agent_id": "n1", "resource_class": "gpu", "slots": 4, "cpus": 16.0, "memory": 2**34, "gpus": 1}]
+    assert journaled == 0  # about no trial: not in the journal
