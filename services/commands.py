@@ -182,34 +182,61 @@ def _postable(sweep_id: str) -> None:
                              "the planner would refuse it")
 
 
-def cancel(sweep_id: str, settings: Settings) -> str:
-    """Ask the planner to cancel a sweep the results database knows: a typo is
-    refused here (exit 2), instead of leaving a cancelled row for an id no one ran.
-    Without ``SPOTSWEEP_DATABASE_URL`` the sweep is local mode's: cancelled in its
-    database, no RabbitMQ involved (:func:`spotsweep.services.resume.cancel`)."""
+def _resolve(settings: Settings, sweep: str) -> tuple[Database, str]:
+    """The database and id of sweep ``sweep``: an id, or a name (its newest sweep), as `report` takes it."""
+    db = _listing(settings)
+    sweep_id = _by_id_or_name(db, sweep)
+    assert db is not None  # a database nothing ran on knows no sweep: refused just above
+    return db, sweep_id
+
+
+def _run_here(settings: Settings, sweep_id: str) -> bool:
+    """Whether the sweep is local mode's: no ``SPOTSWEEP_DATABASE_URL``, or a `spotsweep run`
+    with this ``SPOTSWEEP_HOME`` started it (its lock file stays in ``runs/``). Its planner
+    is in the process that runs it, which no RabbitMQ message reaches."""
     if settings.database_url is None:
+        return True
+    return is_sweep_id(sweep_id) and (settings.home / "runs" / f"{sweep_id}.lock").exists()
+
+
+def _reachable(db: Database, sweep_id: str, what: str) -> None:
+    """Refuse to post about a sweep that a `spotsweep run` elsewhere ran (its trials ran on
+    agent ``local``): no planner reads the sweeps queue for it, so the message would lie there unread."""
+    with db.transaction() as conn:
+        local = conn.execute("SELECT 1 FROM trial_results WHERE sweep_id = %s AND agent = 'local' LIMIT 1",
+                             (sweep_id,)).fetchone()
+    if local is not None:
+        raise PermanentError(f"sweep {_named(sweep_id)} was run by `spotsweep run` with another SPOTSWEEP_HOME (or on "
+                             f"another machine), not by a planner: {what} it where it ran, with that SPOTSWEEP_HOME")
+
+
+def cancel(sweep: str, settings: Settings) -> str:
+    """Ask the planner to cancel a sweep the results database knows (by id or name): a typo
+    is refused here (exit 2), instead of leaving a cancelled row for an id no one ran.
+    A local mode sweep is cancelled in its database, no RabbitMQ involved
+    (:func:`spotsweep.services.resume.cancel`)."""
+    db, sweep_id = _resolve(settings, sweep)
+    if _run_here(settings, sweep_id):
         from spotsweep.services import resume
 
         return resume.cancel(sweep_id, settings)
-    with _sweep_database(settings, sweep_id).transaction() as conn:
-        # The public view, not the table: a submitter's database login may be the reader role.
-        row = conn.execute("SELECT state FROM sweep_results WHERE sweep_id = %s", (sweep_id,)).fetchone()
-    if row is None:
-        raise _unknown(sweep_id)
+    _postable(sweep_id)
+    _reachable(db, sweep_id, "cancel")
     from spotsweep.services.planner.handlers import cancellation
 
-    _postable(sweep_id)
     _post(cancellation(sweep_id), settings)
     return f"cancel requested for {sweep_id}"
 
 
-def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any]) -> str:
+def extend(sweep: str, settings: Settings, trials: int, budget: dict[str, Any]) -> str:
     """Ask the planner for ``trials`` more trials and/or new budget caps; checked here
-    first, so a mistake is reported to the person typing, not only in the planner's log."""
+    first, so a mistake is reported to the person typing, not only in the planner's log.
+    A local mode sweep's extension is left for the process that runs it, or the next
+    ``resume`` (:mod:`spotsweep.services.local_spool`)."""
     from spotsweep.services.planner.extend import extended
-    from spotsweep.services.planner.handlers import extension
 
-    with _sweep_database(settings, sweep_id).transaction() as conn:
+    db, sweep_id = _resolve(settings, sweep)
+    with db.transaction() as conn:
         row = conn.execute("SELECT spec, spec_version, state FROM sweep_results WHERE sweep_id = %s",
                            (sweep_id,)).fetchone()
     if row is None or row["spec"] is None:
@@ -217,7 +244,18 @@ def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any
     if row["state"] not in ("running", "completed"):
         raise PermanentError(f"sweep {_named(sweep_id)} is {row['state']}; only a running or completed sweep can be extended")
     new = extended(parse_spec(row["spec"]), trials, budget)  # SpecError names the field
+    if _run_here(settings, sweep_id):
+        from spotsweep.services import local_spool
+        from spotsweep.services.local_interrupt import is_locked
+
+        local_spool.put(settings.home, sweep_id, row["spec_version"], trials, budget)
+        taker = ("the `spotsweep run` running it takes it within a moment" if is_locked(settings.home, sweep_id)
+                 else f"`spotsweep resume {sweep_id}` runs it")
+        return f"extension of {sweep_id} saved: {total_trials(new)} trial(s) in all; {taker}"
     _postable(sweep_id)
+    _reachable(db, sweep_id, "extend")
+    from spotsweep.services.planner.handlers import extension
+
     _post(extension(sweep_id, row["spec_version"], trials, budget), settings)
     return f"extension requested for {sweep_id}: {total_trials(new)} trial(s) in all"
 
