@@ -342,8 +342,10 @@ def status(sweep_id: str | None, settings: Settings, as_json: bool, limit: int |
         _print_json(rows)
         return ExitCode.OK
     table = Table(title="sweeps")
-    for col in ("sweep_id", "name", "state", "total", "completed", "pruned", "running", "queued", "failed", "cancelled"):
-        table.add_column(col)
+    # The id is what a user copies: never cut nor wrapped; a narrow terminal folds the other columns.
+    table.add_column("sweep_id", no_wrap=True, min_width=max((len(shown(r["sweep_id"])) for r in rows), default=8))
+    for col in ("name", "state", "total", "completed", "pruned", "running", "queued", "failed", "cancelled"):
+        table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(cell(r["sweep_id"]), cell(r["name"]), r["state"], str(r["total_trials"]), str(r["completed"]),
                       str(r["pruned"]), str(r["running"]), str(r["queued"]), str(r["failed"]), str(r["cancelled"]))
@@ -383,15 +385,57 @@ def list_trials(filters: list[str], settings: Settings, as_json: bool) -> int:
         _print_json(rows)
         return ExitCode.OK
     flagged = any(r.get("flags") for r in rows)  # the column exists from schema version 3 on
+    objectives = _objectives(db, {r["sweep_id"] for r in rows}) if db is not None else {}
+    varying = _varying(rows)
     table = Table()
-    for col in ("trial_name", "sweep_id", "state", "attempts", "metrics", *(("flags",) if flagged else ())):
+    for col in ("trial_name", "sweep_id", "state", "attempts", "objective", "params", "metrics", *(("flags",) if flagged else ())):
         table.add_column(col)
     for r in rows:
         flags = (Text(" ".join(f"[{shown(f)}]" for f in r.get("flags") or [])),) if flagged else ()
-        table.add_row(cell(r["trial_name"]), cell(r["sweep_id"]), r["state"], str(r["attempts"]),
-                      Text(metrics_line(r["metrics"] or {})), *flags)
+        metrics, objective = dict(r["metrics"] or {}), objectives.get(r["sweep_id"])
+        first = f"{shown(objective)}={_short(metrics.pop(objective))}" if objective in metrics else "-"
+        params = " ".join(f"{shown(k)}={_short(v)}" for k, v in sorted((r["params"] or {}).items())
+                          if k in varying.get(r["sweep_id"], ()))
+        table.add_row(cell(r["trial_name"]), cell(r["sweep_id"]), r["state"], attempts_cell(r), Text(first),
+                      Text(params), Text(metrics_line(metrics)), *flags)
     reporter.console().print(table)
+    if any(r.get("losses") for r in rows):
+        print(LOST_RUNS, file=sys.stderr)
     return ExitCode.OK
+
+
+LOST_RUNS = ("lost run: a run whose agent vanished (a node lost, a kill -9); the same attempt ran again from the "
+             "trial's last checkpoint, so it is counted as a loss, not as another attempt")
+
+
+def attempts_cell(row: dict[str, Any]) -> str:
+    """Attempts, and what ended the earlier ones: ``3 (1 preempted, 1 failed) +1 lost run``."""
+    ended = [f"{n} {what}" for what, n in (("preempted", row.get("preemptions")), ("failed", row.get("failures"))) if n]
+    lost = row.get("losses") or 0
+    return (f"{row['attempts']}" + (f" ({', '.join(ended)})" if ended else "")
+            + (f" +{lost} lost run{'s' if lost > 1 else ''}" if lost else ""))
+
+
+def _objectives(db: Database, sweep_ids: set[str]) -> dict[str, str]:
+    """Each sweep's objective (its first metric's name)."""
+    with db.transaction() as conn:
+        specs = conn.execute("SELECT sweep_id, spec FROM sweep_results WHERE sweep_id = ANY(%s)", (list(sweep_ids),)).fetchall()
+    out = {}
+    for row in specs:
+        metric = (row["spec"] or {}).get("metric")
+        first = metric[0] if isinstance(metric, list) and metric else metric
+        if isinstance(first, dict) and isinstance(first.get("name"), str):
+            out[row["sweep_id"]] = first["name"]
+    return out
+
+
+def _varying(rows: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Per sweep, the params whose values differ among its listed trials (the constant ones tell nothing)."""
+    seen: dict[str, dict[str, set[str]]] = {}
+    for r in rows:
+        for k, v in (r["params"] or {}).items():
+            seen.setdefault(r["sweep_id"], {}).setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
+    return {sweep: {k for k, values in params.items() if len(values) > 1} for sweep, params in seen.items()}
 
 
 LS_METRICS = 8  # metrics shown per trial by `ls` (a trial may report a thousand)
@@ -400,7 +444,7 @@ LS_METRICS = 8  # metrics shown per trial by `ls` (a trial may report a thousand
 def metrics_line(metrics: dict[str, Any], most: int = LS_METRICS) -> str:
     """``name=value, ...`` of the first ``most`` metrics by name, saying how many more;
     non-finite values as ``nan``/``inf``, every name escaped."""
-    names = sorted(metrics)
+    names = sorted(metrics, key=lambda k: (str(k).startswith("sys/"), k))  # resource samples last
     line = ", ".join(f"{shown(k)}={_short(metrics[k])}" for k in names[:most])
     return line + (f", ... {len(names) - most} more" if len(names) > most else "")
 

@@ -242,3 +242,30 @@ def test_cancel_and_extend_refuse_a_sweep_a_local_run_elsewhere_runs(database_ur
         proc = cli(*command, env=env)
         assert proc.returncode == 2 and "'loc-0000000a' was run by `spotsweep run` with another SPOTSWEEP_HOME" in proc.stderr, \
             proc.stderr
+
+
+def test_status_never_cuts_a_sweep_id_and_ls_shows_the_objective_then_the_varying_params(database_url: str) -> None:
+    import psycopg
+
+    from spotsweep.shared.db import Database
+
+    Database(database_url).migrate()
+    sweep_id = "a-rather-long-sweep-name-that-a-user-must-copy-whole-0000000a"
+    spec = {"name": "long", "command": ["t"], "metric": {"name": "zloss"}, "space": {"x": [1, 2], "y": [3]}}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO sweeps (sweep_id, name, spec, state, total_trials) VALUES (%s, 'long', %s, 'completed', 2)",
+                     (sweep_id, json.dumps(spec)))
+        for i, losses in ((0, 0), (1, 1)):
+            conn.execute("INSERT INTO trials (trial_id, sweep_id, idx, trial_name, params, metrics, state, losses)"
+                         " VALUES (%s, %s, %s, %s, %s, %s, 'completed', %s)",
+                         (f"{sweep_id}.{i}", sweep_id, i, f"t{i}", json.dumps({"x": i + 1, "y": 3}),
+                          json.dumps({"acc": 0.9, "sys/cpu_percent": 50.0, "zloss": 0.25 + i}), losses))
+    env = {"SPOTSWEEP_DATABASE_URL": database_url, "COLUMNS": "80"}
+    status = cli("status", env=env)
+    assert status.returncode == 0 and sweep_id in status.stdout, status.stdout
+    listed = cli("ls", env={**env, "COLUMNS": "240"})
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if "│ t1 " in line)
+    assert row.index("zloss=1.25") < row.index("x=2") < row.index("acc=0.9") < row.index("sys/cpu_percent=50")
+    assert "y=3" not in row  # the same in every trial: it tells nothing
+    assert "1 +1 lost run" in row and "the same attempt ran again from the trial's last checkpoint" in listed.stderr
