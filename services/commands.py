@@ -184,34 +184,61 @@ def _postable(sweep_id: str) -> None:
                              "the planner would refuse it")
 
 
-def cancel(sweep_id: str, settings: Settings) -> str:
-    """Ask the planner to cancel a sweep the results database knows: a typo is
-    refused here (exit 2), instead of leaving a cancelled row for an id no one ran.
-    Without ``SPOTSWEEP_DATABASE_URL`` the sweep is local mode's: cancelled in its
-    database, no RabbitMQ involved (:func:`spotsweep.services.resume.cancel`)."""
+def _resolve(settings: Settings, sweep: str) -> tuple[Database, str]:
+    """The database and id of sweep ``sweep``: an id, or a name (its newest sweep), as `report` takes it."""
+    db = _listing(settings)
+    sweep_id = _by_id_or_name(db, sweep)
+    assert db is not None  # a database nothing ran on knows no sweep: refused just above
+    return db, sweep_id
+
+
+def _run_here(settings: Settings, sweep_id: str) -> bool:
+    """Whether the sweep is local mode's: no ``SPOTSWEEP_DATABASE_URL``, or a `spotsweep run`
+    with this ``SPOTSWEEP_HOME`` started it (its lock file stays in ``runs/``). Its planner
+    is in the process that runs it, which no RabbitMQ message reaches."""
     if settings.database_url is None:
+        return True
+    return is_sweep_id(sweep_id) and (settings.home / "runs" / f"{sweep_id}.lock").exists()
+
+
+def _reachable(db: Database, sweep_id: str, what: str) -> None:
+    """Refuse to post about a sweep that a `spotsweep run` elsewhere ran (its trials ran on
+    agent ``local``): no planner reads the sweeps queue for it, so the message would lie there unread."""
+    with db.transaction() as conn:
+        local = conn.execute("SELECT 1 FROM trial_results WHERE sweep_id = %s AND agent = 'local' LIMIT 1",
+                             (sweep_id,)).fetchone()
+    if local is not None:
+        raise PermanentError(f"sweep {_named(sweep_id)} was run by `spotsweep run` with another SPOTSWEEP_HOME (or on "
+                             f"another machine), not by a planner: {what} it where it ran, with that SPOTSWEEP_HOME")
+
+
+def cancel(sweep: str, settings: Settings) -> str:
+    """Ask the planner to cancel a sweep the results database knows (by id or name): a typo
+    is refused here (exit 2), instead of leaving a cancelled row for an id no one ran.
+    A local mode sweep is cancelled in its database, no RabbitMQ involved
+    (:func:`spotsweep.services.resume.cancel`)."""
+    db, sweep_id = _resolve(settings, sweep)
+    if _run_here(settings, sweep_id):
         from spotsweep.services import resume
 
         return resume.cancel(sweep_id, settings)
-    with _sweep_database(settings, sweep_id).transaction() as conn:
-        # The public view, not the table: a submitter's database login may be the reader role.
-        row = conn.execute("SELECT state FROM sweep_results WHERE sweep_id = %s", (sweep_id,)).fetchone()
-    if row is None:
-        raise _unknown(sweep_id)
+    _postable(sweep_id)
+    _reachable(db, sweep_id, "cancel")
     from spotsweep.services.planner.handlers import cancellation
 
-    _postable(sweep_id)
     _post(cancellation(sweep_id), settings)
     return f"cancel requested for {sweep_id}"
 
 
-def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any]) -> str:
+def extend(sweep: str, settings: Settings, trials: int, budget: dict[str, Any]) -> str:
     """Ask the planner for ``trials`` more trials and/or new budget caps; checked here
-    first, so a mistake is reported to the person typing, not only in the planner's log."""
+    first, so a mistake is reported to the person typing, not only in the planner's log.
+    A local mode sweep's extension is left for the process that runs it, or the next
+    ``resume`` (:mod:`spotsweep.services.local_spool`)."""
     from spotsweep.services.planner.extend import extended
-    from spotsweep.services.planner.handlers import extension
 
-    with _sweep_database(settings, sweep_id).transaction() as conn:
+    db, sweep_id = _resolve(settings, sweep)
+    with db.transaction() as conn:
         row = conn.execute("SELECT spec, spec_version, state FROM sweep_results WHERE sweep_id = %s",
                            (sweep_id,)).fetchone()
     if row is None or row["spec"] is None:
@@ -219,7 +246,18 @@ def extend(sweep_id: str, settings: Settings, trials: int, budget: dict[str, Any
     if row["state"] not in ("running", "completed"):
         raise PermanentError(f"sweep {_named(sweep_id)} is {row['state']}; only a running or completed sweep can be extended")
     new = extended(parse_spec(row["spec"]), trials, budget)  # SpecError names the field
+    if _run_here(settings, sweep_id):
+        from spotsweep.services import local_spool
+        from spotsweep.services.local_interrupt import is_locked
+
+        local_spool.put(settings.home, sweep_id, row["spec_version"], trials, budget)
+        taker = ("the `spotsweep run` running it takes it within a moment" if is_locked(settings.home, sweep_id)
+                 else f"`spotsweep resume {sweep_id}` runs it")
+        return f"extension of {sweep_id} saved: {total_trials(new)} trial(s) in all; {taker}"
     _postable(sweep_id)
+    _reachable(db, sweep_id, "extend")
+    from spotsweep.services.planner.handlers import extension
+
     _post(extension(sweep_id, row["spec_version"], trials, budget), settings)
     return f"extension requested for {sweep_id}: {total_trials(new)} trial(s) in all"
 
@@ -306,8 +344,10 @@ def status(sweep_id: str | None, settings: Settings, as_json: bool, limit: int |
         _print_json(rows)
         return ExitCode.OK
     table = Table(title="sweeps")
-    for col in ("sweep_id", "name", "state", "total", "completed", "pruned", "running", "queued", "failed", "cancelled"):
-        table.add_column(col)
+    # The id is what a user copies: never cut nor wrapped; a narrow terminal folds the other columns.
+    table.add_column("sweep_id", no_wrap=True, min_width=max((len(shown(r["sweep_id"])) for r in rows), default=8))
+    for col in ("name", "state", "total", "completed", "pruned", "running", "queued", "failed", "cancelled"):
+        table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(cell(r["sweep_id"]), cell(r["name"]), r["state"], str(r["total_trials"]), str(r["completed"]),
                       str(r["pruned"]), str(r["running"]), str(r["queued"]), str(r["failed"]), str(r["cancelled"]))
@@ -350,15 +390,57 @@ def list_trials(filters: list[str], settings: Settings, as_json: bool) -> int:
         _print_json(rows)
         return ExitCode.OK
     flagged = any(r.get("flags") for r in rows)  # the column exists from schema version 3 on
+    objectives = _objectives(db, {r["sweep_id"] for r in rows}) if db is not None else {}
+    varying = _varying(rows)
     table = Table()
-    for col in ("trial_name", "sweep_id", "state", "attempts", "metrics", *(("flags",) if flagged else ())):
+    for col in ("trial_name", "sweep_id", "state", "attempts", "objective", "params", "metrics", *(("flags",) if flagged else ())):
         table.add_column(col)
     for r in rows:
         flags = (Text(" ".join(f"[{shown(f)}]" for f in r.get("flags") or [])),) if flagged else ()
-        table.add_row(cell(r["trial_name"]), cell(r["sweep_id"]), r["state"], str(r["attempts"]),
-                      Text(metrics_line(r["metrics"] or {})), *flags)
+        metrics, objective = dict(r["metrics"] or {}), objectives.get(r["sweep_id"])
+        first = f"{shown(objective)}={_short(metrics.pop(objective))}" if objective in metrics else "-"
+        params = " ".join(f"{shown(k)}={_short(v)}" for k, v in sorted((r["params"] or {}).items())
+                          if k in varying.get(r["sweep_id"], ()))
+        table.add_row(cell(r["trial_name"]), cell(r["sweep_id"]), r["state"], attempts_cell(r), Text(first),
+                      Text(params), Text(metrics_line(metrics)), *flags)
     reporter.console().print(table)
+    if any(r.get("losses") for r in rows):
+        print(LOST_RUNS, file=sys.stderr)
     return ExitCode.OK
+
+
+LOST_RUNS = ("lost run: a run whose agent vanished (a node lost, a kill -9); the same attempt ran again from the "
+             "trial's last checkpoint, so it is counted as a loss, not as another attempt")
+
+
+def attempts_cell(row: dict[str, Any]) -> str:
+    """Attempts, and what ended the earlier ones: ``3 (1 preempted, 1 failed) +1 lost run``."""
+    ended = [f"{n} {what}" for what, n in (("preempted", row.get("preemptions")), ("failed", row.get("failures"))) if n]
+    lost = row.get("losses") or 0
+    return (f"{row['attempts']}" + (f" ({', '.join(ended)})" if ended else "")
+            + (f" +{lost} lost run{'s' if lost > 1 else ''}" if lost else ""))
+
+
+def _objectives(db: Database, sweep_ids: set[str]) -> dict[str, str]:
+    """Each sweep's objective (its first metric's name)."""
+    with db.transaction() as conn:
+        specs = conn.execute("SELECT sweep_id, spec FROM sweep_results WHERE sweep_id = ANY(%s)", (list(sweep_ids),)).fetchall()
+    out = {}
+    for row in specs:
+        metric = (row["spec"] or {}).get("metric")
+        first = metric[0] if isinstance(metric, list) and metric else metric
+        if isinstance(first, dict) and isinstance(first.get("name"), str):
+            out[row["sweep_id"]] = first["name"]
+    return out
+
+
+def _varying(rows: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Per sweep, the params whose values differ among its listed trials (the constant ones tell nothing)."""
+    seen: dict[str, dict[str, set[str]]] = {}
+    for r in rows:
+        for k, v in (r["params"] or {}).items():
+            seen.setdefault(r["sweep_id"], {}).setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
+    return {sweep: {k for k, values in params.items() if len(values) > 1} for sweep, params in seen.items()}
 
 
 LS_METRICS = 8  # metrics shown per trial by `ls` (a trial may report a thousand)
@@ -367,7 +449,7 @@ LS_METRICS = 8  # metrics shown per trial by `ls` (a trial may report a thousand
 def metrics_line(metrics: dict[str, Any], most: int = LS_METRICS) -> str:
     """``name=value, ...`` of the first ``most`` metrics by name, saying how many more;
     non-finite values as ``nan``/``inf``, every name escaped."""
-    names = sorted(metrics)
+    names = sorted(metrics, key=lambda k: (str(k).startswith("sys/"), k))  # resource samples last
     line = ", ".join(f"{shown(k)}={_short(metrics[k])}" for k in names[:most])
     return line + (f", ... {len(names) - most} more" if len(names) > most else "")
 

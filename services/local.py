@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from spotsweep.services import local_spool
 from spotsweep.services.agent import main as agent
 from spotsweep.services.agent.handlers import Connection, Slots
 from spotsweep.services.collector import main as collector
@@ -88,6 +89,13 @@ class Engine:
     planner: PlannerDeps
     collector: BatchingHandler
     agent: Connection
+    home: Path  # SPOTSWEEP_HOME: where `spotsweep extend` leaves extensions for this process
+
+    def take_extensions(self, sweep_id: str) -> None:
+        """Hand the sweep's waiting extensions (:mod:`.local_spool`) to the planner, and wait until
+        it has applied them: the sweep's state read next already counts their trials."""
+        if local_spool.take(self.home, sweep_id, self.broker.publish):
+            wait_settled(self.broker, (topology.SWEEPS_QUEUE,))
 
     def drain(self, grace: float) -> None:
         """The agent's preemption drain: no more trials; running ones get SIGTERM and ``grace``
@@ -123,7 +131,7 @@ def start_engine(spec: SweepSpec, settings: LocalSettings, workers: int, db: Dat
                        code_dir=Path(spec.workdir) if spec.workdir else None)  # workdir: trials run in it, in place
     deps.agent.grace = GRACE
     threading.Thread(target=broker.run, name="broker", daemon=True).start()
-    return Engine(broker, planner_deps, batcher, deps)
+    return Engine(broker, planner_deps, batcher, deps, settings.home)
 
 
 def _planner(broker: MemoryBroker, db: Database, resource_class: str, window: int | None, store: LocalArtifactStore,
@@ -154,7 +162,7 @@ def drive(engine: Engine, db: Database, sweep_id: str, csv: Path | None, console
     hint = f"Resume with: spotsweep resume {sweep_id}"
     try:
         with Interrupts(engine.kill, hint) as interrupts:
-            state = _follow(db, sweep_id, console, interrupts.draining)
+            state = _follow(db, sweep_id, console, interrupts.draining, partial(engine.take_extensions, sweep_id))
             if state is None:
                 console.print(f"interrupted: draining, running trials checkpoint and stop (up to {GRACE:g} s; "
                               "Ctrl-C again to stop at once)")
@@ -207,9 +215,10 @@ def _finish(db: Database, sweep_id: str, state: str, csv: Path | None, console: 
     return ExitCode.OK if state == "completed" and every_trial_ended_well else ExitCode.FAILED
 
 
-def _follow(db: Database, sweep_id: str, console: Console, stop: threading.Event, poll: float = 0.2,
-            accept_within: float = 30.0) -> str | None:
+def _follow(db: Database, sweep_id: str, console: Console, stop: threading.Event, tick: Callable[[], None],
+            poll: float = 0.2, accept_within: float = 30.0) -> str | None:
     """Show a progress bar until the sweep leaves ``running``; return its state (None once ``stop`` is set).
+    ``tick`` runs before each look at the sweep (it takes the extensions `spotsweep extend` left).
 
     The planner records every spec it receives, even a refused one; a sweep
     that never shows up means the planner failed on it (its log says why).
@@ -219,6 +228,7 @@ def _follow(db: Database, sweep_id: str, console: Console, stop: threading.Event
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("trials", total=None, detail="")
         while not stop.is_set():
+            tick()
             rows = reporter.sweep_counts(db, sweep_id)
             if rows:
                 r = rows[0]

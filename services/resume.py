@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from spotsweep.services import local
+from spotsweep.services import local, local_spool
 from spotsweep.services.local_interrupt import is_locked, sweep_lock
 from spotsweep.services.planner import store as planner_store
 from spotsweep.services.planner.orphans import requeue_orphans
@@ -72,22 +72,32 @@ def resume(sweep_id: str, settings: LocalSettings, workers: int, csv: Path | Non
     db.migrate()  # local mode's database is this user's: brought up to date, as `run` does
     row = _sweep(db, sweep_id, settings)
     _ran_here(sweep_id, settings)
-    if row["state"] != "running":
+    extending = row["state"] == "completed" and bool(local_spool.waiting(settings.home, sweep_id))
+    if row["state"] != "running" and not extending:
         console.print(f"sweep {sweep_id} already ended: {row['state']}; nothing to resume "
                       f"(see `spotsweep report {sweep_id}`)")
         return ExitCode.OK
     with sweep_lock(settings.home, sweep_id):
-        spec = parse_spec(row["spec"])  # the sweep's latest version (`extend` included)
+        spec = parse_spec(row["spec"])  # the sweep's latest version (the planner applies a waiting `extend`)
         with db.transaction() as conn:
-            queued, running = requeue_orphans(conn, sweep_id, LOST)
-        console.print(f"resuming sweep {sweep_id}: {queued + running} trial(s) in flight when it stopped "
-                      f"({running} were running) start again from their last checkpoint")
+            waiting, stopped, running = requeue_orphans(conn, sweep_id, LOST)
+        console.print(_resuming(sweep_id, waiting, stopped, running) if not extending
+                      else f"extending sweep {sweep_id}: `spotsweep extend` left an extension to run")
         stop_dashboard = local.serve_dashboard(db, dashboard, console)
         try:
             engine = local.start_engine(spec, settings, workers, db, sweep_id)
             return local.drive(engine, db, sweep_id, csv, console)
         finally:
             stop_dashboard()
+
+
+def _resuming(sweep_id: str, waiting: int, stopped: int, running: int) -> str:
+    """What ``resume`` starts again: trials a drain stopped, runs that died with the process, trials never started."""
+    parts = [f"{stopped} stopped by the drain" if stopped else "", f"{running} whose run died with the process" if running else "",
+             f"{waiting} not started yet" if waiting else ""]
+    said = ", ".join(p for p in parts if p) or "none"
+    return (f"resuming sweep {sweep_id}: {waiting + stopped + running} trial(s) in flight when it stopped ({said}); "
+            "those that ran resume from their last checkpoint")
 
 
 def cancel(sweep_id: str, settings: Settings) -> str:

@@ -8,13 +8,16 @@ Import from :mod:`spotsweep.shared.spec`, the public face.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import re
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.limits import MAX_TOTAL_TRIALS
@@ -175,7 +178,8 @@ def _message(err: Any, loc: tuple[str | int, ...], tag: str | None) -> tuple[tup
     kinds = {"strategy": strategy_types(), "early_stop": stop_types()}  # as registered now
     expected = ", ".join(kinds.get(str(loc[0]) if loc else "", PARAM_TYPES))
     if kind == "extra_forbidden":
-        return (), "unknown key"
+        near = difflib.get_close_matches(str(loc[-1]) if loc else "", known_keys(), n=1, cutoff=0.8)
+        return (), f"unknown key (did you mean {near[0]!r}?)" if near else "unknown key"
     if kind == "missing":
         if tag is None:
             return (), "required"
@@ -189,6 +193,28 @@ def _message(err: Any, loc: tuple[str | int, ...], tag: str | None) -> tuple[tup
     if kind in ("model_type", "dict_type", "model_attributes_type"):
         return (), f"must be a mapping (got {_short(value)})"
     return (), f"{err['msg']} (got {_short(value)})"
+
+
+@functools.cache
+def known_keys() -> tuple[str, ...]:
+    """Every key of every model a spec is made of (the strategies' and stoppers' as registered):
+    what an unknown key may be a typo of (``max_concurent``: ``max_concurrent``)."""
+    seen: set[type] = set()
+    keys: set[str] = set()
+
+    def walk(annotation: Any) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation in seen:
+                return
+            seen.add(annotation)
+            for name, field in annotation.model_fields.items():
+                keys.add(field.alias or name)
+                walk(field.annotation)
+        for arg in typing.get_args(annotation):
+            walk(arg)
+
+    walk(SweepSpec)
+    return tuple(sorted(keys))
 
 
 def _short(value: object) -> str:

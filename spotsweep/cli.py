@@ -103,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     tp.add_argument("--json", action="store_true", help="print the rows as JSON and exit")
 
     e = sub.add_parser("extend", help="more trials or a larger budget for a running or finished sweep")
-    e.add_argument("sweep")
+    e.add_argument("sweep", help="the sweep's id, or its name (the newest sweep of that name)")
     e.add_argument("--trials", type=_positive, help="configurations to add (each runs `repeats` times)")
     e.add_argument("--max-trials", type=_positive, help="new budget.max_trials")
     e.add_argument("--max-steps", type=_positive, help="new budget.max_steps")
@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--wall-time", help="new budget.wall_time (seconds, or 30m, 12h, 1d)")
 
     c = sub.add_parser("cancel", help="cancel a sweep")
-    c.add_argument("sweep")
+    c.add_argument("sweep", help="the sweep's id, or its name (the newest sweep of that name)")
 
     sub.add_parser("schema", help="print the JSON Schemas of the spec and the messages")
     sub.add_parser("migrate", help="apply the results database's pending schema migrations (the planner and "

@@ -5,7 +5,11 @@ about a second on one CPU core:
 
 - hyperparameters as flags (the sweep spec fills them in from params);
 - metrics through ``spotsweep.trial.report``; the learning rate is a pure
-  function of the step (linear warmup, then cosine), so it needs no state;
+  function of the step (linear warmup, then cosine over ``--lr-horizon``
+  steps), so it needs no state;
+- resumable with a larger ``--steps`` (what ASHA's promotions do) when
+  ``--lr-horizon`` is given: the schedule then does not move with the budget,
+  and a promoted run continues exactly as a long one would have;
 - checkpoints every ``--ckpt-every`` steps and on SIGTERM, written to a temp
   file and renamed, then announced with ``trial.checkpoint_saved``;
 - exact resume: the data order is a function of the step and the RNG state is
@@ -42,7 +46,9 @@ N_FEATURES, N_CLASSES = 16, 4
 N_TRAIN, N_VAL = 2048, 512
 CHECKPOINT = "checkpoint.pt"
 # Flags that change the trajectory: resuming under different ones would silently mix two runs.
-TRAJECTORY_FLAGS = ("lr", "batch_size", "hidden", "layers", "dropout", "steps", "seed", "optimizer", "warmup")
+# Not --steps: a run may go on to a larger budget, its schedule fixed by lr_horizon.
+TRAJECTORY_FLAGS = ("lr", "batch_size", "hidden", "layers", "dropout", "lr_horizon", "seed", "optimizer", "warmup")
+HINTS = {"lr_horizon": "--lr-horizon defaults to --steps: give it (the largest --steps) to resume with more --steps"}
 
 
 def positive(text: str) -> int:
@@ -59,8 +65,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=64, help="width of each hidden layer")
     p.add_argument("--layers", type=int, default=2, help="number of hidden layers")
     p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--steps", type=int, default=60, help="total optimizer steps")
-    p.add_argument("--warmup", type=int, default=None, help="warmup steps (default: 10%% of --steps)")
+    p.add_argument("--steps", type=int, default=60, help="optimizer steps to train to")
+    p.add_argument("--lr-horizon", type=positive, default=None,
+                   help="step where the cosine reaches its floor (default: --steps); fix it to resume with more --steps")
+    p.add_argument("--warmup", type=int, default=None, help="warmup steps (default: 10%% of the lr horizon)")
     p.add_argument("--seed", type=int, default=0, help="model init and dropout seed")
     p.add_argument("--eval-every", type=positive, default=10)
     p.add_argument("--ckpt-every", type=positive, default=20)
@@ -68,8 +76,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fail-at-step", type=int, default=None, help="test hook: exit 1 at this step on attempt 1")
     p.add_argument("--sleep", type=float, default=0.0, help="test hook: seconds to sleep per step")
     args = p.parse_args(argv)
+    if args.lr_horizon is None:
+        args.lr_horizon = args.steps
     if args.warmup is None:
-        args.warmup = max(1, args.steps // 10)
+        args.warmup = max(1, args.lr_horizon // 10)
     return args
 
 
@@ -151,8 +161,14 @@ def save_checkpoint(path: Path, step: int, model: nn.Module, opt: torch.optim.Op
 def load_checkpoint(path: Path, model: nn.Module, opt: torch.optim.Optimizer, config: dict[str, Any]) -> int:
     """Restore everything the next step depends on; returns the step the checkpoint was taken at."""
     state = torch.load(path, weights_only=True)
-    if state["config"] != config:
-        raise SystemExit(f"checkpoint {path} was written with {state['config']}, not {config}; refusing to mix runs")
+    saved = state["config"]
+    changed = sorted(k for k in saved.keys() | config.keys() if saved.get(k) != config.get(k))
+    # The differing keys early (an error is shown cut to its first few hundred characters), and no path:
+    # a sweep sees the same refusal on each attempt, and so fails it once instead of retrying it.
+    if changed:
+        diffs = ", ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {config.get(k)!r} now" for k in changed)
+        hints = "".join(f"; {HINTS[k]}" for k in changed if k in HINTS)
+        raise SystemExit(f"refusing to mix runs: the checkpoint was written with other flags ({diffs}){hints}")
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
@@ -194,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.fail_at_step == step and trial.attempt == 1:
             print(f"injected failure at step {step} (--fail-at-step, attempt 1 only)", file=sys.stderr)
             return 1
-        lr = lr_at(step, args.lr, args.warmup, args.steps)
+        lr = lr_at(step, args.lr, args.warmup, args.lr_horizon)
         for group in opt.param_groups:
             group["lr"] = lr
         idx = batch_indices(step, args.batch_size, args.seed)

@@ -23,6 +23,7 @@ from typing import Any
 
 from spotsweep.services.planner.flags import preemption_flags
 from spotsweep.services.planner.search.rungs import Action, StepDecision
+from spotsweep.services.planner.untrusted import pg_text
 from spotsweep.shared.messages import StopReason, TrialFinished, TrialLost, TrialStarted
 from spotsweep.shared.states import TrialState, check_transition
 
@@ -63,6 +64,8 @@ class TrialView:
     preemptions: int = 0
     run_id: str | None = None  # the run of this attempt that counts
     params: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # as stored: the last attempt's failure (or a later note)
+    last_step: int | None = None  # the highest step any attempt reported
 
 
 @dataclass(frozen=True)
@@ -310,8 +313,20 @@ def _finished(sweep: SweepState, trial: TrialView, event: TrialFinished, run_end
     failures = f + 1
     # A trial past timeout.total would be killed again at once; one that keeps
     # killing its agents was dead-lettered; one whose image cannot be pulled would
-    # meet the same registry answer: none is retried.
-    retryable = event.failure not in ("timeout", "lost", "image")
+    # meet the same registry answer; one that failed as its last attempt did,
+    # without a step between, would fail so again: none is retried.
+    retryable = event.failure not in ("timeout", "lost", "image") and not repeated_failure(trial, event)
     if retryable and failures <= policy.max_failures and sweep.active:
         return TrialUpdate(TrialState.PENDING, n + 1, failures, p, error=event.error, **again)
     return TrialUpdate(TrialState.FAILED, n, failures, p, error=event.error, **done)
+
+
+def repeated_failure(trial: TrialView, event: TrialFinished) -> bool:
+    """Whether this failure repeats the last one exactly: the same error (the stderr tail,
+    as stored), with no step reported past where the trial already was. Such a failure is
+    deterministic (a script that refuses its checkpoint, a missing module, a bad flag), so a
+    retry would fail the same way again. A crash that moved on, or whose message changed
+    (another step, another node's error), is retried as before."""
+    if trial.failures == 0 or not event.error or trial.error != pg_text(event.error):
+        return False
+    return event.last_step is None or event.last_step <= (trial.last_step or 0)

@@ -28,18 +28,20 @@ def lost_run(sweep_id: str, row: dict[str, object], reason: str) -> TrialLost:
                      agent=str(row["agent"] or "local"), run_id=str(row["run_id"] or ""), reason=reason)
 
 
-def requeue_orphans(conn: Conn, sweep_id: str, reason: str) -> tuple[int, int]:
+def requeue_orphans(conn: Conn, sweep_id: str, reason: str) -> tuple[int, int, int]:
     """Queued and running trials of ``sweep_id`` back to ``pending`` (same attempt), in the
-    caller's transaction; returns (queued, running) trials requeued."""
+    caller's transaction; returns how many of them had not started yet, were stopped by a
+    drain (queued again after a run: they resume from their checkpoint), and were running."""
     rows = conn.execute(
-        "SELECT trial_id, state, attempt, agent, run_id FROM trials WHERE sweep_id = %s AND state IN ('queued', 'running')"
-        " ORDER BY idx FOR UPDATE", (sweep_id,)).fetchall()
+        "SELECT trial_id, state, attempt, agent, run_id, started_at FROM trials WHERE sweep_id = %s"
+        " AND state IN ('queued', 'running') ORDER BY idx FOR UPDATE", (sweep_id,)).fetchall()
     for row in rows:
         check_transition(TrialState(row["state"]), TrialState.PENDING)
     running = [r for r in rows if r["state"] == TrialState.RUNNING.value]
+    stopped = sum(1 for r in rows if r["state"] == TrialState.QUEUED.value and r["started_at"] is not None)
     journal(conn, [lost_run(sweep_id, r, reason) for r in running])
     note = pg_text(reason)
     conn.execute(
         "UPDATE trials SET state = 'pending', error = CASE WHEN state = 'running' THEN %s ELSE error END"
         " WHERE sweep_id = %s AND state IN ('queued', 'running')", (note, sweep_id))
-    return len(rows) - len(running), len(running)
+    return len(rows) - len(running) - stopped, stopped, len(running)

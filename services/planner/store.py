@@ -96,13 +96,13 @@ def sweep_state(counts: tuple[int, int], sweep: Row, max_concurrent: int, policy
 def view_of(row: Row) -> TrialView:
     """What a decision reads of a trial row."""
     return TrialView(TrialState(row["state"]), row["attempt"], row["failures"], row["preemptions"], row["run_id"],
-                     dict(row["params"]))
+                     dict(row["params"]), row.get("error"), row.get("last_step"))
 
 
 # What deciding an event reads of a trial: not its curve or sampler state
 # (jsonb that may be large, decoded on every read), nor its timestamps.
 _DECIDED = ("trial_id, sweep_id, idx, trial_name, params, state, attempt, failures, preemptions, metrics, agent, losses,"
-            " run_seconds, run_id, rungs")
+            " run_seconds, run_id, rungs, error, last_step")
 
 
 def get_trial(conn: Conn, trial_id: str) -> tuple[Row, TrialView] | None:
@@ -216,6 +216,8 @@ def updated(row: Row, u: TrialUpdate) -> tuple[Row, TrialView]:
         new["rungs"] = {**(row.get("rungs") or {}), **json_safe({str(k): v for k, v in u.rungs.items()})}
     if u.last_step is not None:
         new["last_step"] = max(int(row.get("last_step") or 0), u.last_step)
+    if u.state == TrialState.COMPLETED or u.error is not None:  # as apply_update: completing clears the error
+        new["error"] = None if u.state == TrialState.COMPLETED else pg_text(u.error or "")
     return new, view_of(new)
 
 

@@ -137,4 +137,22 @@ def test_refuses_checkpoint_from_other_flags(tmp_path: Path) -> None:
     assert t.run("--steps", "20", "--ckpt-every", "10").returncode == 0
     other = t.run("--steps", "20", "--hidden", "32")
     assert other.returncode != 0
-    assert "refusing to mix runs" in other.stderr
+    # The differing key comes first: a sweep shows a trial's error cut to its first few hundred characters.
+    assert other.stderr.startswith("refusing to mix runs: the checkpoint was written with other flags (hidden: 64 in the "
+                                   "checkpoint, 32 now)")
+    longer = t.run("--steps", "40")  # the lr horizon defaulted to --steps: the schedule would move
+    assert longer.returncode != 0
+    assert "lr_horizon: 20 in the checkpoint, 40 now" in longer.stderr
+    assert "--lr-horizon defaults to --steps: give it (the largest --steps) to resume with more --steps" in longer.stderr
+
+
+def test_resumes_to_a_larger_budget_as_asha_promotes_it(tmp_path: Path) -> None:
+    """With --lr-horizon fixed, 20 steps then 60 from the checkpoint end where 60 in one go do."""
+    args = ("--lr-horizon", "60", "--ckpt-every", "20", "--eval-every", "10")
+    straight = Trial(tmp_path / "a")
+    assert straight.run("--steps", "60", *args).returncode == 0
+    promoted = Trial(tmp_path / "b")
+    assert promoted.run("--steps", "20", *args).returncode == 0
+    again = promoted.run("--steps", "60", *args, attempt=2, resume_step=20)
+    assert again.returncode == 0, again.stderr
+    assert promoted.last("val_loss") == pytest.approx(straight.last("val_loss"), abs=1e-6)

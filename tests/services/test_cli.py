@@ -103,7 +103,7 @@ def test_positive_counts_are_checked_by_the_parser() -> None:
 def test_extend_names_what_is_wrong_before_posting_anything(database_url: str) -> None:
     env = {"SPOTSWEEP_DATABASE_URL": database_url, "SPOTSWEEP_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/%2F"}
     proc = cli("extend", "nope-123", "--trials", "5", env=env)
-    assert proc.returncode == 2 and "no sweep with id 'nope-123'" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "no sweep has the id or name 'nope-123'" in proc.stderr and "Traceback" not in proc.stderr
     proc = cli("extend", "nope-123", env=env)
     assert proc.returncode == 2 and "give --trials and/or a budget" in proc.stderr
     import psycopg
@@ -145,11 +145,11 @@ def test_cancel_and_extend_of_an_unknown_sweep_are_refused_and_post_nothing(data
     so a post would exit 69; the planner never sees the id and writes no row for it."""
     env = {"SPOTSWEEP_DATABASE_URL": database_url, "SPOTSWEEP_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/%2F"}
     proc = cli("cancel", "nope-0000000a", env=env)
-    assert proc.returncode == 2 and "no sweep with id 'nope-0000000a'" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "no sweep has the id or name 'nope-0000000a'" in proc.stderr and "Traceback" not in proc.stderr
     huge = "x\x1b[2J" * 20_000
     for command in (["cancel", huge], ["extend", huge, "--trials", "1"]):
         proc = cli(*command, env=env)
-        assert proc.returncode == 2 and "no sweep with id 'x\\\\x1b[2Jx" in proc.stderr, proc.stderr[:500]
+        assert proc.returncode == 2 and "no sweep has the id or name 'x\\\\x1b[2Jx" in proc.stderr, proc.stderr[:500]
         assert "\x1b" not in proc.stderr and len(proc.stderr) < 2000
     import psycopg
 
@@ -221,3 +221,51 @@ def test_status_shows_the_newest_sweeps_says_how_many_more_and_all_shows_them(da
     assert shown(cli("status", "s-01", "--json", env=env)) == ["s-01"]  # one sweep by id, however old
     bad = cli("status", "--limit", "0", env=env)
     assert bad.returncode == 2 and "--limit" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_cancel_and_extend_refuse_a_sweep_a_local_run_elsewhere_runs(database_url: str) -> None:
+    """A `spotsweep run` with SPOTSWEEP_DATABASE_URL set runs its planner in its own process: no
+    planner reads the sweeps queue for that sweep, so a posted cancel would lie there unread."""
+    import psycopg
+
+    from spotsweep.shared.db import Database
+
+    Database(database_url).migrate()
+    spec = {"name": "loc", "command": ["t"], "metric": {"name": "loss"}, "space": {"x": [1, 2]}}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO sweeps (sweep_id, name, spec, state, total_trials) VALUES ('loc-0000000a', 'loc', %s,"
+                     " 'running', 2)", (json.dumps(spec),))
+        conn.execute("INSERT INTO trials (trial_id, sweep_id, idx, trial_name, params, state, agent) VALUES"
+                     " ('loc-0000000a-0', 'loc-0000000a', 0, 't0', '{}', 'running', 'local')")
+    env = {"SPOTSWEEP_DATABASE_URL": database_url, "SPOTSWEEP_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/%2F"}
+    for command in (["cancel", "loc"], ["extend", "loc-0000000a", "--max-trials", "3"]):
+        proc = cli(*command, env=env)
+        assert proc.returncode == 2 and "'loc-0000000a' was run by `spotsweep run` with another SPOTSWEEP_HOME" in proc.stderr, \
+            proc.stderr
+
+
+def test_status_never_cuts_a_sweep_id_and_ls_shows_the_objective_then_the_varying_params(database_url: str) -> None:
+    import psycopg
+
+    from spotsweep.shared.db import Database
+
+    Database(database_url).migrate()
+    sweep_id = "a-rather-long-sweep-name-that-a-user-must-copy-whole-0000000a"
+    spec = {"name": "long", "command": ["t"], "metric": {"name": "zloss"}, "space": {"x": [1, 2], "y": [3]}}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO sweeps (sweep_id, name, spec, state, total_trials) VALUES (%s, 'long', %s, 'completed', 2)",
+                     (sweep_id, json.dumps(spec)))
+        for i, losses in ((0, 0), (1, 1)):
+            conn.execute("INSERT INTO trials (trial_id, sweep_id, idx, trial_name, params, metrics, state, losses)"
+                         " VALUES (%s, %s, %s, %s, %s, %s, 'completed', %s)",
+                         (f"{sweep_id}.{i}", sweep_id, i, f"t{i}", json.dumps({"x": i + 1, "y": 3}),
+                          json.dumps({"acc": 0.9, "sys/cpu_percent": 50.0, "zloss": 0.25 + i}), losses))
+    env = {"SPOTSWEEP_DATABASE_URL": database_url, "COLUMNS": "80"}
+    status = cli("status", env=env)
+    assert status.returncode == 0 and sweep_id in status.stdout, status.stdout
+    listed = cli("ls", env={**env, "COLUMNS": "240"})
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if "│ t1 " in line)
+    assert row.index("zloss=1.25") < row.index("x=2") < row.index("acc=0.9") < row.index("sys/cpu_percent=50")
+    assert "y=3" not in row  # the same in every trial: it tells nothing
+    assert "1 +1 lost run" in row and "the same attempt ran again from the trial's last checkpoint" in listed.stderr

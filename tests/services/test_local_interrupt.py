@@ -156,6 +156,7 @@ def test_ctrl_c_drains_then_resume_finishes_without_rerunning_completed_trials(s
 
     (sweep / "release").touch()
     resumed = cli(sweep, "resume", sweep_id, "--csv", "out.csv")
+    assert "2 trial(s) in flight when it stopped (2 stopped by the drain)" in " ".join(resumed.stderr.split())
     assert_resumed_and_complete(sweep, resumed)
     assert len((sweep / "out.csv").read_text().splitlines()) == 5
     again = cli(sweep, "resume", sweep_id)

@@ -160,3 +160,18 @@ def test_a_lost_run_adds_its_running_time_once() -> None:
     old = TrialLost(attempt=1, agent="a", run_id="r1", reason="connection closed", **S)  # an agent that sends no duration
     d = decide(sweep(), TrialView(TrialState.RUNNING, 1, run_id="r1"), old)
     assert d.update is not None and d.update.add_seconds == 0
+
+
+def test_a_failure_that_repeats_the_last_one_with_no_step_between_is_not_retried() -> None:
+    """A promoted ASHA trial whose script refuses its checkpoint fails the same way each time: once is enough."""
+    refusal = "refusing to mix runs: the checkpoint was written with other flags (lr_horizon: 3 in the checkpoint, 9 now)"
+    first = decide(sweep(max_failures=3), TrialView(TrialState.RUNNING, 2, last_step=3),
+                   finished("failed", attempt=2, failure="exit", error=refusal))
+    assert first.update is not None and first.update.state == TrialState.PENDING  # one failure says little
+    again = TrialView(TrialState.RUNNING, 3, failures=1, error=refusal, last_step=3)
+    d = decide(sweep(max_failures=3), again, finished("failed", attempt=3, failure="exit", error=refusal))
+    assert d.update is not None and (d.update.state, d.update.failures) == (TrialState.FAILED, 2)
+    # A crash that trained on past where the trial was, or that says something else, is retried as before.
+    for moved_on in (dict(error=refusal, last_step=7), dict(error="CUDA error: an illegal memory access")):
+        d = decide(sweep(max_failures=3), again, finished("failed", attempt=3, failure="exit", **moved_on))
+        assert d.update is not None and d.update.state == TrialState.PENDING, moved_on
