@@ -80,10 +80,81 @@ class Result:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class _Run:
+    """What one ``fit`` trains with: the task on its device, the optimizer, the checkpoints, the clock."""
+
+    cfg: TrainConfig
+    task: Task
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    precision: Precision
+    device: torch.device
+    ckpts: CheckpointDir
+    trajectory: dict[str, Any]
+    reporter: Reporter
+    val: Any = None
+    elapsed: float = 0.0  # training seconds over every attempt, up to the last step
+    stop_state: StopState = field(default_factory=StopState)
+
+    def amp(self) -> Any:
+        return autocast(self.device, self.precision)
+
+    def evaluate(self) -> dict[str, float]:
+        return evaluate(self.task, self.model, self.val, self.device, self.amp)
+
+    def save(self, step: int, stopped: str | None) -> None:
+        self.ckpts.save(step, {
+            "format": FORMAT, "step": step, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+            "scaler": self.scaler.state_dict(), "precision": self.precision.name, "rng": rng.capture(),
+            # Batches are a function of the step, so the step is the whole data position.
+            "data": {"next_step": step + 1, "samples_seen": step * self.cfg.effective_batch},
+            "trajectory": self.trajectory, "config": self.cfg.model_dump(mode="json"),
+            "early_stop": self.stop_state.to_dict(), "elapsed_s": self.elapsed, "stopped": stopped,
+        })
+        self.reporter.checkpoint_saved(step)
+
+
 def fit(cfg: TrainConfig, build: Callable[[], Task], reporter: Reporter = trial,  # type: ignore[assignment]
         stop: StopRequest | None = None, checkpoint_dir: Path | None = None) -> Result:
     """Train ``build()``'s task under ``cfg``; see the module docstring."""
     stop = stop or StopRequest()
+    run = _setup(cfg, build, reporter, checkpoint_dir)
+    saved = run.ckpts.load_latest()
+    start = _resume(saved, run, cfg.amp)
+    if saved is not None:
+        reporter.report(start, resumed_from=start)  # integers in the line: {"step": N, "resumed_from": N}
+    _compile(run.model, cfg.compile)
+    settings = loader_settings(run.device.type, cfg.num_workers)
+    run.val = eval_loader(run.task.val, settings)
+    if saved is not None and (saved["stopped"] or start >= cfg.steps):
+        # Finished (or stopped early) before this attempt: report the result again and end.
+        final = run.evaluate()
+        reporter.report(start, **final)
+        return Result(start, "stopped" if saved["stopped"] else "completed", saved["stopped"] or "", final)
+
+    batches = step_batches(run.task.train, start + 1, cfg.steps, settings)
+    clock = _Clock(run.elapsed, cfg.effective_batch * run.task.tokens_per_sample)
+    run.model.train()
+    metrics: dict[str, float] = {}
+    for step in range(start + 1, cfg.steps + 1):
+        lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.horizon, cfg.min_lr_ratio)
+        metrics = _train_step(run, next(batches), step, lr)
+        run.elapsed = clock.tick()
+        reason = _observe(run, step, metrics, clock)
+        if reason or stop.requested or step % cfg.ckpt_every == 0 or step == cfg.steps:
+            run.save(step, reason)
+        if stop.requested:
+            return Result(step, "preempted", f"SIGTERM: checkpointed step {step}, exiting", metrics)
+        if reason:
+            return Result(step, "stopped", reason, metrics)
+        clock.after(step, cfg)
+    return Result(cfg.steps, "completed", f"completed {cfg.steps} steps", metrics)
+
+
+def _setup(cfg: TrainConfig, build: Callable[[], Task], reporter: Reporter, checkpoint_dir: Path | None) -> _Run:
+    """Seed every RNG, then build the task, its model on the device, the optimizer and the scaler."""
     torch.set_num_threads(cfg.threads)
     rng.seed_all(cfg.seed)  # before build(): the model's initial weights come from the seed
     device = resolve_device(cfg.device)
@@ -96,98 +167,85 @@ def fit(cfg: TrainConfig, build: Callable[[], Task], reporter: Reporter = trial,
             raise SetupError(f"{type(model).__name__} has no set_grad_checkpointing(); cannot use gradient checkpointing")
         enable(True)
     opt = optim.build(cfg.optimizer, model, cfg.lr, cfg.decay, cfg.betas, cfg.momentum)
-    scaler = grad_scaler(device, precision)
-    ckpts = CheckpointDir(checkpoint_dir or trial.checkpoint_dir, cfg.keep_last)
-    trajectory = {**cfg.trajectory(), **task.identity}
+    return _Run(cfg, task, model, opt, grad_scaler(device, precision), precision, device,
+                CheckpointDir(checkpoint_dir or trial.checkpoint_dir, cfg.keep_last), {**cfg.trajectory(), **task.identity},
+                reporter)
 
-    saved = ckpts.load_latest()
-    start, elapsed, stop_state = _resume(saved, ckpts, trajectory, model, opt, scaler, precision, cfg.amp)
-    if saved is not None:
-        reporter.report(start, resumed_from=start)  # integers in the line: {"step": N, "resumed_from": N}
-    if cfg.compile:
+
+def _compile(model: torch.nn.Module, on: bool) -> None:
+    if on:
         # The MoE layer picks each expert's tokens with torch.where, whose output shape depends on the
         # data: without this, dynamo breaks the graph there and recompiles during training, which made
         # compiled training slower than eager (bench/trainer.py: 0.40x cold, 1.64x with it, on CPU).
         torch._dynamo.config.capture_dynamic_output_shape_ops = True
         model.compile()  # in place: state_dict keys stay those of the plain module
 
-    settings = loader_settings(device.type, cfg.num_workers)
-    val = eval_loader(task.val, settings)
 
-    def amp() -> Any:
-        return autocast(device, precision)
-
-    def save(step: int, stopped: str | None) -> None:
-        ckpts.save(step, {
-            "format": FORMAT, "step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "scaler": scaler.state_dict(), "precision": precision.name, "rng": rng.capture(),
-            # Batches are a function of the step, so the step is the whole data position.
-            "data": {"next_step": step + 1, "samples_seen": step * cfg.effective_batch},
-            "trajectory": trajectory, "config": cfg.model_dump(mode="json"), "early_stop": stop_state.to_dict(),
-            "elapsed_s": elapsed, "stopped": stopped,
-        })
-        reporter.checkpoint_saved(step)
-
-    if saved is not None and (saved["stopped"] or start >= cfg.steps):
-        # Finished (or stopped early) before this attempt: report the result again and end.
-        final = evaluate(task, model, val, device, amp)
-        reporter.report(start, **final)
-        return Result(start, "stopped" if saved["stopped"] else "completed", saved["stopped"] or "", final)
-
-    params = list(optim.parameters(opt))
-    max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-    batches = step_batches(task.train, start + 1, cfg.steps, settings)
-    tokens_per_step = cfg.effective_batch * task.tokens_per_sample
-    model.train()
-    resumed_elapsed, loop_start = elapsed, time.perf_counter()
-    window_start, window_steps = loop_start, 0
-    metrics: dict[str, float] = {}
-    for step in range(start + 1, cfg.steps + 1):
-        lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.horizon, cfg.min_lr_ratio)
-        optim.set_lr(opt, lr)
-        objective, metrics = _accumulate(task, model, next(batches), cfg.grad_accum, device, amp, scaler)
-        if not math.isfinite(objective):
-            reporter.report(step, **metrics, lr=lr)
-            raise Diverged(f"diverged: the loss is {objective} at step {step} (lr {lr:.3g}); "
-                           "try a lower --lr or gradient clipping")
-        scaler.unscale_(opt)  # clip the true gradients, not the scaled ones
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        scaler.step(opt)  # skipped by the scaler when fp16 gradients overflowed
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-        window_steps += 1
-
-        now = time.perf_counter()
-        elapsed = resumed_elapsed + (now - loop_start)
-        due_eval = step % cfg.eval_every == 0 or step == cfg.steps
-        due_log = due_eval or step % cfg.log_every == 0
-        out_of_budget = out_of_time(cfg.early_stop, elapsed, step)
-        metrics.update(lr=lr, grad_norm=float(grad_norm))
-        if due_log:
-            metrics["tokens_per_s"] = window_steps * tokens_per_step / max(now - window_start, 1e-9)
-        reason = None
-        if due_eval or out_of_budget:
-            metrics.update(evaluate(task, model, val, device, amp), **memory_metrics(device))
-            stop_state, reason = observe(cfg.early_stop, stop_state, step, metrics)
-            _progress(step, cfg.steps, metrics)
-        reason = reason or out_of_budget
-        if due_log or reason:
-            reporter.report(step, **metrics)
-        if reason or stop.requested or step % cfg.ckpt_every == 0 or step == cfg.steps:
-            save(step, reason)
-        if stop.requested:
-            return Result(step, "preempted", f"SIGTERM: checkpointed step {step}, exiting", metrics)
-        if reason:
-            return Result(step, "stopped", reason, metrics)
-        if due_log:  # throughput of training alone: evaluation and checkpoints are not counted
-            window_start, window_steps = time.perf_counter(), 0
-    return Result(cfg.steps, "completed", f"completed {cfg.steps} steps", metrics)
+def _train_step(run: _Run, batch: Batch, step: int, lr: float) -> dict[str, float]:
+    """One optimizer step at ``lr``: the accumulated gradients, clipped and applied; the step's metrics.
+    Raises :class:`Diverged` (after reporting the step) when the loss is not finite."""
+    optim.set_lr(run.opt, lr)
+    objective, metrics = _accumulate(run.task, run.model, batch, run.cfg.grad_accum, run.device, run.amp, run.scaler)
+    if not math.isfinite(objective):
+        run.reporter.report(step, **metrics, lr=lr)
+        raise Diverged(f"diverged: the loss is {objective} at step {step} (lr {lr:.3g}); "
+                       "try a lower --lr or gradient clipping")
+    run.scaler.unscale_(run.opt)  # clip the true gradients, not the scaled ones
+    max_norm = run.cfg.grad_clip if run.cfg.grad_clip > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(list(optim.parameters(run.opt)), max_norm)
+    run.scaler.step(run.opt)  # skipped by the scaler when fp16 gradients overflowed
+    run.scaler.update()
+    run.opt.zero_grad(set_to_none=True)
+    return {**metrics, "lr": lr, "grad_norm": float(grad_norm)}
 
 
-def _resume(saved: dict[str, Any] | None, ckpts: CheckpointDir, trajectory: dict[str, Any], model: torch.nn.Module,
-            opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler, precision: Precision,
-            amp: str) -> tuple[int, float, StopState]:
-    """Load ``saved`` (the newest checkpoint, or None) into the run; its step, training time and early-stop state.
+class _Clock:
+    """Training time over every attempt, and tokens/s over the steps since the last log line
+    (training alone: evaluation and checkpoints are not counted)."""
+
+    def __init__(self, resumed: float, tokens_per_step: int) -> None:
+        self._resumed, self._tokens_per_step = resumed, tokens_per_step
+        self._start = self._window = time.perf_counter()
+        self._steps = 0
+        self.now = self._start
+
+    def tick(self) -> float:
+        """A step ended: the training seconds so far."""
+        self._steps += 1
+        self.now = time.perf_counter()
+        return self._resumed + (self.now - self._start)
+
+    def tokens_per_s(self) -> float:
+        return self._steps * self._tokens_per_step / max(self.now - self._window, 1e-9)
+
+    def after(self, step: int, cfg: TrainConfig) -> None:
+        """The step's evaluation, report and checkpoint are done: a logged step starts a new window."""
+        if step % cfg.eval_every == 0 or step % cfg.log_every == 0:
+            self._window, self._steps = time.perf_counter(), 0
+
+
+def _observe(run: _Run, step: int, metrics: dict[str, float], clock: _Clock) -> str | None:
+    """Evaluate and report the step when due; why training stops here (early stopping, the time budget), or None."""
+    cfg = run.cfg
+    due_eval = step % cfg.eval_every == 0 or step == cfg.steps
+    due_log = due_eval or step % cfg.log_every == 0
+    out_of_budget = out_of_time(cfg.early_stop, run.elapsed, step)
+    if due_log:
+        metrics["tokens_per_s"] = clock.tokens_per_s()
+    reason = None
+    if due_eval or out_of_budget:
+        metrics.update(run.evaluate(), **memory_metrics(run.device))
+        run.stop_state, reason = observe(cfg.early_stop, run.stop_state, step, metrics)
+        _progress(step, cfg.steps, metrics)
+    reason = reason or out_of_budget
+    if due_log or reason:
+        run.reporter.report(step, **metrics)
+    return reason
+
+
+def _resume(saved: dict[str, Any] | None, run: _Run, amp: str) -> int:
+    """Load ``saved`` (the newest checkpoint, or None) into the run (with its training time and early-stop
+    state); its step.
 
     Refuses a checkpoint of other trajectory settings. ``--amp auto`` may
     resolve to another precision on the new node (fp32 on a CPU, bf16 or
@@ -196,22 +254,23 @@ def _resume(saved: dict[str, Any] | None, ckpts: CheckpointDir, trajectory: dict
     """
     if saved is None:
         if trial.resume_step is not None:
-            print(f"warning: SPOTSWEEP_RESUME_STEP={trial.resume_step} but no checkpoint in {ckpts.directory}; "
+            print(f"warning: SPOTSWEEP_RESUME_STEP={trial.resume_step} but no checkpoint in {run.ckpts.directory}; "
                   "starting from step 0", file=sys.stderr)
-        return 0, 0.0, StopState()
-    where = ckpts.path(saved["step"])
-    check_resume(saved["trajectory"], trajectory, str(where))
-    model.load_state_dict(saved["model"])
-    opt.load_state_dict(saved["optimizer"])
-    loaded = restore_scaler(scaler, saved["scaler"])
-    written_in = saved.get("precision")  # absent in checkpoints from before it was recorded
+        return 0
+    where = run.ckpts.path(saved["step"])
+    check_resume(saved["trajectory"], run.trajectory, str(where))
+    run.model.load_state_dict(saved["model"])
+    run.opt.load_state_dict(saved["optimizer"])
+    loaded = restore_scaler(run.scaler, saved["scaler"])
+    written_in, precision = saved.get("precision"), run.precision  # absent in checkpoints from before it was recorded
     if written_in is not None and written_in != precision.name:
-        fresh = " with a fresh GradScaler" if scaler.is_enabled() and not loaded else ""
+        fresh = " with a fresh GradScaler" if run.scaler.is_enabled() and not loaded else ""
         print(f"note: {where} was written in {written_in}; --amp {amp} resolves to {precision.name} here, so "
               f"training continues in {precision.name}{fresh} and will not match an uninterrupted run exactly",
               file=sys.stderr)
     rng.restore(saved["rng"])  # last: building and loading must not disturb the restored streams
-    return int(saved["step"]), float(saved["elapsed_s"]), StopState.from_dict(saved["early_stop"])
+    run.elapsed, run.stop_state = float(saved["elapsed_s"]), StopState.from_dict(saved["early_stop"])
+    return int(saved["step"])
 
 
 def _accumulate(task: Task, model: torch.nn.Module, batch: Batch, grad_accum: int, device: torch.device,
