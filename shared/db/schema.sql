@@ -2,6 +2,17 @@
 -- `python -m tests.support.schema` and checked by tests/shared/db/test_schema.py: do not edit.
 -- The views are the public API (docs/results.md).
 
+CREATE TABLE agents (
+    agent_id text NOT NULL,
+    resource_class text NOT NULL,
+    slots integer NOT NULL,
+    cpus double precision NOT NULL,
+    memory bigint NOT NULL,
+    gpus integer NOT NULL DEFAULT 0,
+    last_seen timestamp with time zone NOT NULL,
+    CONSTRAINT agents_pkey PRIMARY KEY (agent_id)
+);
+
 CREATE TABLE early_cancels (
     sweep_id text NOT NULL,
     received_at timestamp with time zone NOT NULL DEFAULT now(),
@@ -98,6 +109,8 @@ CREATE TABLE trials (
     CONSTRAINT trials_sweep_id_idx_key UNIQUE (sweep_id, idx)
 );
 
+CREATE INDEX agents_class_seen ON public.agents USING btree (resource_class, last_seen);
+
 CREATE INDEX pbt_segments_uncopied ON public.pbt_segments USING btree (sweep_id) WHERE ((from_trial_id IS NOT NULL) AND (copied_at IS NULL));
 
 CREATE INDEX points_sweep ON public.points USING btree (sweep_id);
@@ -109,6 +122,16 @@ CREATE INDEX trial_events_trial ON public.trial_events USING btree (trial_id);
 CREATE INDEX trials_inflight ON public.trials USING btree (sweep_id) WHERE (state = ANY (ARRAY['pending'::text, 'queued'::text, 'running'::text]));
 
 CREATE INDEX trials_pending ON public.trials USING btree (state) WHERE (state = 'pending'::text);
+
+CREATE VIEW agent_capacity AS
+ SELECT agents.agent_id,
+    agents.resource_class,
+    agents.slots,
+    agents.cpus,
+    agents.memory,
+    agents.gpus,
+    agents.last_seen
+   FROM agents;
 
 CREATE VIEW metric_points AS
  SELECT points.sweep_id,
