@@ -356,7 +356,11 @@ def status(sweep_id: str | None, settings: Settings, as_json: bool, limit: int |
         for warning in idle_classes.warnings_for(settings, idle_classes.waiting_classes(db)):
             print(warning, file=sys.stderr)
     unfit = {} if db is None else idle_classes.waiting_unfit(db)
+    staging = {} if db is None else idle_classes.staging(db)
     for r in rows:
+        if r["sweep_id"] in staging:
+            print(f"{shown(r['sweep_id'])}: staging: {staging[r['sweep_id']]} queued trial(s) being set up on their "
+                  "agents (inputs, setup.pip env, image), not yet training")
         if r["sweep_id"] in unfit:
             print(f"{shown(r['sweep_id'])}: waiting: {unfit[r['sweep_id']]}")
         if r["state"] in ("rejected", "failed") and r["error"]:

@@ -132,6 +132,20 @@ def waiting_unfit(db: Database) -> dict[str, str]:
     return found
 
 
+def staging(db: Database) -> dict[str, int]:
+    """For ``status``: by running sweep, its queued trials whose agent is setting them up (``trial.staging``:
+    inputs, setup.pip env, image) and has not started their process yet: waiting on data, not on a slot."""
+    with db.transaction() as conn:
+        rows = conn.execute(
+            "SELECT t.sweep_id, count(*) AS n FROM trials t JOIN sweeps s USING (sweep_id)"
+            " JOIN LATERAL (SELECT body->>'run_id' AS run_id FROM trial_events e WHERE e.trial_id = t.trial_id"
+            "   AND e.attempt = t.attempt AND e.kind = 'trial.staging' ORDER BY recorded_at DESC LIMIT 1) st ON true"
+            " WHERE s.state = 'running' AND t.state = 'queued' AND NOT EXISTS (SELECT 1 FROM trial_events e"
+            "   WHERE e.trial_id = t.trial_id AND e.kind = 'trial.started' AND e.body->>'run_id' = st.run_id)"
+            " GROUP BY t.sweep_id").fetchall()
+    return {r["sweep_id"]: r["n"] for r in rows}
+
+
 def _resources(value: Any) -> Resources | None:
     try:
         return Resources.model_validate(value or {})

@@ -153,6 +153,18 @@ class MetricPoint(BaseModel):
     value: float
 
 
+class TrialStaging(Envelope):
+    """An attempt is being set up before its process starts: inputs staged, its setup.pip env built, its
+    image pulled (``run_id`` names the coming run). Journalled by the collector, so ``status`` counts the
+    trial as staging, not as training; the ``trial.started`` that follows says how long it took."""
+
+    kind: Literal["trial.staging"] = "trial.staging"
+    trial_id: str
+    attempt: int
+    agent: str
+    run_id: str = ""
+
+
 class TrialMetrics(Envelope):
     """A batch of points from one attempt, in the order the script wrote them.
 
@@ -339,7 +351,7 @@ Event = Annotated[Union[TrialStarted, TrialMetrics, TrialProgress, CheckpointSav
                   Field(discriminator="kind")]
 Message = Annotated[
     Union[TrialMessage, TrialStarted, TrialMetrics, TrialProgress, CheckpointSaved, TrialFinished, TrialLost, CancelSweep,
-          StopTrial, AgentSeen],
+          StopTrial, AgentSeen, TrialStaging],
     Field(discriminator="kind"),
 ]
 _MESSAGE = TypeAdapter(Message)
@@ -392,7 +404,7 @@ def decode_command(data: Any) -> SubmitSweep | CancelSweep | ExtendSweep:
 
 _EVERY = TypeAdapter(Annotated[
     Union[TrialMessage, TrialStarted, TrialMetrics, TrialProgress, CheckpointSaved, TrialFinished, TrialLost, CancelSweep,
-          StopTrial, SubmitSweep, ExtendSweep, AgentSeen],
+          StopTrial, SubmitSweep, ExtendSweep, AgentSeen, TrialStaging],
     Field(discriminator="kind"),
 ])
 

@@ -33,10 +33,10 @@ def event_routing_key(kind: str, sweep_id: str) -> str:
 
 # "#", not "*": a sweep id may contain dots, and "*" matches exactly one word.
 LIFECYCLE_BINDINGS = ("trial.started.#", "trial.finished.#", "trial.lost.#", "trial.progress.#")
-# The collector stores points, journals checkpoints and records what agents
+# The collector stores points, journals checkpoints and stagings and records what agents
 # offer (``agent.seen.<class>``); the planner journals the lifecycle events it
 # decides, so they are not routed to the collector too (two deliveries fewer per trial).
-COLLECTOR_BINDINGS = ("trial.metrics.#", "trial.checkpoint.#", "agent.seen.#")
+COLLECTOR_BINDINGS = ("trial.metrics.#", "trial.checkpoint.#", "trial.staging.#", "agent.seen.#")
 
 
 def agent_seen_routing_key(resource_class: str) -> str:

@@ -46,7 +46,7 @@ from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.quantity import human_bytes
-from spotsweep.shared.messages import CheckpointSaved, Envelope, Failure, Outcome as Result, TrialFinished, TrialMessage, TrialStarted
+from spotsweep.shared.messages import CheckpointSaved, Envelope, Failure, Outcome as Result, TrialFinished, TrialMessage, TrialStaging, TrialStarted
 
 __all__ = ["DeliveryLost", "RunControls", "RunnerConfig", "kill_all", "run_trial"]
 
@@ -234,6 +234,9 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
 
     if not msg.argv or not msg.argv[0]:
         return end("failed", failure="refused", error=f"the trial's command is empty (argv {msg.argv!r}): nothing to run")
+    if msg.inputs or msg.setup_pip is not None or config.runtime is not None:  # set-up that may take minutes: said
+        send(TrialStaging(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
+                          run_id=run_id))
     try:
         image = _image(msg, config)
     except ImageUnavailable as e:
