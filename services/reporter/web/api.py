@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from spotsweep.services.reporter.web import importance as imp
-from spotsweep.services.reporter.web import present, queries, trial_api
+from spotsweep.services.reporter.web import present, queries, timeline, trial_api
 from spotsweep.services.reporter.web.downsample import downsample
 from spotsweep.services.reporter.web.spend import gpus_of
 from spotsweep.services.reporter.web.trial_api import TrialArtifacts
@@ -164,9 +164,10 @@ class Api:
             attempts = queries.attempts(conn, trial_id)
             names = queries.trial_metric_names(conn, trial_id)
             journal = trial_api.events(conn, trial_id)
+            lost = [r.note for r in timeline.runs(queries.runs(conn, sweep_id, trial_id)) if r.outcome == "lost"]
         return {**present.trial_json(row), "error": row.get("error"), "sweep_id": sweep_id,
                 "agent": row.get("agent"), "losses": row.get("losses"), "metric_names": names, "attempt_points": attempts,
-                "events": journal, **self.artifacts.body(sweep_id, trial_id)}
+                "events": journal, "lost_runs": lost, **self.artifacts.body(sweep_id, trial_id)}
 
     # -- ASGI endpoints ------------------------------------------------------------
 

@@ -166,14 +166,17 @@ def seed_groups(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
     ).fetchall()
 
 
-def runs(conn: Conn, sweep_id: str) -> list[dict[str, Any]]:
+def runs(conn: Conn, sweep_id: str, trial_id: str | None = None) -> list[dict[str, Any]]:
     """Each run's start and end events of a sweep's trials (the view
     ``run_events``: the planner journals every start, end and loss it
-    decides), with the trial's name."""
+    decides), with the trial's name, state and end (a run with no end of an
+    ended trial did not end well)."""
     return conn.execute(
-        "SELECT e.kind, e.trial_id, t.trial_name, e.attempt, e.run_id, e.agent, e.time, e.outcome, e.duration"
-        " FROM run_events e JOIN trial_results t USING (trial_id) WHERE e.sweep_id = %s AND t.sweep_id = %s",
-        (sweep_id, sweep_id),
+        "SELECT e.kind, e.trial_id, t.trial_name, e.attempt, e.run_id, e.agent, e.time, e.outcome, e.duration,"
+        " e.redelivered, e.staging, e.reason, t.state AS trial_state, t.finished_at AS trial_finished"
+        " FROM run_events e JOIN trial_results t USING (trial_id) WHERE e.sweep_id = %s AND t.sweep_id = %s"
+        " AND (%s::text IS NULL OR e.trial_id = %s)",
+        (sweep_id, sweep_id, trial_id, trial_id),
     ).fetchall()
 
 
@@ -195,9 +198,12 @@ def samples(conn: Conn, trial_ids: list[str], prefix: str) -> list[dict[str, Any
 
 
 def attempts(conn: Conn, trial_id: str) -> list[dict[str, Any]]:
-    """What each attempt of a trial reported: steps, points, first and last time."""
+    """What each attempt of a trial reported: steps (of its metrics: the
+    agent's ``sys/`` samples count running seconds, not steps), points, first
+    and last time."""
     return conn.execute(
-        "SELECT attempt, min(step) AS first_step, max(step) AS last_step, count(*) AS points,"
+        "SELECT attempt, min(step) FILTER (WHERE NOT starts_with(name, 'sys/')) AS first_step,"
+        " max(step) FILTER (WHERE NOT starts_with(name, 'sys/')) AS last_step, count(*) AS points,"
         " min(recorded_at) AS first_at, max(recorded_at) AS last_at"
         " FROM metric_points WHERE trial_id = %s GROUP BY attempt ORDER BY attempt",
         (trial_id,),

@@ -41,6 +41,8 @@ const SS = {
     if (typeof v === "object") return JSON.stringify(v);
     return String(v);
   },
+  // A time as the page shows it: UTC to the second ("2026-01-01 00:01:40").
+  time(ms) { return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, ""); },
   // ECharts tooltips are HTML: every name in one goes through this.
   esc(text) { return echarts.format.encodeHTML(String(text)); },
   el(tag, text, cls) {

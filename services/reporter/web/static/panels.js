@@ -73,26 +73,36 @@ const PANELS = (function () {
     const lanes = t.lanes.map(l => `${l.agent} · slot ${l.slot + 1}`);
     const now = Date.parse(t.now);
     const data = t.runs.map(r => ({name: r.trial_name, itemStyle: {color: OUTCOME_COLOURS[r.outcome] || "#bab0ac"},
-      value: [r.lane, Date.parse(r.start), r.end ? Date.parse(r.end) : now, r.attempt, r.outcome]}));
+      value: [r.lane, Date.parse(r.start), r.end ? Date.parse(r.end) : now, r.attempt, r.note || r.outcome,
+              Date.parse(r.start) - 1000 * (r.staging || 0)]}));
+    const lost = t.runs.filter(r => r.outcome === "lost");
     note("timeline-note", t.total ? `${t.total} runs on ${t.lanes.length} slots` +
       (t.total > t.runs.length ? ` (the latest ${t.runs.length} drawn)` : "") +
-      "; colour: the run's outcome (orange: preempted)" : "no run has started yet");
+      "; colour: the run's outcome (orange: preempted, brown: lost; pale: staging inputs)" +
+      lost.slice(0, 3).map(r => `; ${r.trial_name} attempt ${r.attempt}: ${r.note}`).join("") : "no run has started yet");
     const chart = SS.chart("timeline");
     chart.getDom().style.height = Math.max(200, Math.min(900, 60 + 22 * lanes.length)) + "px";
     chart.resize();
     chart.setOption({
       animation: false, grid: {left: 180, right: 20, top: 10, bottom: 50},
       tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)} attempt ${p.value[3]}: ${p.value[4]}<br>` +
-        `${SS.esc(lanes[p.value[0]])}<br>${new Date(p.value[1]).toISOString()} – ${new Date(p.value[2]).toISOString()}`},
+        `${SS.esc(lanes[p.value[0]])}<br>${SS.time(p.value[1])} – ${SS.time(p.value[2])}` +
+        (p.value[5] < p.value[1] ? `<br>staging ${SS.fmt((p.value[1] - p.value[5]) / 1000)} s before` : "")},
       dataZoom: [{type: "inside", filterMode: "weakFilter"}, {type: "slider", height: 18, bottom: 4, filterMode: "weakFilter"}],
       xAxis: {type: "time"}, yAxis: {type: "category", data: lanes, inverse: true},
-      series: [{type: "custom", encode: {x: [1, 2], y: 0}, data, progressive: 5000,
+      series: [{type: "custom", encode: {x: [5, 2], y: 0}, data, progressive: 5000,
         renderItem(params, api) {
-          const lane = api.value(0), start = api.coord([api.value(1), lane]), end = api.coord([api.value(2), lane]);
-          const h = api.size([0, 1])[1] * 0.7;
-          const rect = echarts.graphic.clipRectByRect({x: start[0], y: start[1] - h / 2, width: Math.max(1, end[0] - start[0]), height: h},
-            {x: params.coordSys.x, y: params.coordSys.y, width: params.coordSys.width, height: params.coordSys.height});
-          return rect && {type: "rect", shape: rect, style: api.style()};
+          const lane = api.value(0), h = api.size([0, 1])[1] * 0.7, sys = params.coordSys;
+          const box = (from, to, style) => {
+            const a = api.coord([from, lane]), b = api.coord([to, lane]);
+            const shape = echarts.graphic.clipRectByRect({x: a[0], y: a[1] - h / 2, width: Math.max(1, b[0] - a[0]), height: h},
+              {x: sys.x, y: sys.y, width: sys.width, height: sys.height});
+            return shape && {type: "rect", shape, style};
+          };
+          const run = box(api.value(1), api.value(2), api.style());
+          if (!(api.value(5) < api.value(1))) return run;
+          const staging = box(api.value(5), api.value(1), api.style({opacity: 0.35}));
+          return {type: "group", children: [staging, run].filter(Boolean)};
         }}],
     }, {replaceMerge: ["series"]});
   }

@@ -7,11 +7,15 @@ installs it). Screenshots go under each test's tmp_path.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dashseed import HOSTILE, Dashboard, add_points, add_trial, fleet_sweep, small_sweep
+from dashseed import HOSTILE, T0, Dashboard, add_points, add_trial, fleet_sweep, small_sweep
+
+from spotsweep.shared.db.journal import journal
+from spotsweep.shared.messages import TrialFinished, TrialStarted
 
 pytestmark = pytest.mark.integration
 
@@ -134,3 +138,28 @@ def test_unknown_ids_show_a_404_page_and_the_index_lists_sweeps(dashboard: Dashb
     assert response.status == 404 and "no sweep with id 'nope'" in page.inner_text("main")
     page.goto(dashboard.url + "/")
     assert page.locator("#sweeps tbody a", has_text="web-test").count() == 1
+
+
+def test_a_run_whose_agent_vanished_ends_lost_on_the_timeline(dashboard: Dashboard, page: Any) -> None:
+    fleet_sweep(dashboard.db)
+    tid = add_trial(dashboard.db, "fleet-1", 18, "fleet_lost", {"lr": 0.01, "opt": "adam", "seed": 0}, attempt=1,
+                    metrics={"val_loss": 1.0}, started=0, finished=1500, agent="node-b")
+    with dashboard.db.transaction() as conn:  # vm-gone was killed (kill -9): no end; the broker redelivered to node-b
+        journal(conn, [TrialStarted(sweep_id="fleet-1", trial_id=tid, attempt=1, agent="vm-gone", run_id="r18a",
+                                    time=T0),
+                       TrialStarted(sweep_id="fleet-1", trial_id=tid, attempt=1, agent="node-b", run_id="r18b",
+                                    redelivered=True, losses=1, staging=30.0, time=T0 + timedelta(seconds=900)),
+                       TrialFinished(sweep_id="fleet-1", trial_id=tid, attempt=1, agent="node-b", run_id="r18b",
+                                     outcome="completed", duration=600, time=T0 + timedelta(seconds=1500))])
+    page.goto(f"{dashboard.url}/sweeps/fleet-1")
+    refreshed(page)
+    timeline = page.evaluate("fetch('/api/sweeps/fleet-1/timeline').then(r => r.json())")
+    lost = [r for r in timeline["runs"] if r["trial_id"] == tid and r["agent"] == "vm-gone"]
+    assert [(r["outcome"], r["end"] is not None, r["note"]) for r in lost] == [("lost", True, "lost: agent vm-gone vanished")]
+    assert "fleet_lost attempt 1: lost: agent vm-gone vanished" in page.inner_text("#timeline-note")
+    add_points(dashboard.db, "fleet-1", [(tid, 1, sec, "sys/cpu_percent", 50.0) for sec in (5, 10)])  # no metric step
+    page.goto(f"{dashboard.url}/sweeps/fleet-1/trials/{tid}")
+    refreshed(page)
+    assert "lost: agent vm-gone vanished" in page.inner_text(".lost-run")
+    assert page.locator("table.grid").nth(2).locator("tbody td").nth(1).inner_text() == "none"  # sys/ seconds are no steps
+    assert page.errors == []
