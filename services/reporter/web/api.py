@@ -164,10 +164,11 @@ class Api:
             attempts = queries.attempts(conn, trial_id)
             names = queries.trial_metric_names(conn, trial_id)
             journal = trial_api.events(conn, trial_id)
+            latest = queries.latest(conn, trial_id) if row["state"] == "running" else {}
             lost = [r.note for r in timeline.runs(queries.runs(conn, sweep_id, trial_id)) if r.outcome == "lost"]
         return {**present.trial_json(row), "error": row.get("error"), "sweep_id": sweep_id,
                 "agent": row.get("agent"), "losses": row.get("losses"), "metric_names": names, "attempt_points": attempts,
-                "events": journal, "lost_runs": lost, **self.artifacts.body(sweep_id, trial_id)}
+                "events": journal, "lost_runs": lost, "latest": latest, **self.artifacts.body(sweep_id, trial_id)}
 
     # -- ASGI endpoints ------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from spotsweep.services.reporter.web import queries
+from spotsweep.services.reporter.web import present, queries
 from spotsweep.services.reporter.web.api import Api, json_response
 from spotsweep.services.reporter.web.guard import Admission, TokenGate
 from spotsweep.services.reporter.web.importance import load as load_importance
@@ -52,6 +52,7 @@ def _templates() -> Environment:
     env = Environment(loader=PackageLoader(PACKAGE, "templates"), autoescape=select_autoescape(default=True))
     env.globals["poll_ms"] = POLL_SECONDS * 1000
     env.filters["cost_text"] = cost_text
+    env.filters["magnitude"] = present.magnitude
     return env
 
 

@@ -14,6 +14,7 @@ and the JSON contract are tested without a database:
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from typing import Any
 
@@ -135,3 +136,24 @@ def _default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+_NONFINITE = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}
+
+
+def magnitude(value: Any) -> str:
+    """A value as the pages print it (static/common.js ``SS.fmt`` alike):
+    whole numbers as they are, others to 4 significant digits, in e-notation
+    below 0.001 or from a million (``3e-4``, ``9408``, ``1.235e6``); the
+    pages put the exact value in the hover text."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _NONFINITE.get(value, str(value)) if isinstance(value, str) else str(value)
+    if not math.isfinite(value):
+        return {math.inf: "inf", -math.inf: "-inf"}.get(value, "nan")
+    if float(value).is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    text = f"{value:.3e}" if value and (abs(value) < 1e-3 or abs(value) >= 1e6) else f"{value:.4g}"
+    mantissa, _, exp = text.partition("e")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return mantissa + (f"e{int(exp)}" if exp else "")

@@ -64,17 +64,31 @@ def trials(conn: Conn, sweep_id: str, only: list[str] | None = None) -> list[dic
                         " started_at NULLS LAST, trial_id", args).fetchall()
 
 
+# A running trial's latest value of each metric (not the agent's sys/ samples): its newest attempt's highest step.
+LATEST = ("SELECT jsonb_object_agg(l.name, l.value) FROM (SELECT DISTINCT ON (p.name) p.name, p.value FROM metric_points p"
+          " WHERE p.trial_id = trial_results.trial_id AND NOT starts_with(p.name, 'sys/')"
+          " ORDER BY p.name, p.attempt DESC, p.step DESC) l")
+
+
+def latest(conn: Conn, trial_id: str) -> dict[str, Any]:
+    """A trial's latest value of each metric, as :data:`LATEST` takes them."""
+    row = conn.execute(f"SELECT ({LATEST}) AS latest FROM trial_results WHERE trial_id = %s", (trial_id,)).fetchone()
+    return (row or {}).get("latest") or {}
+
+
 def listed_json(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
     """Every trial of a sweep as the trial list's JSON object, built by
     PostgreSQL (``body``: text, ``rank`` still to add), with what ranking
     needs: ``state``, ``trial_id`` and ``objective`` (the metric when it is
-    a number: jsonb keeps NaN and infinities as strings). Nothing is parsed
-    in Python: 10,000 trials cost a third of what building them here did."""
+    a number: jsonb keeps NaN and infinities as strings), and a running
+    trial's ``latest`` values (:data:`LATEST`). Nothing is parsed in
+    Python: 10,000 trials cost a third of what building them here did."""
     return conn.execute(
         "SELECT json_build_object('trial_id', trial_id, 'trial_name', trial_name, 'state', state, 'params', params,"
         " 'metrics', metrics, 'attempts', attempts, 'preemptions', preemptions, 'failures', failures, 'flags', flags,"
         " 'warnings', warnings, 'smoke', smoke, 'agent', agent, 'run_seconds', run_seconds, 'started_at', started_at,"
-        " 'finished_at', finished_at)::text AS body, state, trial_id,"
+        " 'finished_at', finished_at, 'latest', CASE WHEN state = 'running' THEN (" + LATEST + ") END)::text AS body,"
+        " state, trial_id,"
         " CASE WHEN jsonb_typeof(metrics->%s) = 'number' THEN (metrics->>%s)::float END AS objective"
         " FROM trial_results WHERE sweep_id = %s", (metric, metric, sweep_id)).fetchall()
 

@@ -14,13 +14,17 @@
   // -- leaderboard ---------------------------------------------------------------
   function columns() {
     const params = new Set(Object.keys(S.sweep.space || {})), metrics = new Set();
-    for (const t of S.trials) { Object.keys(t.params).forEach(k => params.add(k)); Object.keys(t.metrics).forEach(k => metrics.add(k)); }
+    for (const t of S.trials) {
+      Object.keys(t.params).forEach(k => params.add(k));
+      Object.keys(t.metrics).forEach(k => metrics.add(k)); Object.keys(t.latest || {}).forEach(k => metrics.add(k));
+    }
     const ms = [...metrics].sort((a, b) => (a !== S.sweep.metric) - (b !== S.sweep.metric) || a.localeCompare(b));
     return [{key: "rank", label: "#", get: t => t.rank},
             {key: "trial_name", label: "trial", get: t => t.trial_name, link: true},
             {key: "state", label: "state", get: t => t.state, badge: true},
             ...[...params].map(p => ({key: "p:" + p, label: p, get: t => t.params[p], num: true})),
-            ...ms.map(m => ({key: "m:" + m, label: params.has(m) ? "metric:" + m : m, get: t => t.metrics[m], num: true})),
+            ...ms.map(m => ({key: "m:" + m, label: params.has(m) ? "metric:" + m : m, get: t => t.metrics[m], num: true,
+                             latest: t => t.metrics[m] === undefined && t.latest ? t.latest[m] : undefined})),
             {key: "attempts", label: "attempts", get: t => t.attempts, num: true},
             {key: "preemptions", label: "preemptions", get: t => t.preemptions, num: true},
             {key: "flags", label: "flags", get: t => t.flags.concat(t.smoke ? ["smoke"] : []).join(" "), flags: true}];
@@ -68,7 +72,9 @@
         else if (c.link) td.append(SS.el("span", v, "name"));  // a report has no trial pages
         else if (c.badge) td.append(SS.el("span", v, "state state-" + v));
         else if (c.flags) v.split(" ").filter(Boolean).forEach(f => td.append(SS.el("span", f, "flag")));
-        else td.textContent = SS.fmt(v);
+        else if (c.latest && c.latest(t) !== undefined) {  // a running trial: its latest value, not a final one
+          td.textContent = SS.fmt(c.latest(t)); td.classList.add("latest"); td.title = `latest: ${SS.exact(c.latest(t))} (running)`;
+        } else { td.textContent = SS.fmt(v); if (typeof v === "number") td.title = SS.exact(v); }
         tr.append(td);
       }
       return tr;
@@ -138,13 +144,16 @@
   async function drawImportance() {
     const imp = await SS.json(API + "/importance");
     document.getElementById("importance-note").textContent = imp.reason
-      ? imp.reason : `fANOVA over ${imp.trials} completed trials (share of the objective's variance)`;
+      ? imp.reason : `fANOVA over ${imp.trials} completed trials (shares summing to 1)`;
+    document.getElementById("importance-caution").textContent = imp.caution || "";
+    document.getElementById("interactions-note").textContent = imp.reason ? "" : (imp.interactions_note ||
+      "share of the objective's variance a pair explains beyond the two alone");
     const bar = (id, rows, label) => SS.chart(id).setOption({
-      animation: false, grid: {left: 120, right: 30, top: 10, bottom: 30},
-      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}: ${SS.fmt(p.value)}`},
-      xAxis: {type: "value", max: v => Math.max(v.max, 0.01)},
+      animation: false, grid: {left: 10, right: 60, top: 10, bottom: 30, containLabel: true},
+      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}: ${SS.exact(p.value)}`},
+      xAxis: {type: "value", max: v => Math.max(v.max, 0.01), axisLabel: {formatter: SS.fmt}},
       yAxis: {type: "category", inverse: true, data: rows.map(label)},
-      series: [{type: "bar", data: rows.map(r => r.importance), label: {show: true, position: "right", formatter: p => p.value.toFixed(3)}}],
+      series: [{type: "bar", data: rows.map(r => r.importance), label: {show: true, position: "right", formatter: p => SS.fmt(p.value)}}],
     }, {replaceMerge: ["series"]});
     bar("importance", imp.params, r => r.name);
     bar("interactions", imp.interactions.slice(0, 8), r => r.params.join(" × "));
@@ -159,12 +168,13 @@
       Object.entries(s.counts).map(([k, n]) => `${n} ${k}`).join(", ") || "no trials yet";
     document.getElementById("best").textContent = s.best === null ? "–" : SS.fmt(s.best);
     document.getElementById("age").textContent = s.age;
-    document.getElementById("live").textContent = SS.offline() ? "" :
-      s.state === "running" ? "· live, refreshed every " + POLL / 1000 + " s" : "";
+    SS.live(document.getElementById("live"), SS.offline() ? "" :
+      s.state === "running" ? "· live, refreshed every " + POLL / 1000 + " s" : "· sweep over");
     const select = document.getElementById("curve-metric");
     if (select.options.length !== s.metrics.length) {
       select.replaceChildren(...s.metrics.map(m => { const o = SS.el("option", m); o.value = m; return o; }));
-      S.curveMetric = S.curveMetric || (s.metrics.includes(s.metric) ? s.metric : s.metrics[0]);
+      // The objective until the user chooses: a metric that came first (sys/...) is no choice.
+      if (!S.curveChosen) S.curveMetric = s.metrics.includes(s.metric) ? s.metric : s.metrics[0];
       if (S.curveMetric) select.value = S.curveMetric;
     }
   }
@@ -185,6 +195,8 @@
   }
 
   document.getElementById("filter").addEventListener("input", e => { S.filter = e.target.value; drawTable(); });
-  document.getElementById("curve-metric").addEventListener("change", e => { S.curveMetric = e.target.value; drawCurves(); });
-  SS.poll(refresh, POLL, () => S.running && !SS.offline());  // a report is drawn once
+  document.getElementById("curve-metric").addEventListener("change", e => {
+    S.curveMetric = e.target.value; S.curveChosen = true; drawCurves();
+  });
+  SS.poll(refresh, POLL, () => S.running && !SS.offline(), document.getElementById("live"));  // a report is drawn once
 })();

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashseed import HOSTILE, T0, Dashboard, add_points, add_trial, fleet_sweep, small_sweep
+from dashseed import HOSTILE, T0, Dashboard, add_points, add_sweep, add_trial, fleet_sweep, small_sweep
 
 from spotsweep.shared.db.journal import journal
 from spotsweep.shared.messages import TrialFinished, TrialStarted
@@ -163,3 +163,42 @@ def test_a_run_whose_agent_vanished_ends_lost_on_the_timeline(dashboard: Dashboa
     assert "lost: agent vm-gone vanished" in page.inner_text(".lost-run")
     assert page.locator("table.grid").nth(2).locator("tbody td").nth(1).inner_text() == "none"  # sys/ seconds are no steps
     assert page.errors == []
+
+
+def test_a_page_opened_before_the_first_point_follows_the_objective_shows_running_values_and_says_when_it_is_cut_off(
+        dashboard: Dashboard, page: Any) -> None:
+    add_sweep(dashboard.db, "live-1")
+    tid = add_trial(dashboard.db, "live-1", 0, "exp_live", {"lr": 0.01, "opt": "adam", "layers": 2}, state="running")
+    page.goto(f"{dashboard.url}/sweeps/live-1")
+    refreshed(page)
+    assert "live, refreshed every" in page.inner_text("#live")
+    add_points(dashboard.db, "live-1", [(tid, 1, s, "sys/cpu_percent", 90.0) for s in (0, 5)])  # the agent's samples come first
+    page.wait_for_function("document.getElementById('curve-metric').options.length === 1", timeout=15_000)
+    add_points(dashboard.db, "live-1", [(tid, 1, s, "val_loss", 2.0 - s / 1000) for s in range(3)])
+    page.wait_for_function("document.getElementById('curve-metric').options.length === 2", timeout=15_000)
+    assert page.eval_on_selector("#curve-metric", "s => s.value") == "val_loss"  # the objective, not the first metric seen
+    cell = page.locator(f"#leaderboard tbody tr[data-trial='{tid}'] td.latest")
+    cell.first.wait_for(timeout=15_000)
+    assert cell.first.inner_text() == "1.998" and "running" in cell.first.get_attribute("title")
+    page.select_option("#curve-metric", "sys/cpu_percent")  # the user's choice stays
+    add_points(dashboard.db, "live-1", [(tid, 1, 1, "train_loss", 1.0)])
+    page.wait_for_function("document.getElementById('curve-metric').options.length === 3", timeout=15_000)
+    assert page.eval_on_selector("#curve-metric", "s => s.value") == "sys/cpu_percent"
+
+    page.goto(f"{dashboard.url}/sweeps/live-1/trials/{tid}")
+    refreshed(page)
+    assert "Latest values" in page.inner_text("#metrics-title") and "1.998" in page.inner_text("#metrics")
+
+    page.goto(f"{dashboard.url}/sweeps/live-1")
+    refreshed(page)
+    dashboard.stop()
+    page.wait_for_function("document.getElementById('live').textContent.includes('disconnected')", timeout=15_000)
+    assert "live, refreshed" not in page.inner_text("#live")
+    assert all("refresh failed" in e or "Failed to load" in e or "ERR_CONNECTION" in e for e in page.errors), page.errors
+
+
+def test_a_finished_sweep_says_it_is_over(dashboard: Dashboard, page: Any) -> None:
+    add_sweep(dashboard.db, "over-1", state="completed")
+    page.goto(f"{dashboard.url}/sweeps/over-1")
+    refreshed(page)
+    assert page.inner_text("#live") == "· sweep over"
