@@ -20,7 +20,7 @@ from starlette.responses import Response
 from spotsweep.services.reporter.web import importance as imp
 from spotsweep.services.reporter.web import present, queries, timeline, trial_api
 from spotsweep.services.reporter.web.downsample import downsample
-from spotsweep.services.reporter.web.spend import gpus_of
+from spotsweep.services.reporter.web.spend import gpus_of, unit_of
 from spotsweep.services.reporter.web.trial_api import TrialArtifacts
 from spotsweep.shared.artifacts import ArtifactStore
 from spotsweep.shared.db import Database
@@ -87,7 +87,7 @@ class Api:
                 "SELECT trial_id FROM trial_results WHERE sweep_id = %s AND state = 'running' LIMIT 20", (sweep_id,))]
             metrics = queries.metric_names(conn, sweep_id, sample)
         body = present.sweep_json(row, row["counts"], row["best"], queries.age(row["created_at"], datetime.now(timezone.utc)))
-        return {**body, "metrics": metrics, "space": space_json(row.get("spec"))}
+        return {**body, "metrics": metrics, "space": space_json(row.get("spec")), "spec": present.shown_spec(row.get("spec"))}
 
     def trials_json(self, sweep_id: str) -> bytes:
         """The trial list, best first, as JSON built by PostgreSQL (:func:`.queries.listed_json`)."""
@@ -126,7 +126,7 @@ class Api:
         with self.db.transaction() as conn:
             rows = queries.best_so_far(conn, sweep_id, metric, row["mode"] if metric == row["metric"] else "min")
         gpus = gpus_of(row.get("spec"))
-        return {"metric": metric, "mode": row["mode"],
+        return {"metric": metric, "mode": row["mode"], "unit": unit_of(row.get("spec")),
                 "points": [{"time": r["finished_at"], "trial_id": r["trial_id"], "trial_name": r["trial_name"],
                             "value": r["value"], "gpu_hours": float(r["run_s"] or 0.0) * gpus / 3600} for r in rows]}
 

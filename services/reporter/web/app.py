@@ -60,7 +60,7 @@ def cost_text(sweep: dict[str, Any]) -> str:
     """``1.50 GPU-h · 1.35 (on demand 4.35)``: a sweep's cost for the index (as index.js writes it)."""
     if sweep.get("gpu_hours") is None:
         return ""
-    text = f"{sweep['gpu_hours']:.2f} GPU-h"
+    text = f"{sweep['gpu_hours']:.2f} {'slot' if sweep.get('unit') == 'slot-hours' else 'GPU'}-h"
     if sweep.get("cost") is not None:
         text += f" · {sweep['cost']:.2f}"
     if sweep.get("on_demand_cost") is not None:

@@ -18,6 +18,7 @@ import math
 from datetime import datetime
 from typing import Any
 
+from spotsweep.services.reporter.web.spend import unit_of
 from spotsweep.shared.messages import json_safe
 from spotsweep.shared.nonfinite import finite
 
@@ -106,6 +107,7 @@ def sweep_json(row: dict[str, Any], counts: dict[str, int], best: float | None, 
         "error": row.get("error"),
         "note": row.get("note"),
         "gpu_hours": row.get("gpu_hours"),
+        "unit": unit_of(row.get("spec")),  # of gpu_hours: GPU-hours, or slot-hours for a CPU sweep
         "cost": row.get("cost"),
         "on_demand_cost": row.get("on_demand_cost"),
     }
@@ -157,3 +159,11 @@ def magnitude(value: Any) -> str:
     if "." in mantissa:
         mantissa = mantissa.rstrip("0").rstrip(".")
     return mantissa + (f"e{int(exp)}" if exp else "")
+
+
+def shown_spec(spec: Any) -> Any:
+    """The spec as the sweep page shows it: its ``env`` values hidden (a
+    secret a sweep needs goes there, docs/security.md), their names kept."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("env"), dict):
+        return spec
+    return {**spec, "env": {k: "(hidden)" for k in spec["env"]}}

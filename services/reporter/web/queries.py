@@ -30,7 +30,8 @@ def sweeps(conn: Conn) -> list[dict[str, Any]]:
     """Every sweep, newest first, with trials per state (``counts``, not
     smoke ones) and the best final objective of its completed trials
     (finite values only), as ``sweep_results`` has them."""
-    rows = conn.execute(_SWEEP.replace(" spec,", "") + " ORDER BY created_at DESC, sweep_id").fetchall()
+    rows = conn.execute(_SWEEP.replace(" spec,", " jsonb_build_object('resources', spec->'resources') AS spec,")
+                        + " ORDER BY created_at DESC, sweep_id").fetchall()  # the spec's resources: a CPU sweep's unit
     return [_counted(r) for r in rows]
 
 

@@ -50,6 +50,17 @@ const SS = {
   exact(v) { return typeof v === "number" ? String(v) : SS.fmt(v); },
   // A time as the page shows it: UTC to the second ("2026-01-01 00:01:40").
   time(ms) { return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, ""); },
+  // Axes every chart shares. A value axis's name runs along it, left of its
+  // labels (formatted by magnitude), so a long name is never clipped and a
+  // legend on top never covers it; a time axis never ticks below a second
+  // and drops labels that would overlap.
+  GRID: {left: 78, right: 24, top: 30, bottom: 40},
+  valueAxis(name, more) {
+    return {type: "value", scale: true, name, nameLocation: "middle", nameGap: 58,
+            nameTextStyle: {width: 300, overflow: "truncate"}, axisLabel: {formatter: SS.fmt}, ...(more || {})};
+  },
+  stepAxis(name) { return {type: "value", name, nameLocation: "middle", nameGap: 24, axisLabel: {formatter: SS.fmt}}; },
+  timeAxis() { return {type: "time", minInterval: 1000, axisLabel: {hideOverlap: true}}; },
   // ECharts tooltips are HTML: every name in one goes through this.
   esc(text) { return echarts.format.encodeHTML(String(text)); },
   el(tag, text, cls) {

@@ -85,39 +85,67 @@
   }
 
   // -- charts ----------------------------------------------------------------------
+  // TensorBoard's smoothing: an exponential moving average, debiased at the start; gaps stay gaps.
+  function smooth(points, weight) {
+    if (!weight) return points.map(([s, v]) => [s, v, v]);
+    let last = 0, n = 0;
+    return points.map(([s, v]) => {
+      if (v === null) return [s, null, null];
+      last = last * weight + (1 - weight) * v; n += 1;
+      return [s, last / (1 - Math.pow(weight, n)), v];
+    });
+  }
   async function drawCurves() {
     const metric = S.curveMetric;
     if (!metric) return;
     const c = await SS.json(API + "/curves?max_points=400&limit=60&metric=" + encodeURIComponent(metric));
+    const logY = document.getElementById("curve-log").checked;
+    const weight = Number(document.getElementById("curve-smooth").value);
     const series = c.trials.filter(t => t.points.length).map(t => ({
-      name: t.trial_name, type: "line", showSymbol: false, sampling: "none", connectNulls: false,
-      data: t.points.map(([s, v]) => [s, SS.num(v)]),
+      name: t.trial_name, type: "line", showSymbol: t.points.length < 2, symbolSize: 7, sampling: "none", connectNulls: false,
+      data: smooth(t.points.map(([s, v]) => [s, SS.num(v)]), weight)
+        .map(([s, v, raw]) => [s, logY && !(v > 0) ? null : v, raw]),  // a log axis has no place for v <= 0
       markLine: t.resumes.length ? {symbol: "none", silent: true, lineStyle: {type: "dashed", width: 1},
         label: {formatter: p => "attempt " + p.data.attempt, fontSize: 10},
         data: t.resumes.map(([step, attempt]) => ({xAxis: step, attempt}))} : undefined,
     }));
     const note = document.getElementById("curve-note");
     note.textContent = `${series.length} trial(s), at most ${c.max_points} points each` +
-      (S.trials.length > c.trials.length ? ` (the best ${c.trials.length} of ${S.trials.length})` : "");
+      (S.trials.length > c.trials.length ? ` (the best ${c.trials.length} of ${S.trials.length})` : "") +
+      (weight ? `; smoothed (${weight})` : "");
     SS.chart("curves").setOption({
-      animation: false, grid: {left: 60, right: 20, top: 30, bottom: 50},
-      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.seriesName)}<br>step ${p.value[0]}: ${SS.fmt(p.value[1])}`},
-      legend: {type: "scroll", top: 0}, dataZoom: [{type: "inside"}, {type: "slider", height: 18, bottom: 4}],
-      xAxis: {type: "value", name: "step", nameLocation: "end"}, yAxis: {type: "value", scale: true, name: metric},
+      animation: false, grid: {...SS.GRID, top: 36, bottom: 64},
+      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.seriesName)}<br>step ${p.value[0]}: ${SS.exact(p.value[2])}` +
+        (weight && p.value[1] !== null ? ` (smoothed ${SS.fmt(p.value[1])})` : "")},
+      legend: {type: "scroll", top: 0, left: 80, right: 10}, dataZoom: [{type: "inside"}, {type: "slider", height: 18, bottom: 4}],
+      xAxis: SS.stepAxis("step"), yAxis: SS.valueAxis(metric, logY ? {type: "log", scale: false} : {}),
       series,
-    }, {replaceMerge: ["series"]});
+    }, {replaceMerge: ["series", "yAxis"]});
   }
   async function drawBest() {
     if (!S.sweep.metric) return;
     const b = await SS.json(API + "/best");
     const data = b.points.map(p => ({value: [p.time, p.value], name: p.trial_name}));
     SS.chart("best-chart").setOption({
-      animation: false, grid: {left: 60, right: 20, top: 20, bottom: 40},
-      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}<br>${SS.fmt(p.value[1])}`},
-      xAxis: {type: "time"}, yAxis: {type: "value", scale: true, name: b.metric},
+      animation: false, grid: SS.GRID,
+      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}<br>${SS.exact(p.value[1])}<br>${SS.time(p.value[0])}`},
+      xAxis: SS.timeAxis(), yAxis: SS.valueAxis(b.metric),
       series: [{type: "line", step: "end", data, symbolSize: 6}],
     });
     PANELS.bestGpu(b);
+  }
+  // The leaderboard's rows that match the filter, every column, exact values: a CSV file.
+  function downloadCsv() {
+    const words = S.filter.toLowerCase().split(/\s+/).filter(Boolean);
+    const quote = v => { const t = v === undefined || v === null ? "" : typeof v === "number" ? String(v) : SS.fmt(v);
+                         return /[",\n]/.test(t) ? '"' + t.replace(/"/g, '""') + '"' : t; };
+    const cols = S.columns.concat([{label: "trial_id", get: t => t.trial_id}]);
+    const lines = [cols.map(c => quote(c.label)).join(",")].concat(
+      S.trials.filter(t => matches(t, words)).map(t => cols.map(c => quote(c.get(t))).join(",")));
+    const a = SS.el("a");
+    a.href = URL.createObjectURL(new Blob([lines.join("\n") + "\n"], {type: "text/csv"}));
+    a.download = (S.sweep.name || SWEEP) + "-trials.csv";
+    document.body.append(a); a.click(); a.remove();
   }
   function drawParallel() {
     const space = S.sweep.space || {}, metric = S.sweep.metric;
@@ -148,15 +176,15 @@
     document.getElementById("importance-caution").textContent = imp.caution || "";
     document.getElementById("interactions-note").textContent = imp.reason ? "" : (imp.interactions_note ||
       "share of the objective's variance a pair explains beyond the two alone");
-    const bar = (id, rows, label) => SS.chart(id).setOption({
+    const bar = (id, rows, label, max) => SS.chart(id).setOption({
       animation: false, grid: {left: 10, right: 60, top: 10, bottom: 30, containLabel: true},
       tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}: ${SS.exact(p.value)}`},
-      xAxis: {type: "value", max: v => Math.max(v.max, 0.01), axisLabel: {formatter: SS.fmt}},
+      xAxis: {type: "value", max, axisLabel: {formatter: SS.fmt}},
       yAxis: {type: "category", inverse: true, data: rows.map(label)},
       series: [{type: "bar", data: rows.map(r => r.importance), label: {show: true, position: "right", formatter: p => SS.fmt(p.value)}}],
     }, {replaceMerge: ["series"]});
-    bar("importance", imp.params, r => r.name);
-    bar("interactions", imp.interactions.slice(0, 8), r => r.params.join(" × "));
+    bar("importance", imp.params, r => r.name, 1);  // shares of 1
+    bar("interactions", imp.interactions.slice(0, 8), r => r.params.join(" × "), v => Math.max(v.max, 0.01));
   }
 
   // -- refresh -------------------------------------------------------------------
@@ -168,6 +196,8 @@
       Object.entries(s.counts).map(([k, n]) => `${n} ${k}`).join(", ") || "no trials yet";
     document.getElementById("best").textContent = s.best === null ? "–" : SS.fmt(s.best);
     document.getElementById("age").textContent = s.age;
+    const spec = document.getElementById("spec");
+    if (s.spec && !spec.textContent) spec.textContent = JSON.stringify(s.spec, null, 2);
     SS.live(document.getElementById("live"), SS.offline() ? "" :
       s.state === "running" ? "· live, refreshed every " + POLL / 1000 + " s" : "· sweep over");
     const select = document.getElementById("curve-metric");
@@ -195,6 +225,9 @@
   }
 
   document.getElementById("filter").addEventListener("input", e => { S.filter = e.target.value; drawTable(); });
+  document.getElementById("csv").addEventListener("click", downloadCsv);
+  document.getElementById("curve-log").addEventListener("change", drawCurves);
+  document.getElementById("curve-smooth").addEventListener("change", drawCurves);
   document.getElementById("curve-metric").addEventListener("change", e => {
     S.curveMetric = e.target.value; S.curveChosen = true; drawCurves();
   });

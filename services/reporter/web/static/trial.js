@@ -10,9 +10,9 @@
     const c = await SS.json(API + "/curves?max_points=1000&trial=" + encodeURIComponent(d.trial) + "&metric=" + encodeURIComponent(metric));
     const t = c.trials[0];
     SS.chart(node).setOption({
-      animation: false, grid: {left: 10, right: 24, top: 16, bottom: 24, containLabel: true},
+      animation: false, grid: {left: 10, right: 24, top: 16, bottom: 30, containLabel: true},
       tooltip: {trigger: "item", formatter: p => `step ${p.value[0]}: ${SS.exact(p.value[1])}`},
-      xAxis: {type: "value", name: "step", axisLabel: {formatter: SS.fmt}}, yAxis: {type: "value", scale: true, axisLabel: {formatter: SS.fmt}},
+      xAxis: SS.stepAxis("step"), yAxis: {type: "value", scale: true, axisLabel: {formatter: SS.fmt}},
       series: [{type: "line", showSymbol: t.points.length < 50, symbolSize: 6, data: t.points.map(([s, v]) => [s, SS.num(v)]),
         markLine: t.resumes.length ? {symbol: "none", silent: true, lineStyle: {type: "dashed"},
           label: {formatter: p => "attempt " + p.data.attempt, fontSize: 10},
