@@ -202,3 +202,34 @@ def test_a_finished_sweep_says_it_is_over(dashboard: Dashboard, page: Any) -> No
     page.goto(f"{dashboard.url}/sweeps/over-1")
     refreshed(page)
     assert page.inner_text("#live") == "· sweep over"
+
+
+def test_single_point_curves_show_markers_values_read_by_magnitude_and_a_cpu_sweep_counts_slot_hours(
+        dashboard: Dashboard, page: Any, tmp_path: Path) -> None:
+    spec = {"name": "asha-cpu", "command": ["python", "t.py"], "metric": {"name": "val_loss", "mode": "min"},
+            "space": {"lr": [0.0003, 0.001]}, "strategy": {"type": "grid"}, "resources": {"gpus": 0},
+            "env": {"API_TOKEN": "s3cret"}}
+    add_sweep(dashboard.db, "cpu-1", spec)
+    for i, lr in enumerate((0.00030000000000000003, 0.001)):  # one rung each: one point per curve
+        tid = add_trial(dashboard.db, "cpu-1", i, f"t{i}", {"lr": lr}, metrics={"val_loss": 9407.528162191118 + i},
+                        run_seconds=3600)
+        add_points(dashboard.db, "cpu-1", [(tid, 1, 10, "val_loss", 9407.528162191118 + i)])
+    page.goto(f"{dashboard.url}/sweeps/cpu-1")
+    refreshed(page)
+    shown = page.evaluate("echarts.getInstanceByDom(document.getElementById('curves')).getOption().series"
+                          ".map(s => [s.data.length, s.showSymbol])")
+    assert shown == [[1, True], [1, True]]
+    first = page.locator("#leaderboard tbody tr").first
+    assert first.locator("td").nth(3).inner_text() == "3e-4" and first.locator("td").nth(4).inner_text() == "9408"
+    assert first.locator("td").nth(4).get_attribute("title") == "9407.528162191118"  # the exact value on hover
+    assert "slot-h" in page.inner_text("#cost-note") and "GPU" not in page.inner_text("#cost-note")
+    assert page.inner_text("#best-gpu-title") == "Best so far against slot-hours"
+    spec_text = page.inner_text("#spec") if page.locator("#spec").is_visible() else page.text_content("#spec")
+    assert "API_TOKEN" in spec_text and "s3cret" not in spec_text  # env values are hidden
+    page.check("#curve-log")
+    page.wait_for_function("echarts.getInstanceByDom(document.getElementById('curves')).getOption().yAxis[0].type === 'log'")
+    with page.expect_download() as download:
+        page.click("#csv")
+    rows = Path(download.value.path()).read_text().splitlines()
+    assert rows[0].startswith("#,trial,state,lr,val_loss") and "0.00030000000000000003" in rows[1] and len(rows) == 3
+    assert page.errors == []
