@@ -136,7 +136,7 @@ class _Space:
         for i, (name, d) in enumerate(self.dists):
             for row, p in enumerate(params):
                 if isinstance(d, CategoricalDistribution):
-                    x[row, self.columns[i][d.to_internal_repr(p[name])]] = 1.0
+                    x[row, self.columns[i][int(d.to_internal_repr(p[name]))]] = 1.0
                 else:
                     x[row, self.columns[i][0]] = float(p[name])
         return x
