@@ -156,7 +156,7 @@ class Api:
         return body
 
     def trial_body(self, sweep_id: str, trial_id: str) -> dict[str, Any]:
-        self._sweep(sweep_id)
+        sweep = self._sweep(sweep_id)
         with self.db.transaction() as conn:
             row = queries.trial(conn, sweep_id, trial_id)
             if row is None:
@@ -168,7 +168,8 @@ class Api:
             lost = [r.note for r in timeline.runs(queries.runs(conn, sweep_id, trial_id)) if r.outcome == "lost"]
         return {**present.trial_json(row), "error": row.get("error"), "sweep_id": sweep_id,
                 "agent": row.get("agent"), "losses": row.get("losses"), "metric_names": names, "attempt_points": attempts,
-                "events": journal, "lost_runs": lost, "latest": latest, **self.artifacts.body(sweep_id, trial_id)}
+                "events": journal, "lost_runs": lost, "latest": latest,
+                "command": present.command_line(sweep.get("spec"), row), **self.artifacts.body(sweep_id, trial_id)}
 
     # -- ASGI endpoints ------------------------------------------------------------
 

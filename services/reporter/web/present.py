@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from datetime import datetime
 from typing import Any
 
 from spotsweep.services.reporter.web.spend import unit_of
+from spotsweep.shared.errors import SpotsweepError
 from spotsweep.shared.messages import json_safe
+from spotsweep.shared.naming import render_argv
+from spotsweep.shared.spec import parse_spec
 from spotsweep.shared.nonfinite import finite
 
 _LATER = {"running": 2, "queued": 3, "pending": 3, "pruned": 4, "failed": 5, "cancelled": 6}
@@ -167,3 +171,16 @@ def shown_spec(spec: Any) -> Any:
     if not isinstance(spec, dict) or not isinstance(spec.get("env"), dict):
         return spec
     return {**spec, "env": {k: "(hidden)" for k in spec["env"]}}
+
+
+def command_line(spec: Any, row: dict[str, Any]) -> str | None:
+    """The trial's command line, as the planner renders it for the agent
+    (``render_argv`` with ``index`` and ``trial_name``), shell-quoted; None
+    when the stored spec cannot be read."""
+    try:
+        command = parse_spec(spec).command
+        index = int(str(row["trial_id"]).rsplit(".", 1)[-1])
+        argv = render_argv(command, row.get("params") or {}, {"index": index, "trial_name": row["trial_name"]})
+    except (SpotsweepError, TypeError, ValueError, KeyError):
+        return None
+    return shlex.join(argv)

@@ -9,7 +9,7 @@
   const API = "/api/sweeps/" + encodeURIComponent(SWEEP);
   const MAX_ROWS = 500;
   const S = {sweep: null, trials: [], sortKey: "rank", sortDir: 1, filter: "", curveMetric: null,
-             completed: -1, running: true, columns: []};
+             completed: -1, running: true, columns: [], pinned: new Set(), hideConstant: false};
 
   // -- leaderboard ---------------------------------------------------------------
   function columns() {
@@ -19,10 +19,13 @@
       Object.keys(t.metrics).forEach(k => metrics.add(k)); Object.keys(t.latest || {}).forEach(k => metrics.add(k));
     }
     const ms = [...metrics].sort((a, b) => (a !== S.sweep.metric) - (b !== S.sweep.metric) || a.localeCompare(b));
-    return [{key: "rank", label: "#", get: t => t.rank},
+    const varies = p => new Set(S.trials.map(t => JSON.stringify(t.params[p]))).size > 1;
+    const shown = [...params].filter(p => !S.hideConstant || varies(p));
+    return [{key: "pin", label: "pin", get: t => S.pinned.has(t.trial_id) ? 0 : 1, pin: true},
+            {key: "rank", label: "#", get: t => t.rank},
             {key: "trial_name", label: "trial", get: t => t.trial_name, link: true},
             {key: "state", label: "state", get: t => t.state, badge: true},
-            ...[...params].map(p => ({key: "p:" + p, label: p, get: t => t.params[p], num: true})),
+            ...shown.map(p => ({key: "p:" + p, label: p, get: t => t.params[p], num: true})),
             ...ms.map(m => ({key: "m:" + m, label: params.has(m) ? "metric:" + m : m, get: t => t.metrics[m], num: true,
                              latest: t => t.metrics[m] === undefined && t.latest ? t.latest[m] : undefined})),
             {key: "attempts", label: "attempts", get: t => t.attempts, num: true},
@@ -68,7 +71,12 @@
       tr.dataset.trial = t.trial_id;
       for (const c of S.columns) {
         const v = c.get(t), td = SS.el("td", null, c.num ? "num" : "");
-        if (c.link && !SS.offline()) { const a = SS.el("a", v); a.href = SS.trialUrl(SWEEP, t.trial_id); td.append(a); }
+        if (c.pin) {
+          const box = SS.el("input"); box.type = "checkbox"; box.checked = S.pinned.has(t.trial_id);
+          box.title = "pin: compare side by side, curves of the pinned trials only";
+          box.addEventListener("change", () => { box.checked ? S.pinned.add(t.trial_id) : S.pinned.delete(t.trial_id); drawCompare(); drawCurves(); });
+          td.append(box);
+        } else if (c.link && !SS.offline()) { const a = SS.el("a", v); a.href = SS.trialUrl(SWEEP, t.trial_id); td.append(a); }
         else if (c.link) td.append(SS.el("span", v, "name"));  // a report has no trial pages
         else if (c.badge) td.append(SS.el("span", v, "state state-" + v));
         else if (c.flags) v.split(" ").filter(Boolean).forEach(f => td.append(SS.el("span", f, "flag")));
@@ -82,6 +90,30 @@
     document.getElementById("shown").textContent = rows.length > MAX_ROWS
       ? `showing ${MAX_ROWS} of ${rows.length} matching (${S.trials.length} trials): filter or sort to see others`
       : `${rows.length} of ${S.trials.length} trials`;
+  }
+
+  // The pinned trials side by side: params (those that differ first, marked), then metrics.
+  function drawCompare() {
+    const pinned = S.trials.filter(t => S.pinned.has(t.trial_id));
+    const card = document.getElementById("compare-card");
+    card.hidden = !pinned.length;
+    if (!pinned.length) return;
+    const keys = (get) => [...new Set(pinned.flatMap(t => Object.keys(get(t))))];
+    const differs = (get, k) => new Set(pinned.map(t => JSON.stringify(get(t)[k]))).size > 1;
+    const params = keys(t => t.params).sort((a, b) => differs(t => t.params, b) - differs(t => t.params, a) || a.localeCompare(b));
+    const metric = t => Object.keys(t.metrics).length ? t.metrics : t.latest || {};
+    const metrics = keys(metric).sort((a, b) => (a !== S.sweep.metric) - (b !== S.sweep.metric) || a.localeCompare(b));
+    const head = document.createElement("tr");
+    head.append(SS.el("th", ""), ...pinned.map(t => SS.el("th", t.trial_name)));
+    const row = (label, get, k) => {
+      const tr = document.createElement("tr");
+      tr.append(SS.el("th", label, differs(get, k) ? "differs" : ""));
+      pinned.forEach(t => { const v = get(t)[k], td = SS.el("td", SS.fmt(v), "num"); td.title = SS.exact(v); tr.append(td); });
+      return tr;
+    };
+    document.querySelector("#compare thead").replaceChildren(head);
+    document.querySelector("#compare tbody").replaceChildren(...params.map(k => row(k, t => t.params, k)),
+                                                              ...metrics.map(k => row(k, metric, k)));
   }
 
   // -- charts ----------------------------------------------------------------------
@@ -98,7 +130,8 @@
   async function drawCurves() {
     const metric = S.curveMetric;
     if (!metric) return;
-    const c = await SS.json(API + "/curves?max_points=400&limit=60&metric=" + encodeURIComponent(metric));
+    const pins = [...S.pinned].map(id => "&trial=" + encodeURIComponent(id)).join("");
+    const c = await SS.json(API + "/curves?max_points=400&limit=60&metric=" + encodeURIComponent(metric) + (SS.offline() ? "" : pins));
     const logY = document.getElementById("curve-log").checked;
     const weight = Number(document.getElementById("curve-smooth").value);
     const series = c.trials.filter(t => t.points.length).map(t => ({
@@ -111,7 +144,7 @@
     }));
     const note = document.getElementById("curve-note");
     note.textContent = `${series.length} trial(s), at most ${c.max_points} points each` +
-      (S.trials.length > c.trials.length ? ` (the best ${c.trials.length} of ${S.trials.length})` : "") +
+      (pins && !SS.offline() ? " (the pinned ones)" : S.trials.length > c.trials.length ? ` (the best ${c.trials.length} of ${S.trials.length})` : "") +
       (weight ? `; smoothed (${weight})` : "");
     SS.chart("curves").setOption({
       animation: false, grid: {...SS.GRID, top: 36, bottom: 64},
@@ -139,7 +172,7 @@
     const words = S.filter.toLowerCase().split(/\s+/).filter(Boolean);
     const quote = v => { const t = v === undefined || v === null ? "" : typeof v === "number" ? String(v) : SS.fmt(v);
                          return /[",\n]/.test(t) ? '"' + t.replace(/"/g, '""') + '"' : t; };
-    const cols = S.columns.concat([{label: "trial_id", get: t => t.trial_id}]);
+    const cols = S.columns.filter(c => !c.pin).concat([{label: "trial_id", get: t => t.trial_id}]);
     const lines = [cols.map(c => quote(c.label)).join(",")].concat(
       S.trials.filter(t => matches(t, words)).map(t => cols.map(c => quote(c.get(t))).join(",")));
     const a = SS.el("a");
@@ -214,6 +247,7 @@
     S.sweep = sweep; S.trials = trials; S.running = sweep.state === "running";
     drawHead();
     drawTable();
+    drawCompare();
     drawParallel();
     const completed = sweep.counts.completed || 0;
     const jobs = [drawCurves(), drawBest(), PANELS.cost(API), PANELS.timeline(API), PANELS.resources(API)];
@@ -226,6 +260,7 @@
 
   document.getElementById("filter").addEventListener("input", e => { S.filter = e.target.value; drawTable(); });
   document.getElementById("csv").addEventListener("click", downloadCsv);
+  document.getElementById("hide-constant").addEventListener("change", e => { S.hideConstant = e.target.checked; drawTable(); });
   document.getElementById("curve-log").addEventListener("change", drawCurves);
   document.getElementById("curve-smooth").addEventListener("change", drawCurves);
   document.getElementById("curve-metric").addEventListener("change", e => {

@@ -58,7 +58,7 @@ def test_the_sweep_page_lists_every_trial_draws_its_charts_and_updates_live(dash
     assert rows.count() == 7  # exp_000..exp_007 less the hostile index 3
     page.fill("#filter", "")
     page.click("#leaderboard th:has-text('lr')")
-    lrs = [float(x) for x in page.locator("#leaderboard tbody tr td:nth-child(4)").all_inner_texts()]
+    lrs = [float(x) for x in page.locator("#leaderboard tbody tr td:nth-child(5)").all_inner_texts()]  # pin, #, trial, state, lr
     assert lrs == sorted(lrs)
     page.click("#leaderboard th:has-text('#')")  # back to the ranking
 
@@ -114,7 +114,7 @@ def test_non_finite_values_read_as_the_cli_writes_them_and_rank_last(dashboard: 
     assert "-inf" in row and "Infinity" not in row, row
     order = page.locator("#leaderboard tbody tr").evaluate_all("rs => rs.map(r => [r.dataset.trial, r.innerText])")
     at = [t for t, _ in order].index(diverged)
-    ranks = [text.split("\t", 1)[0] for _, text in order]
+    ranks = [text.split("\t")[1] for _, text in order]  # after the pin box
     assert ranks[at] == "" and all(ranks[:at]) and not any(ranks[at:]), order  # unranked, after every ranked trial
     assert page.errors == []
 
@@ -211,7 +211,7 @@ def test_single_point_curves_show_markers_values_read_by_magnitude_and_a_cpu_swe
             "env": {"API_TOKEN": "s3cret"}}
     add_sweep(dashboard.db, "cpu-1", spec)
     for i, lr in enumerate((0.00030000000000000003, 0.001)):  # one rung each: one point per curve
-        tid = add_trial(dashboard.db, "cpu-1", i, f"t{i}", {"lr": lr}, metrics={"val_loss": 9407.528162191118 + i},
+        tid = add_trial(dashboard.db, "cpu-1", i, f"t{i}", {"lr": lr, "batch": 32}, metrics={"val_loss": 9407.528162191118 + i},
                         run_seconds=3600)
         add_points(dashboard.db, "cpu-1", [(tid, 1, 10, "val_loss", 9407.528162191118 + i)])
     page.goto(f"{dashboard.url}/sweeps/cpu-1")
@@ -219,9 +219,11 @@ def test_single_point_curves_show_markers_values_read_by_magnitude_and_a_cpu_swe
     shown = page.evaluate("echarts.getInstanceByDom(document.getElementById('curves')).getOption().series"
                           ".map(s => [s.data.length, s.showSymbol])")
     assert shown == [[1, True], [1, True]]
+    page.check("#hide-constant")  # batch is 32 everywhere: its column goes
+    page.wait_for_function("![...document.querySelectorAll('#leaderboard th')].some(th => th.textContent === 'batch')")
     first = page.locator("#leaderboard tbody tr").first
-    assert first.locator("td").nth(3).inner_text() == "3e-4" and first.locator("td").nth(4).inner_text() == "9408"
-    assert first.locator("td").nth(4).get_attribute("title") == "9407.528162191118"  # the exact value on hover
+    assert first.locator("td").nth(4).inner_text() == "3e-4" and first.locator("td").nth(5).inner_text() == "9408"
+    assert first.locator("td").nth(5).get_attribute("title") == "9407.528162191118"  # the exact value on hover
     assert "slot-h" in page.inner_text("#cost-note") and "GPU" not in page.inner_text("#cost-note")
     assert page.inner_text("#best-gpu-title") == "Best so far against slot-hours"
     spec_text = page.inner_text("#spec") if page.locator("#spec").is_visible() else page.text_content("#spec")
@@ -231,5 +233,25 @@ def test_single_point_curves_show_markers_values_read_by_magnitude_and_a_cpu_swe
     with page.expect_download() as download:
         page.click("#csv")
     rows = Path(download.value.path()).read_text().splitlines()
-    assert rows[0].startswith("#,trial,state,lr,val_loss") and "0.00030000000000000003" in rows[1] and len(rows) == 3
+    assert rows[0].startswith("#,trial,state,lr,val_loss")  # the shown columns and "0.00030000000000000003" in rows[1] and len(rows) == 3
+    assert page.errors == []
+
+
+def test_pinned_trials_compare_side_by_side_and_alone_on_the_curves_and_constant_params_hide(
+        dashboard: Dashboard, page: Any) -> None:
+    ids = small_sweep(dashboard.db)
+    page.goto(f"{dashboard.url}/sweeps/web-test-1")
+    refreshed(page)
+    assert page.locator("#compare-card").is_hidden()
+    for name in ("exp_001", "exp_002"):
+        page.locator(f"#leaderboard tbody tr[data-trial='{ids[name]}'] input[type=checkbox]").check()
+    page.wait_for_function("document.getElementById('curve-note').textContent.includes('pinned')", timeout=15_000)
+    assert page.locator("#compare-card").is_visible()
+    heads = page.locator("#compare thead th").all_inner_texts()
+    assert sorted(heads[1:]) == ["exp_001", "exp_002"]
+    assert page.locator("#compare tbody th.differs").all_inner_texts()[:3] == ["layers", "lr", "opt"]  # all three differ
+    series = page.evaluate("echarts.getInstanceByDom(document.getElementById('curves')).getOption().series.map(s => s.name)")
+    assert sorted(series) == ["exp_001", "exp_002"]
+    page.goto(f"{dashboard.url}/sweeps/web-test-1/trials/{ids['exp_002']}")
+    assert page.inner_text("#command") == "python train.py --lr 0.001"  # the command line the agent ran
     assert page.errors == []
