@@ -170,12 +170,13 @@ class Sweep:
         """``param``, ``importance``: most important first, as the dashboard
         computes it (fANOVA on a random forest, or ``method="ped-anova"``).
         Empty, with ``.attrs["reason"]``, when it cannot be told (under 4
-        completed trials, nothing varies). ``.attrs["interactions"]`` holds the
+        completed trials, nothing varies); ``.attrs["caution"]`` says when too
+        few trials make it rough. ``.attrs["interactions"]`` holds the
         strongest pairs; :meth:`interactions` as a DataFrame."""
         result = self._importance(metric, method)
         frame = _pandas().DataFrame(result.params, columns=["param", "importance"])
         frame.attrs.update({"metric": result.metric, "method": result.method, "trials": result.trials,
-                            "reason": result.reason, "interactions": [(*p, v) for p, v in result.interactions]})
+                            "reason": result.reason, "caution": result.caution, "interactions": [(*p, v) for p, v in result.interactions]})
         return frame
 
     def interactions(self, metric: str | None = None) -> pd.DataFrame:

@@ -6,9 +6,12 @@ step reported by several attempts keeps the latest attempt's value), with
 the time the collector stored each point as its wall time. The trial's
 params and final metrics go through TensorBoard's HParams plugin: each run
 holds a session start (its params) and end (its state), and its final
-metrics as the scalars ``final/<name>``; DIR itself holds the one
-experiment summary that lists every param and final metric, so the
-HParams table and parallel-coordinates view compare all trials.
+metrics as the scalars ``final/<name>``. Each run also holds the
+experiment summary that lists every param and final metric (TensorBoard's
+HParams plugin takes the first it finds), so the HParams table and
+parallel-coordinates view compare all trials; DIR itself holds no event
+file, so TensorBoard lists no extra ``.`` run. The HParams protocol has no
+integer type: an integer param is a number there as any other.
 
 The event files are written by tensorboardX (no torch, no TensorFlow) and
 its hparams summary API; nothing here encodes a record by hand. Reads the
@@ -134,26 +137,25 @@ def export(db: Database, sweep: str, out: Path) -> Exported:
     for v in values.values():
         example.update({k: x for k, x in v.items() if k not in example})
     experiment, _, _ = hparams(example, {tag(FINAL + m): 0.0 for m in finals})
-    with _writer(out) as root:
-        root.file_writer.add_summary(experiment)
-
     by_id = {r["trial_id"]: r for r in rows}
     done: set[str] = set()
     scalars = 0
     for trial_id, points in _points(db, head["sweep_id"]):
         if trial_id in by_id:
-            scalars += _run(out, by_id[trial_id], values[trial_id], points, hparams)
+            scalars += _run(out, by_id[trial_id], values[trial_id], points, hparams, experiment)
             done.add(trial_id)
     for trial_id in sorted(set(by_id) - done):  # trials that reported no point still have params and a state
-        scalars += _run(out, by_id[trial_id], values[trial_id], [], hparams)
+        scalars += _run(out, by_id[trial_id], values[trial_id], [], hparams, experiment)
     return Exported(head["sweep_id"], len(by_id), scalars)
 
 
-def _run(out: Path, row: Mapping[str, Any], params: dict[str, Any], points: Iterable[tuple[Any, ...]], hparams: Any) -> int:
-    """One trial's run: HParams session start, scalars by step, final metrics, session end."""
+def _run(out: Path, row: Mapping[str, Any], params: dict[str, Any], points: Iterable[tuple[Any, ...]], hparams: Any,
+         experiment: Any) -> int:
+    """One trial's run: the experiment, HParams session start, scalars by step, final metrics, session end."""
     _, start, _ = hparams(params, {})
     n, last_step = 0, 0
     with _writer(out / run_name(row["trial_id"], row["trial_name"])) as w:
+        w.file_writer.add_summary(experiment)
         w.file_writer.add_summary(start)
         for _, name, step, value, recorded_at in points:
             w.add_scalar(tag(name), float(value), int(step), walltime=recorded_at.timestamp() if recorded_at else None)

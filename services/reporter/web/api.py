@@ -18,9 +18,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from spotsweep.services.reporter.web import importance as imp
-from spotsweep.services.reporter.web import present, queries, trial_api
+from spotsweep.services.reporter.web import present, queries, timeline, trial_api
 from spotsweep.services.reporter.web.downsample import downsample
-from spotsweep.services.reporter.web.spend import gpus_of
+from spotsweep.services.reporter.web.spend import gpus_of, unit_of
 from spotsweep.services.reporter.web.trial_api import TrialArtifacts
 from spotsweep.shared.artifacts import ArtifactStore
 from spotsweep.shared.db import Database
@@ -87,7 +87,7 @@ class Api:
                 "SELECT trial_id FROM trial_results WHERE sweep_id = %s AND state = 'running' LIMIT 20", (sweep_id,))]
             metrics = queries.metric_names(conn, sweep_id, sample)
         body = present.sweep_json(row, row["counts"], row["best"], queries.age(row["created_at"], datetime.now(timezone.utc)))
-        return {**body, "metrics": metrics, "space": space_json(row.get("spec"))}
+        return {**body, "metrics": metrics, "space": space_json(row.get("spec")), "spec": present.shown_spec(row.get("spec"))}
 
     def trials_json(self, sweep_id: str) -> bytes:
         """The trial list, best first, as JSON built by PostgreSQL (:func:`.queries.listed_json`)."""
@@ -126,7 +126,7 @@ class Api:
         with self.db.transaction() as conn:
             rows = queries.best_so_far(conn, sweep_id, metric, row["mode"] if metric == row["metric"] else "min")
         gpus = gpus_of(row.get("spec"))
-        return {"metric": metric, "mode": row["mode"],
+        return {"metric": metric, "mode": row["mode"], "unit": unit_of(row.get("spec")),
                 "points": [{"time": r["finished_at"], "trial_id": r["trial_id"], "trial_name": r["trial_name"],
                             "value": r["value"], "gpu_hours": float(r["run_s"] or 0.0) * gpus / 3600} for r in rows]}
 
@@ -156,7 +156,7 @@ class Api:
         return body
 
     def trial_body(self, sweep_id: str, trial_id: str) -> dict[str, Any]:
-        self._sweep(sweep_id)
+        sweep = self._sweep(sweep_id)
         with self.db.transaction() as conn:
             row = queries.trial(conn, sweep_id, trial_id)
             if row is None:
@@ -164,9 +164,12 @@ class Api:
             attempts = queries.attempts(conn, trial_id)
             names = queries.trial_metric_names(conn, trial_id)
             journal = trial_api.events(conn, trial_id)
+            latest = queries.latest(conn, trial_id) if row["state"] == "running" else {}
+            lost = [r.note for r in timeline.runs(queries.runs(conn, sweep_id, trial_id)) if r.outcome == "lost"]
         return {**present.trial_json(row), "error": row.get("error"), "sweep_id": sweep_id,
                 "agent": row.get("agent"), "losses": row.get("losses"), "metric_names": names, "attempt_points": attempts,
-                "events": journal, **self.artifacts.body(sweep_id, trial_id)}
+                "events": journal, "lost_runs": lost, "latest": latest,
+                "command": present.command_line(sweep.get("spec"), row), **self.artifacts.body(sweep_id, trial_id)}
 
     # -- ASGI endpoints ------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from spotsweep.services.reporter.web import queries
+from spotsweep.services.reporter.web import present, queries
 from spotsweep.services.reporter.web.api import Api, json_response
 from spotsweep.services.reporter.web.guard import Admission, TokenGate
 from spotsweep.services.reporter.web.importance import load as load_importance
@@ -52,6 +52,7 @@ def _templates() -> Environment:
     env = Environment(loader=PackageLoader(PACKAGE, "templates"), autoescape=select_autoescape(default=True))
     env.globals["poll_ms"] = POLL_SECONDS * 1000
     env.filters["cost_text"] = cost_text
+    env.filters["magnitude"] = present.magnitude
     return env
 
 
@@ -59,7 +60,7 @@ def cost_text(sweep: dict[str, Any]) -> str:
     """``1.50 GPU-h · 1.35 (on demand 4.35)``: a sweep's cost for the index (as index.js writes it)."""
     if sweep.get("gpu_hours") is None:
         return ""
-    text = f"{sweep['gpu_hours']:.2f} GPU-h"
+    text = f"{sweep['gpu_hours']:.2f} {'slot' if sweep.get('unit') == 'slot-hours' else 'GPU'}-h"
     if sweep.get("cost") is not None:
         text += f" · {sweep['cost']:.2f}"
     if sweep.get("on_demand_cost") is not None:

@@ -4,21 +4,23 @@ The completed trials become Optuna trials (``optuna.trial.create_trial``
 with the distributions the planner samples from,
 :mod:`spotsweep.services.planner.search.distributions`). Two methods:
 
-``fanova`` (the default): the functional ANOVA of Hutter et al. (ICML 2014),
-as Optuna's ``FanovaImportanceEvaluator`` does it (a scikit-learn random
-forest fitted on Optuna's search-space transform), with the decomposition
-estimated numerically on the fitted forest instead of by walking its trees:
-``f_a(v)`` is the forest's mean prediction over uniform random points of the
-space with ``a`` set to ``v``; a parameter's importance is ``Var f_a /
-Var f``, a pair's interaction the variance of ``f_ab`` beyond ``f_a`` and
-``f_b`` (``f_ab - f_a - f_b + mean``) over ``Var f``. Why not Optuna's own:
-its exact tree walk takes 29 s for 1,000 trials and six parameters on this
-machine (and it has no pairs); this takes well under a second, so the
-dashboard can afford interactions. Both are shares of one variance, so a
-main effect and an interaction compare; they are not normalised to sum to
-1. Log-scale ranges are sampled and split in log space (each decade weighs
-alike, as the sampler explores them: Optuna's evaluator splits them raw,
-where a loguniform ``lr`` barely registers); choices are one-hot columns.
+``fanova`` (the default): the functional ANOVA of Hutter et al. (ICML 2014).
+Main effects are Optuna's own ``FanovaImportanceEvaluator`` (public API,
+shares normalised to sum to 1, as optuna-dashboard shows them) up to
+:data:`EXACT_TRIALS` trials. Beyond, its exact tree walk is too slow for a
+page (25 s for 1,000 trials and six parameters on a small machine), so the
+same decomposition is estimated numerically on a forest fitted as Optuna
+fits it: ``f_a(v)`` is the forest's mean prediction over uniform random
+points of the space with ``a`` set to ``v``; a parameter's share is ``Var
+f_a / Var f``, normalised alike (tests/.../test_importance.py checks both
+against Optuna's evaluator within its spread over seeds). The strongest pairs'
+interactions (``f_ab - f_a - f_b + mean``, as a share of ``Var f``; Optuna
+has none) always come from the estimate; shares below :data:`NOISE` are
+dropped. One departure from Optuna: log-scale ranges are weighed per decade
+(the trials are given to either as ``log10`` of the value), as the sampler
+explores them; in raw space a loguniform ``lr`` barely registers.
+Fewer than :data:`RELIABLE` trials (or five per parameter) give an answer
+with a ``caution``: with so few, the forest's shares move with its seed.
 
 ``ped-anova``: Optuna's ``PedAnovaImportanceEvaluator`` (which parameters
 set the top 10% of trials apart), main effects only, normalised by Optuna.
@@ -27,6 +29,7 @@ set the top 10% of trials apart), main effects only, normalised by Optuna.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,15 +37,18 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from spotsweep.services.planner.search.distributions import distributions, to_optuna
 from spotsweep.shared.nonfinite import finite
 from spotsweep.shared.spec import Param
 
 MIN_TRIALS = 4
+RELIABLE = 20  # fewer trials than this (or five per parameter): the answer carries a caution
+EXACT_TRIALS = 100  # up to this many, main effects are Optuna's evaluator itself (about a second)
+NOISE = 1e-3  # interactions with a smaller share are not shown
 MAX_TRIALS = 1000  # a seeded sample beyond this: fit and marginals take about 0.3 s of CPU here
-TREES = 32
+TREES = 64  # as Optuna's FanovaImportanceEvaluator fits its forest
 PAIR_CANDIDATES = 6  # pairs among the most important parameters only (15 pairs)
 BACKGROUND = 128  # uniform random points the marginals average over
 GRID, PAIR_GRID = 16, 8  # values per numeric parameter: alone, in a pair
@@ -57,6 +63,7 @@ class Importance:
     trials: int = 0  # completed trials with a finite value that were used
     method: str = "fanova"
     reason: str | None = None  # why the answer is empty
+    caution: str | None = None  # why the answer may be rough (few trials)
 
 
 def study_trials(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], metric: str,
@@ -93,39 +100,61 @@ def usable_params(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]],
     return params_out, values
 
 
+def _decades(dists: Mapping[str, BaseDistribution],
+             params: list[dict[str, Any]]) -> tuple[dict[str, BaseDistribution], list[dict[str, Any]]]:
+    """The log-scale ranges as plain ranges of ``log10`` of the value (each
+    decade weighs alike), everything else as it is."""
+    logs = {k for k, d in dists.items() if isinstance(d, (FloatDistribution, IntDistribution)) and d.log}
+    out = {k: FloatDistribution(math.log10(d.low), math.log10(d.high)) if k in logs else d  # type: ignore[attr-defined]
+           for k, d in dists.items()}
+    return out, [{k: math.log10(v) if k in logs else v for k, v in p.items()} for p in params]
+
+
 class _Space:
-    """Optuna's search-space transform (log ranges in log space, choices
-    one-hot), plus uniform sampling and grids in that space."""
+    """The forest's encoding of the parameters (Optuna's: a range is one
+    column, a choice one-hot columns), with uniform sampling and grids."""
 
     def __init__(self, dists: Mapping[str, BaseDistribution]) -> None:
-        from optuna._transform import _SearchSpaceTransform  # Optuna's, as its evaluators encode
-
-        self.dists = dict(dists)
-        self.trans = _SearchSpaceTransform(self.dists, transform_log=True, transform_step=False)
-        self.columns: list[np.ndarray] = list(self.trans.column_to_encoded_columns)
+        self.dists = list(dists.items())
+        self.columns: list[np.ndarray] = []
+        width = 0
+        for _, d in self.dists:
+            n = len(d.choices) if isinstance(d, CategoricalDistribution) else 1
+            self.columns.append(np.arange(width, width + n))
+            width += n
+        self.width = width
 
     def categorical(self, i: int) -> bool:
-        return isinstance(list(self.dists.values())[i], CategoricalDistribution)
+        return isinstance(self.dists[i][1], CategoricalDistribution)
+
+    def bounds(self, i: int) -> tuple[float, float]:
+        d = self.dists[i][1]
+        return float(d.low), float(d.high)  # type: ignore[attr-defined]
 
     def encode(self, params: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        return np.array([self.trans.transform(dict(p)) for p in params])
+        x = np.zeros((len(params), self.width))
+        for i, (name, d) in enumerate(self.dists):
+            for row, p in enumerate(params):
+                if isinstance(d, CategoricalDistribution):
+                    x[row, self.columns[i][int(d.to_internal_repr(p[name]))]] = 1.0
+                else:
+                    x[row, self.columns[i][0]] = float(p[name])
+        return x
 
     def grid(self, i: int, n: int) -> np.ndarray:
         """Values of parameter ``i`` (encoded columns) spread evenly over its range: every choice, or ``n`` bin centres."""
-        cols = self.columns[i]
         if self.categorical(i):
-            return np.eye(len(cols))
-        low, high = self.trans.bounds[cols[0]]
+            return np.eye(len(self.columns[i]))
+        low, high = self.bounds(i)
         return (low + (np.arange(n) + 0.5) * (high - low) / n).reshape(-1, 1)
 
     def uniform(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        x = np.empty((n, len(self.trans.bounds)))
+        x = np.empty((n, self.width))
         for i, cols in enumerate(self.columns):
             if self.categorical(i):
                 x[:, cols] = np.eye(len(cols))[rng.integers(0, len(cols), n)]
             else:
-                low, high = self.trans.bounds[cols[0]]
-                x[:, cols[0]] = rng.uniform(low, high, n)
+                x[:, cols[0]] = rng.uniform(*self.bounds(i), n)
         return x
 
 
@@ -145,7 +174,8 @@ def _fanova(space: _Space, params: list[dict[str, Any]], values: list[float],
             seed: int) -> tuple[list[float], dict[tuple[int, int], float]]:
     from sklearn.ensemble import RandomForestRegressor  # what Optuna's fANOVA fits
 
-    model = RandomForestRegressor(n_estimators=TREES, min_samples_leaf=2, random_state=seed, n_jobs=1)
+    model = RandomForestRegressor(n_estimators=TREES, max_depth=64, min_samples_split=2, min_samples_leaf=1,
+                                  random_state=seed, n_jobs=1)
     model.fit(space.encode(params), np.array(values, dtype=float))
     rng = np.random.default_rng(seed)
     total = float(np.var(model.predict(space.uniform(2048, rng))))
@@ -164,18 +194,23 @@ def _fanova(space: _Space, params: list[dict[str, Any]], values: list[float],
     return main, pairs
 
 
-def _ped_anova(trials: list[optuna.trial.FrozenTrial], direction: str) -> dict[str, float]:
+def _optuna(method: str, dists: Mapping[str, BaseDistribution], params: list[dict[str, Any]], values: list[float],
+            direction: str, seed: int) -> dict[str, float]:
+    """Optuna's own evaluator's main effects (normalised to sum to 1)."""
+    trials = [optuna.trial.create_trial(params=p, distributions=dict(dists), value=v) for p, v in zip(params, values)]
     study = optuna.create_study(direction="minimize" if direction == "min" else "maximize")
     study.add_trials(trials)
-    evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+    evaluator = (optuna.importance.PedAnovaImportanceEvaluator() if method == "ped-anova"
+                 else optuna.importance.FanovaImportanceEvaluator(seed=seed))
     return {k: float(v) for k, v in optuna.importance.get_param_importances(study, evaluator=evaluator).items()}
 
 
 def importance(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], metric: str, mode: str = "min",
                method: str = "fanova", seed: int = 0) -> Importance:
-    """Main effects and (fANOVA) the strongest pairwise interactions of
-    ``metric`` over the completed trials; an empty answer with the reason
-    when they cannot be told (too few trials, nothing varies)."""
+    """Main effects (shares in [0, 1] summing to 1) and (fANOVA) the strongest
+    pairwise interactions of ``metric`` over the completed trials; an empty
+    answer with the reason when they cannot be told (too few trials, nothing
+    varies), a caution when they are rough."""
     dists = distributions(space)
     varied = {k: d for k, d in dists.items() if not d.single()}
     usable = [r for r in rows if r.get("state") == "completed" and not r.get("smoke")
@@ -193,15 +228,22 @@ def importance(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], me
         return Importance(**{**empty.__dict__, "reason": f"every trial has the same {metric!r}: nothing to explain"})
     fixed = [(k, 0.0) for k in dists if k not in varied]
     names = list(varied)
+    dec, params = _decades(varied, params)
+    caution = None
+    if len(values) < max(RELIABLE, 5 * len(names)):
+        caution = (f"only {len(values)} completed trials for {len(names)} varied parameter(s): shares from so few are "
+                   f"rough (they move with the forest's seed); {max(RELIABLE, 5 * len(names))} or more read better")
     if method == "ped-anova":
-        trials = [optuna.trial.create_trial(params=p, distributions=dict(varied), value=v) for p, v in zip(params, values)]
-        shares = _ped_anova(trials, mode)
-        main = sorted(((n, shares.get(n, 0.0)) for n in names), key=lambda p: -p[1])
-        return Importance(metric, main + fixed, [], len(values), method)
-    main_shares, pair_shares = _fanova(_Space(varied), params, values, seed)
-    main = sorted(zip(names, main_shares), key=lambda p: -p[1])
-    pairs = sorted((((names[a], names[b]), v) for (a, b), v in pair_shares.items()), key=lambda p: -p[1])
-    return Importance(metric, main + fixed, pairs, len(values), method)
+        shares, pairs = _optuna(method, dec, params, values, mode, seed), []
+    else:
+        main_shares, pair_shares = _fanova(_Space(dec), params, values, seed)
+        total = sum(main_shares)
+        shares = (_optuna(method, dec, params, values, mode, seed) if len(values) <= EXACT_TRIALS
+                  else {n: v / total if total > 0 else 0.0 for n, v in zip(names, main_shares)})
+        pairs = sorted((((names[a], names[b]), min(1.0, v)) for (a, b), v in pair_shares.items() if v >= NOISE),
+                       key=lambda p: -p[1])
+    main = sorted(((n, min(1.0, max(0.0, shares.get(n, 0.0)))) for n in names), key=lambda p: -p[1])
+    return Importance(metric, main + fixed, pairs, len(values), method, caution=caution)
 
 
 def as_json(result: Importance) -> dict[str, Any]:
@@ -215,6 +257,11 @@ def as_json(result: Importance) -> dict[str, Any]:
     }
     if result.reason is not None:
         body["reason"] = result.reason
+    if result.caution is not None:
+        body["caution"] = result.caution
+    if result.method == "fanova" and not result.reason and not result.interactions:
+        body["interactions_note"] = (f"no pair of parameters interacts above {NOISE:g} of the variance"
+                                     if len(result.params) > 1 else "one varied parameter: no pairs")
     return body
 
 
@@ -223,5 +270,4 @@ def load() -> None:
     a small machine), so that no request waits for them: the dashboard
     calls this when it makes its app, before it serves."""
     import optuna.importance  # noqa: F401
-    from optuna import _transform  # noqa: F401
     from sklearn import ensemble  # noqa: F401

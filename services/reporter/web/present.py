@@ -14,10 +14,16 @@ and the JSON contract are tested without a database:
 from __future__ import annotations
 
 import json
+import math
+import shlex
 from datetime import datetime
 from typing import Any
 
+from spotsweep.services.reporter.web.spend import unit_of
+from spotsweep.shared.errors import SpotsweepError
 from spotsweep.shared.messages import json_safe
+from spotsweep.shared.naming import render_argv
+from spotsweep.shared.spec import parse_spec
 from spotsweep.shared.nonfinite import finite
 
 _LATER = {"running": 2, "queued": 3, "pending": 3, "pruned": 4, "failed": 5, "cancelled": 6}
@@ -105,6 +111,7 @@ def sweep_json(row: dict[str, Any], counts: dict[str, int], best: float | None, 
         "error": row.get("error"),
         "note": row.get("note"),
         "gpu_hours": row.get("gpu_hours"),
+        "unit": unit_of(row.get("spec")),  # of gpu_hours: GPU-hours, or slot-hours for a CPU sweep
         "cost": row.get("cost"),
         "on_demand_cost": row.get("on_demand_cost"),
     }
@@ -135,3 +142,45 @@ def _default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+_NONFINITE = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}
+
+
+def magnitude(value: Any) -> str:
+    """A value as the pages print it (static/common.js ``SS.fmt`` alike):
+    whole numbers as they are, others to 4 significant digits, in e-notation
+    below 0.001 or from a million (``3e-4``, ``9408``, ``1.235e6``); the
+    pages put the exact value in the hover text."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _NONFINITE.get(value, str(value)) if isinstance(value, str) else str(value)
+    if not math.isfinite(value):
+        return {math.inf: "inf", -math.inf: "-inf"}.get(value, "nan")
+    if float(value).is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    text = f"{value:.3e}" if value and (abs(value) < 1e-3 or abs(value) >= 1e6) else f"{value:.4g}"
+    mantissa, _, exp = text.partition("e")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return mantissa + (f"e{int(exp)}" if exp else "")
+
+
+def shown_spec(spec: Any) -> Any:
+    """The spec as the sweep page shows it: its ``env`` values hidden (a
+    secret a sweep needs goes there, docs/security.md), their names kept."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("env"), dict):
+        return spec
+    return {**spec, "env": {k: "(hidden)" for k in spec["env"]}}
+
+
+def command_line(spec: Any, row: dict[str, Any]) -> str | None:
+    """The trial's command line, as the planner renders it for the agent
+    (``render_argv`` with ``index`` and ``trial_name``), shell-quoted; None
+    when the stored spec cannot be read."""
+    try:
+        command = parse_spec(spec).command
+        index = int(str(row["trial_id"]).rsplit(".", 1)[-1])
+        argv = render_argv(command, row.get("params") or {}, {"index": index, "trial_name": row["trial_name"]})
+    except (SpotsweepError, TypeError, ValueError, KeyError):
+        return None
+    return shlex.join(argv)

@@ -30,7 +30,8 @@ def sweeps(conn: Conn) -> list[dict[str, Any]]:
     """Every sweep, newest first, with trials per state (``counts``, not
     smoke ones) and the best final objective of its completed trials
     (finite values only), as ``sweep_results`` has them."""
-    rows = conn.execute(_SWEEP.replace(" spec,", "") + " ORDER BY created_at DESC, sweep_id").fetchall()
+    rows = conn.execute(_SWEEP.replace(" spec,", " jsonb_build_object('resources', spec->'resources') AS spec,")
+                        + " ORDER BY created_at DESC, sweep_id").fetchall()  # the spec's resources: a CPU sweep's unit
     return [_counted(r) for r in rows]
 
 
@@ -64,17 +65,31 @@ def trials(conn: Conn, sweep_id: str, only: list[str] | None = None) -> list[dic
                         " started_at NULLS LAST, trial_id", args).fetchall()
 
 
+# A running trial's latest value of each metric (not the agent's sys/ samples): its newest attempt's highest step.
+LATEST = ("SELECT jsonb_object_agg(l.name, l.value) FROM (SELECT DISTINCT ON (p.name) p.name, p.value FROM metric_points p"
+          " WHERE p.trial_id = trial_results.trial_id AND NOT starts_with(p.name, 'sys/')"
+          " ORDER BY p.name, p.attempt DESC, p.step DESC) l")
+
+
+def latest(conn: Conn, trial_id: str) -> dict[str, Any]:
+    """A trial's latest value of each metric, as :data:`LATEST` takes them."""
+    row = conn.execute(f"SELECT ({LATEST}) AS latest FROM trial_results WHERE trial_id = %s", (trial_id,)).fetchone()
+    return (row or {}).get("latest") or {}
+
+
 def listed_json(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
     """Every trial of a sweep as the trial list's JSON object, built by
     PostgreSQL (``body``: text, ``rank`` still to add), with what ranking
     needs: ``state``, ``trial_id`` and ``objective`` (the metric when it is
-    a number: jsonb keeps NaN and infinities as strings). Nothing is parsed
-    in Python: 10,000 trials cost a third of what building them here did."""
+    a number: jsonb keeps NaN and infinities as strings), and a running
+    trial's ``latest`` values (:data:`LATEST`). Nothing is parsed in
+    Python: 10,000 trials cost a third of what building them here did."""
     return conn.execute(
         "SELECT json_build_object('trial_id', trial_id, 'trial_name', trial_name, 'state', state, 'params', params,"
         " 'metrics', metrics, 'attempts', attempts, 'preemptions', preemptions, 'failures', failures, 'flags', flags,"
         " 'warnings', warnings, 'smoke', smoke, 'agent', agent, 'run_seconds', run_seconds, 'started_at', started_at,"
-        " 'finished_at', finished_at)::text AS body, state, trial_id,"
+        " 'finished_at', finished_at, 'latest', CASE WHEN state = 'running' THEN (" + LATEST + ") END)::text AS body,"
+        " state, trial_id,"
         " CASE WHEN jsonb_typeof(metrics->%s) = 'number' THEN (metrics->>%s)::float END AS objective"
         " FROM trial_results WHERE sweep_id = %s", (metric, metric, sweep_id)).fetchall()
 
@@ -166,14 +181,17 @@ def seed_groups(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
     ).fetchall()
 
 
-def runs(conn: Conn, sweep_id: str) -> list[dict[str, Any]]:
+def runs(conn: Conn, sweep_id: str, trial_id: str | None = None) -> list[dict[str, Any]]:
     """Each run's start and end events of a sweep's trials (the view
     ``run_events``: the planner journals every start, end and loss it
-    decides), with the trial's name."""
+    decides), with the trial's name, state and end (a run with no end of an
+    ended trial did not end well)."""
     return conn.execute(
-        "SELECT e.kind, e.trial_id, t.trial_name, e.attempt, e.run_id, e.agent, e.time, e.outcome, e.duration"
-        " FROM run_events e JOIN trial_results t USING (trial_id) WHERE e.sweep_id = %s AND t.sweep_id = %s",
-        (sweep_id, sweep_id),
+        "SELECT e.kind, e.trial_id, t.trial_name, e.attempt, e.run_id, e.agent, e.time, e.outcome, e.duration,"
+        " e.redelivered, e.staging, e.reason, t.state AS trial_state, t.finished_at AS trial_finished"
+        " FROM run_events e JOIN trial_results t USING (trial_id) WHERE e.sweep_id = %s AND t.sweep_id = %s"
+        " AND (%s::text IS NULL OR e.trial_id = %s)",
+        (sweep_id, sweep_id, trial_id, trial_id),
     ).fetchall()
 
 
@@ -195,9 +213,12 @@ def samples(conn: Conn, trial_ids: list[str], prefix: str) -> list[dict[str, Any
 
 
 def attempts(conn: Conn, trial_id: str) -> list[dict[str, Any]]:
-    """What each attempt of a trial reported: steps, points, first and last time."""
+    """What each attempt of a trial reported: steps (of its metrics: the
+    agent's ``sys/`` samples count running seconds, not steps), points, first
+    and last time."""
     return conn.execute(
-        "SELECT attempt, min(step) AS first_step, max(step) AS last_step, count(*) AS points,"
+        "SELECT attempt, min(step) FILTER (WHERE NOT starts_with(name, 'sys/')) AS first_step,"
+        " max(step) FILTER (WHERE NOT starts_with(name, 'sys/')) AS last_step, count(*) AS points,"
         " min(recorded_at) AS first_at, max(recorded_at) AS last_at"
         " FROM metric_points WHERE trial_id = %s GROUP BY attempt ORDER BY attempt",
         (trial_id,),

@@ -22,6 +22,14 @@ from spotsweep.services.reporter.summary import cost_of
 CURVE_POINTS = 300
 
 
+def unit_of(spec: Mapping[str, Any] | None) -> str:
+    """What an hour of a trial's slot is called: ``GPU-hours``, or ``slot-hours`` for a CPU sweep (``gpus: 0``)."""
+    try:
+        return "slot-hours" if int(((spec or {}).get("resources") or {}).get("gpus", 1)) == 0 else "GPU-hours"
+    except (TypeError, ValueError):
+        return "GPU-hours"
+
+
 def gpus_of(spec: Mapping[str, Any] | None) -> int:
     try:
         return max(1, int(((spec or {}).get("resources") or {}).get("gpus", 1)))
@@ -64,7 +72,7 @@ def cost_json(spec: Mapping[str, Any] | None, total_seconds: float, finished: Se
                        "cost": None if pricing is None else hours * pricing["gpu_hour"],
                        "on_demand": None if pricing is None or pricing["on_demand_gpu_hour"] is None
                        else hours * pricing["on_demand_gpu_hour"]})
-    body: dict[str, Any] = {"gpus": gpus, "gpu_hours": total.gpu_hours, "pricing": pricing, "cost": total.cost,
+    body: dict[str, Any] = {"gpus": gpus, "unit": unit_of(spec), "gpu_hours": total.gpu_hours, "pricing": pricing, "cost": total.cost,
                             "on_demand": total.on_demand, "saving": saving,
                             "saving_share": None if saving is None or not total.on_demand else saving / total.on_demand,
                             "curve": points}

@@ -5,7 +5,11 @@ time) and its end (``trial.finished`` with the outcome, or ``trial.lost``)
 in ``trial_events`` (the view ``run_events``). :func:`runs` pairs them into one :class:`Run` per
 (trial, attempt, run id): a run whose end has not come is still running (or
 its agent vanished without a word: the broker redelivers the attempt, and
-the next run starts elsewhere). An end whose start the journal lacks (a
+the next run starts elsewhere). An agent that vanishes (``kill -9``, a node
+gone) journals no end: the broker hands the attempt out again and the next
+start says ``redelivered``, so a run with no end that such a start follows
+ended then, ``lost`` (so does one followed by a later attempt's start, or
+whose trial has ended). An end whose start the journal lacks (a
 start that rode inside the end is journalled too, so only rows from older
 versions) starts ``duration`` seconds before it.
 
@@ -21,11 +25,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 ENDS = {"trial.finished", "trial.lost"}
+TERMINAL = {"completed", "failed", "cancelled", "pruned"}
 
 
 @dataclass(frozen=True)
@@ -38,10 +43,14 @@ class Run:
     start: datetime
     end: datetime | None  # None: no end yet
     outcome: str  # completed, failed, cancelled, preempted, lost, or running (no end yet)
+    staging: float = 0.0  # seconds staging the trial's inputs before ``start``
+    note: str = ""  # why a lost run was lost
 
 
 def runs(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
-    """One run per (trial, attempt, run id) that has a start or an end, by start."""
+    """One run per (trial, attempt, run id) that has a start or an end, by
+    start; a run with no end that a later start superseded ends ``lost``."""
+    rows = list(rows)
     starts: dict[tuple[str, int, str], Mapping[str, Any]] = {}
     ends: dict[tuple[str, int, str], Mapping[str, Any]] = {}
     for row in rows:
@@ -60,12 +69,33 @@ def runs(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
             begun = start["time"]
         some = start or end
         assert some is not None
-        outcome = "running" if end is None else ("lost" if end["kind"] == "trial.lost" else end.get("outcome") or "ended")
         agent = (start or {}).get("agent") or (end or {}).get("agent") or "?"
-        out.append(Run(key[0], some["trial_name"], key[1], key[2], agent, begun, None if end is None else end["time"],
-                       outcome))
+        run = Run(key[0], some["trial_name"], key[1], key[2], agent, begun, None, "running",
+                  float((start or {}).get("staging") or 0.0))
+        out.append(_ended(run, end, some) if end is not None else _vanished(run, starts.values(), some))
     out.sort(key=lambda r: (r.start, r.trial_id, r.attempt, r.run_id))
     return out
+
+
+def _ended(run: Run, end: Mapping[str, Any], some: Mapping[str, Any]) -> Run:
+    """``run`` ended by its journalled end: an outcome, or a loss with its reason."""
+    if end["kind"] != "trial.lost":
+        return replace(run, end=end["time"], outcome=end.get("outcome") or "ended")
+    why = end.get("reason")
+    return replace(run, end=end["time"], outcome="lost", note=f"lost on {run.agent}" + (f": {why}" if why else ""))
+
+
+def _vanished(run: Run, starts: Iterable[Mapping[str, Any]], some: Mapping[str, Any]) -> Run:
+    """``run`` with no end: lost when a start superseded it (a redelivered
+    one of its attempt, or any of a later attempt) or its trial has ended."""
+    later = [s["time"] for s in starts if s["trial_id"] == run.trial_id and s["time"] > run.start
+             and (int(s["attempt"] or 0) > run.attempt or (int(s["attempt"] or 0) == run.attempt and s.get("redelivered")))]
+    if later:
+        return replace(run, end=min(later), outcome="lost", note=f"lost: agent {run.agent} vanished")
+    if some.get("trial_state") in TERMINAL and some.get("trial_finished") is not None:
+        return replace(run, end=max(some["trial_finished"], run.start), outcome="lost",
+                       note=f"lost: agent {run.agent} sent no end before the trial ended {some['trial_state']}")
+    return run
 
 
 def lanes(items: list[Run], now: datetime) -> list[int]:
@@ -76,7 +106,7 @@ def lanes(items: list[Run], now: datetime) -> list[int]:
     out = []
     for run in items:
         heap = free.setdefault(run.agent, [])
-        if heap and heap[0][0] <= run.start:
+        if heap and heap[0][0] <= run.start - timedelta(seconds=run.staging):
             _, lane = heapq.heappop(heap)
         else:
             lane = count.get(run.agent, 0)
@@ -97,7 +127,8 @@ def as_json(items: list[Run], now: datetime, limit: int) -> dict[str, Any]:
         "now": now,
         "lanes": [{"agent": agent, "slot": lane} for agent, lane in keys],
         "runs": [{"lane": index[(r.agent, lane)], "trial_id": r.trial_id, "trial_name": r.trial_name,
-                  "attempt": r.attempt, "agent": r.agent, "start": r.start, "end": r.end, "outcome": r.outcome}
+                  "attempt": r.attempt, "agent": r.agent, "start": r.start, "end": r.end, "outcome": r.outcome,
+                  "staging": r.staging, "note": r.note}
                  for r, lane in shown],
         "total": len(items),
     }

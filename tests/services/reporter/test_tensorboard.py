@@ -74,7 +74,8 @@ def test_one_run_per_trial_with_scalars_by_step_and_attempts_merged(exported: tu
 
 def test_params_and_final_metrics_reach_the_hparams_plugin(exported: tuple[Path, dict[str, str]]) -> None:
     out, ids = exported
-    experiment = _hparams(_read(out))["_hparams_/experiment"].experiment
+    assert not list(out.glob("events.out.tfevents.*"))  # no event file in DIR itself: TensorBoard shows no "." run
+    experiment = _hparams(_read(out / tb.run_name(ids["exp_000"], "exp_000")))["_hparams_/experiment"].experiment
     assert sorted(h.name for h in experiment.hparam_infos) == ["layers", "lr", "opt"]
     assert sorted(m.name.tag for m in experiment.metric_infos) == ["final/train_loss", "final/val_loss"]
 

@@ -37,10 +37,30 @@ const SS = {
   fmt(v) {
     if (v === null || v === undefined) return "";
     if (typeof v === "string" && Object.hasOwn(SS.NONFINITE, v)) return SS.NONFINITE[v];
-    if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toPrecision(6).replace(/\.?0+(e|$)/, "$1");
+    if (typeof v === "number") {  // by magnitude: 4 significant digits (SS.exact gives all of them)
+      const a = Math.abs(v);
+      if (Number.isInteger(v) && a < 1e6) return String(v);
+      const text = a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(3) : v.toPrecision(4);
+      return text.replace(/\.?0+(e|$)/, "$1").replace(/\.(\d*?)0+(e|$)/, ".$1$2").replace("e+", "e");
+    }
     if (typeof v === "object") return JSON.stringify(v);
     return String(v);
   },
+  // The value as stored, every digit (a cell's or a point's hover text).
+  exact(v) { return typeof v === "number" ? String(v) : SS.fmt(v); },
+  // A time as the page shows it: UTC to the second ("2026-01-01 00:01:40").
+  time(ms) { return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, ""); },
+  // Axes every chart shares. A value axis's name runs along it, left of its
+  // labels (formatted by magnitude), so a long name is never clipped and a
+  // legend on top never covers it; a time axis never ticks below a second
+  // and drops labels that would overlap.
+  GRID: {left: 78, right: 24, top: 30, bottom: 40},
+  valueAxis(name, more) {
+    return {type: "value", scale: true, name, nameLocation: "middle", nameGap: 58,
+            nameTextStyle: {width: 300, overflow: "truncate"}, axisLabel: {formatter: SS.fmt}, ...(more || {})};
+  },
+  stepAxis(name) { return {type: "value", name, nameLocation: "middle", nameGap: 24, axisLabel: {formatter: SS.fmt}}; },
+  timeAxis() { return {type: "time", minInterval: 1000, axisLabel: {hideOverlap: true}}; },
   // ECharts tooltips are HTML: every name in one goes through this.
   esc(text) { return echarts.format.encodeHTML(String(text)); },
   el(tag, text, cls) {
@@ -56,9 +76,20 @@ const SS = {
     return c;
   },
   trialUrl(sweep, trial) { return "/sweeps/" + encodeURIComponent(sweep) + "/trials/" + encodeURIComponent(trial); },
-  poll(fn, ms, keepGoing) {
+  // The page's live line: what it says while polling works.
+  live(node, text) { if (node) { node.textContent = text; node.classList.remove("disconnected"); } },
+  // Call fn every ms while keepGoing(); when a call fails, `status` (the live
+  // line) says so, and polling goes on: the next success says live again.
+  poll(fn, ms, keepGoing, status) {
     const tick = async () => {
-      try { await fn(); } catch (e) { console.warn("refresh failed:", e.message); }
+      try { await fn(); } catch (e) {
+        console.warn("refresh failed:", e.message);
+        if (status) {
+          status.textContent = `· disconnected: the dashboard did not answer (${e.message}); the page shows what it had at ` +
+            SS.time(Date.now()) + ", retrying every " + ms / 1000 + " s";
+          status.classList.add("disconnected");
+        }
+      }
       if (keepGoing()) setTimeout(tick, ms);
     };
     return tick();

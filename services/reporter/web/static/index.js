@@ -6,7 +6,7 @@
   // as app.py's cost_text: GPU-hours, and the price (and on demand's) when the spec has pricing
   function costText(s) {
     if (s.gpu_hours === null || s.gpu_hours === undefined) return "";
-    let text = s.gpu_hours.toFixed(2) + " GPU-h";
+    let text = s.gpu_hours.toFixed(2) + (s.unit === "slot-hours" ? " slot-h" : " GPU-h");
     if (s.cost !== null) text += " · " + s.cost.toFixed(2);
     if (s.on_demand_cost !== null) text += " (on demand " + s.on_demand_cost.toFixed(2) + ")";
     return text;

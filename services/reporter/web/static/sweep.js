@@ -9,18 +9,25 @@
   const API = "/api/sweeps/" + encodeURIComponent(SWEEP);
   const MAX_ROWS = 500;
   const S = {sweep: null, trials: [], sortKey: "rank", sortDir: 1, filter: "", curveMetric: null,
-             completed: -1, running: true, columns: []};
+             completed: -1, running: true, columns: [], pinned: new Set(), hideConstant: false};
 
   // -- leaderboard ---------------------------------------------------------------
   function columns() {
     const params = new Set(Object.keys(S.sweep.space || {})), metrics = new Set();
-    for (const t of S.trials) { Object.keys(t.params).forEach(k => params.add(k)); Object.keys(t.metrics).forEach(k => metrics.add(k)); }
+    for (const t of S.trials) {
+      Object.keys(t.params).forEach(k => params.add(k));
+      Object.keys(t.metrics).forEach(k => metrics.add(k)); Object.keys(t.latest || {}).forEach(k => metrics.add(k));
+    }
     const ms = [...metrics].sort((a, b) => (a !== S.sweep.metric) - (b !== S.sweep.metric) || a.localeCompare(b));
-    return [{key: "rank", label: "#", get: t => t.rank},
+    const varies = p => new Set(S.trials.map(t => JSON.stringify(t.params[p]))).size > 1;
+    const shown = [...params].filter(p => !S.hideConstant || varies(p));
+    return [{key: "pin", label: "pin", get: t => S.pinned.has(t.trial_id) ? 0 : 1, pin: true},
+            {key: "rank", label: "#", get: t => t.rank},
             {key: "trial_name", label: "trial", get: t => t.trial_name, link: true},
             {key: "state", label: "state", get: t => t.state, badge: true},
-            ...[...params].map(p => ({key: "p:" + p, label: p, get: t => t.params[p], num: true})),
-            ...ms.map(m => ({key: "m:" + m, label: params.has(m) ? "metric:" + m : m, get: t => t.metrics[m], num: true})),
+            ...shown.map(p => ({key: "p:" + p, label: p, get: t => t.params[p], num: true})),
+            ...ms.map(m => ({key: "m:" + m, label: params.has(m) ? "metric:" + m : m, get: t => t.metrics[m], num: true,
+                             latest: t => t.metrics[m] === undefined && t.latest ? t.latest[m] : undefined})),
             {key: "attempts", label: "attempts", get: t => t.attempts, num: true},
             {key: "preemptions", label: "preemptions", get: t => t.preemptions, num: true},
             {key: "flags", label: "flags", get: t => t.flags.concat(t.smoke ? ["smoke"] : []).join(" "), flags: true}];
@@ -64,11 +71,18 @@
       tr.dataset.trial = t.trial_id;
       for (const c of S.columns) {
         const v = c.get(t), td = SS.el("td", null, c.num ? "num" : "");
-        if (c.link && !SS.offline()) { const a = SS.el("a", v); a.href = SS.trialUrl(SWEEP, t.trial_id); td.append(a); }
+        if (c.pin) {
+          const box = SS.el("input"); box.type = "checkbox"; box.checked = S.pinned.has(t.trial_id);
+          box.title = "pin: compare side by side, curves of the pinned trials only";
+          box.addEventListener("change", () => { box.checked ? S.pinned.add(t.trial_id) : S.pinned.delete(t.trial_id); drawCompare(); drawCurves(); });
+          td.append(box);
+        } else if (c.link && !SS.offline()) { const a = SS.el("a", v); a.href = SS.trialUrl(SWEEP, t.trial_id); td.append(a); }
         else if (c.link) td.append(SS.el("span", v, "name"));  // a report has no trial pages
         else if (c.badge) td.append(SS.el("span", v, "state state-" + v));
         else if (c.flags) v.split(" ").filter(Boolean).forEach(f => td.append(SS.el("span", f, "flag")));
-        else td.textContent = SS.fmt(v);
+        else if (c.latest && c.latest(t) !== undefined) {  // a running trial: its latest value, not a final one
+          td.textContent = SS.fmt(c.latest(t)); td.classList.add("latest"); td.title = `latest: ${SS.exact(c.latest(t))} (running)`;
+        } else { td.textContent = SS.fmt(v); if (typeof v === "number") td.title = SS.exact(v); }
         tr.append(td);
       }
       return tr;
@@ -78,40 +92,93 @@
       : `${rows.length} of ${S.trials.length} trials`;
   }
 
+  // The pinned trials side by side: params (those that differ first, marked), then metrics.
+  function drawCompare() {
+    const pinned = S.trials.filter(t => S.pinned.has(t.trial_id));
+    const card = document.getElementById("compare-card");
+    card.hidden = !pinned.length;
+    if (!pinned.length) return;
+    const keys = (get) => [...new Set(pinned.flatMap(t => Object.keys(get(t))))];
+    const differs = (get, k) => new Set(pinned.map(t => JSON.stringify(get(t)[k]))).size > 1;
+    const params = keys(t => t.params).sort((a, b) => differs(t => t.params, b) - differs(t => t.params, a) || a.localeCompare(b));
+    const metric = t => Object.keys(t.metrics).length ? t.metrics : t.latest || {};
+    const metrics = keys(metric).sort((a, b) => (a !== S.sweep.metric) - (b !== S.sweep.metric) || a.localeCompare(b));
+    const head = document.createElement("tr");
+    head.append(SS.el("th", ""), ...pinned.map(t => SS.el("th", t.trial_name)));
+    const row = (label, get, k) => {
+      const tr = document.createElement("tr");
+      tr.append(SS.el("th", label, differs(get, k) ? "differs" : ""));
+      pinned.forEach(t => { const v = get(t)[k], td = SS.el("td", SS.fmt(v), "num"); td.title = SS.exact(v); tr.append(td); });
+      return tr;
+    };
+    document.querySelector("#compare thead").replaceChildren(head);
+    document.querySelector("#compare tbody").replaceChildren(...params.map(k => row(k, t => t.params, k)),
+                                                              ...metrics.map(k => row(k, metric, k)));
+  }
+
   // -- charts ----------------------------------------------------------------------
+  // TensorBoard's smoothing: an exponential moving average, debiased at the start; gaps stay gaps.
+  function smooth(points, weight) {
+    if (!weight) return points.map(([s, v]) => [s, v, v]);
+    let last = 0, n = 0;
+    return points.map(([s, v]) => {
+      if (v === null) return [s, null, null];
+      last = last * weight + (1 - weight) * v; n += 1;
+      return [s, last / (1 - Math.pow(weight, n)), v];
+    });
+  }
   async function drawCurves() {
     const metric = S.curveMetric;
     if (!metric) return;
-    const c = await SS.json(API + "/curves?max_points=400&limit=60&metric=" + encodeURIComponent(metric));
+    const pins = [...S.pinned].map(id => "&trial=" + encodeURIComponent(id)).join("");
+    const c = await SS.json(API + "/curves?max_points=400&limit=60&metric=" + encodeURIComponent(metric) + (SS.offline() ? "" : pins));
+    const logY = document.getElementById("curve-log").checked;
+    const weight = Number(document.getElementById("curve-smooth").value);
     const series = c.trials.filter(t => t.points.length).map(t => ({
-      name: t.trial_name, type: "line", showSymbol: false, sampling: "none", connectNulls: false,
-      data: t.points.map(([s, v]) => [s, SS.num(v)]),
+      name: t.trial_name, type: "line", showSymbol: t.points.length < 2, symbolSize: 7, sampling: "none", connectNulls: false,
+      data: smooth(t.points.map(([s, v]) => [s, SS.num(v)]), weight)
+        .map(([s, v, raw]) => [s, logY && !(v > 0) ? null : v, raw]),  // a log axis has no place for v <= 0
       markLine: t.resumes.length ? {symbol: "none", silent: true, lineStyle: {type: "dashed", width: 1},
         label: {formatter: p => "attempt " + p.data.attempt, fontSize: 10},
         data: t.resumes.map(([step, attempt]) => ({xAxis: step, attempt}))} : undefined,
     }));
     const note = document.getElementById("curve-note");
     note.textContent = `${series.length} trial(s), at most ${c.max_points} points each` +
-      (S.trials.length > c.trials.length ? ` (the best ${c.trials.length} of ${S.trials.length})` : "");
+      (pins && !SS.offline() ? " (the pinned ones)" : S.trials.length > c.trials.length ? ` (the best ${c.trials.length} of ${S.trials.length})` : "") +
+      (weight ? `; smoothed (${weight})` : "");
     SS.chart("curves").setOption({
-      animation: false, grid: {left: 60, right: 20, top: 30, bottom: 50},
-      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.seriesName)}<br>step ${p.value[0]}: ${SS.fmt(p.value[1])}`},
-      legend: {type: "scroll", top: 0}, dataZoom: [{type: "inside"}, {type: "slider", height: 18, bottom: 4}],
-      xAxis: {type: "value", name: "step", nameLocation: "end"}, yAxis: {type: "value", scale: true, name: metric},
+      animation: false, grid: {...SS.GRID, top: 36, bottom: 64},
+      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.seriesName)}<br>step ${p.value[0]}: ${SS.exact(p.value[2])}` +
+        (weight && p.value[1] !== null ? ` (smoothed ${SS.fmt(p.value[1])})` : "")},
+      legend: {type: "scroll", top: 0, left: 80, right: 10}, dataZoom: [{type: "inside"}, {type: "slider", height: 18, bottom: 4}],
+      xAxis: SS.stepAxis("step"), yAxis: SS.valueAxis(metric, logY ? {type: "log", scale: false} : {}),
       series,
-    }, {replaceMerge: ["series"]});
+    }, {replaceMerge: ["series", "yAxis"]});
   }
   async function drawBest() {
     if (!S.sweep.metric) return;
     const b = await SS.json(API + "/best");
     const data = b.points.map(p => ({value: [p.time, p.value], name: p.trial_name}));
     SS.chart("best-chart").setOption({
-      animation: false, grid: {left: 60, right: 20, top: 20, bottom: 40},
-      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}<br>${SS.fmt(p.value[1])}`},
-      xAxis: {type: "time"}, yAxis: {type: "value", scale: true, name: b.metric},
+      animation: false, grid: SS.GRID,
+      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}<br>${SS.exact(p.value[1])}<br>${SS.time(p.value[0])}`},
+      xAxis: SS.timeAxis(), yAxis: SS.valueAxis(b.metric),
       series: [{type: "line", step: "end", data, symbolSize: 6}],
     });
     PANELS.bestGpu(b);
+  }
+  // The leaderboard's rows that match the filter, every column, exact values: a CSV file.
+  function downloadCsv() {
+    const words = S.filter.toLowerCase().split(/\s+/).filter(Boolean);
+    const quote = v => { const t = v === undefined || v === null ? "" : typeof v === "number" ? String(v) : SS.fmt(v);
+                         return /[",\n]/.test(t) ? '"' + t.replace(/"/g, '""') + '"' : t; };
+    const cols = S.columns.filter(c => !c.pin).concat([{label: "trial_id", get: t => t.trial_id}]);
+    const lines = [cols.map(c => quote(c.label)).join(",")].concat(
+      S.trials.filter(t => matches(t, words)).map(t => cols.map(c => quote(c.get(t))).join(",")));
+    const a = SS.el("a");
+    a.href = URL.createObjectURL(new Blob([lines.join("\n") + "\n"], {type: "text/csv"}));
+    a.download = (S.sweep.name || SWEEP) + "-trials.csv";
+    document.body.append(a); a.click(); a.remove();
   }
   function drawParallel() {
     const space = S.sweep.space || {}, metric = S.sweep.metric;
@@ -138,16 +205,19 @@
   async function drawImportance() {
     const imp = await SS.json(API + "/importance");
     document.getElementById("importance-note").textContent = imp.reason
-      ? imp.reason : `fANOVA over ${imp.trials} completed trials (share of the objective's variance)`;
-    const bar = (id, rows, label) => SS.chart(id).setOption({
-      animation: false, grid: {left: 120, right: 30, top: 10, bottom: 30},
-      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}: ${SS.fmt(p.value)}`},
-      xAxis: {type: "value", max: v => Math.max(v.max, 0.01)},
+      ? imp.reason : `fANOVA over ${imp.trials} completed trials (shares summing to 1)`;
+    document.getElementById("importance-caution").textContent = imp.caution || "";
+    document.getElementById("interactions-note").textContent = imp.reason ? "" : (imp.interactions_note ||
+      "share of the objective's variance a pair explains beyond the two alone");
+    const bar = (id, rows, label, max) => SS.chart(id).setOption({
+      animation: false, grid: {left: 10, right: 60, top: 10, bottom: 30, containLabel: true},
+      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.name)}: ${SS.exact(p.value)}`},
+      xAxis: {type: "value", max, axisLabel: {formatter: SS.fmt}},
       yAxis: {type: "category", inverse: true, data: rows.map(label)},
-      series: [{type: "bar", data: rows.map(r => r.importance), label: {show: true, position: "right", formatter: p => p.value.toFixed(3)}}],
+      series: [{type: "bar", data: rows.map(r => r.importance), label: {show: true, position: "right", formatter: p => SS.fmt(p.value)}}],
     }, {replaceMerge: ["series"]});
-    bar("importance", imp.params, r => r.name);
-    bar("interactions", imp.interactions.slice(0, 8), r => r.params.join(" × "));
+    bar("importance", imp.params, r => r.name, 1);  // shares of 1
+    bar("interactions", imp.interactions.slice(0, 8), r => r.params.join(" × "), v => Math.max(v.max, 0.01));
   }
 
   // -- refresh -------------------------------------------------------------------
@@ -159,12 +229,15 @@
       Object.entries(s.counts).map(([k, n]) => `${n} ${k}`).join(", ") || "no trials yet";
     document.getElementById("best").textContent = s.best === null ? "–" : SS.fmt(s.best);
     document.getElementById("age").textContent = s.age;
-    document.getElementById("live").textContent = SS.offline() ? "" :
-      s.state === "running" ? "· live, refreshed every " + POLL / 1000 + " s" : "";
+    const spec = document.getElementById("spec");
+    if (s.spec && !spec.textContent) spec.textContent = JSON.stringify(s.spec, null, 2);
+    SS.live(document.getElementById("live"), SS.offline() ? "" :
+      s.state === "running" ? "· live, refreshed every " + POLL / 1000 + " s" : "· sweep over");
     const select = document.getElementById("curve-metric");
     if (select.options.length !== s.metrics.length) {
       select.replaceChildren(...s.metrics.map(m => { const o = SS.el("option", m); o.value = m; return o; }));
-      S.curveMetric = S.curveMetric || (s.metrics.includes(s.metric) ? s.metric : s.metrics[0]);
+      // The objective until the user chooses: a metric that came first (sys/...) is no choice.
+      if (!S.curveChosen) S.curveMetric = s.metrics.includes(s.metric) ? s.metric : s.metrics[0];
       if (S.curveMetric) select.value = S.curveMetric;
     }
   }
@@ -174,6 +247,7 @@
     S.sweep = sweep; S.trials = trials; S.running = sweep.state === "running";
     drawHead();
     drawTable();
+    drawCompare();
     drawParallel();
     const completed = sweep.counts.completed || 0;
     const jobs = [drawCurves(), drawBest(), PANELS.cost(API), PANELS.timeline(API), PANELS.resources(API)];
@@ -185,6 +259,12 @@
   }
 
   document.getElementById("filter").addEventListener("input", e => { S.filter = e.target.value; drawTable(); });
-  document.getElementById("curve-metric").addEventListener("change", e => { S.curveMetric = e.target.value; drawCurves(); });
-  SS.poll(refresh, POLL, () => S.running && !SS.offline());  // a report is drawn once
+  document.getElementById("csv").addEventListener("click", downloadCsv);
+  document.getElementById("hide-constant").addEventListener("change", e => { S.hideConstant = e.target.checked; drawTable(); });
+  document.getElementById("curve-log").addEventListener("change", drawCurves);
+  document.getElementById("curve-smooth").addEventListener("change", drawCurves);
+  document.getElementById("curve-metric").addEventListener("change", e => {
+    S.curveMetric = e.target.value; S.curveChosen = true; drawCurves();
+  });
+  SS.poll(refresh, POLL, () => S.running && !SS.offline(), document.getElementById("live"));  // a report is drawn once
 })();

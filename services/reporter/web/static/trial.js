@@ -1,4 +1,5 @@
-// One trial: a small chart per metric, refreshed while the trial runs.
+// One trial: a small chart per metric and, while the trial runs, its latest
+// values and the tail of its log (GET /api/sweeps/ID/trials/TID), refreshed.
 "use strict";
 (function () {
   const d = document.body.dataset;
@@ -9,16 +10,32 @@
     const c = await SS.json(API + "/curves?max_points=1000&trial=" + encodeURIComponent(d.trial) + "&metric=" + encodeURIComponent(metric));
     const t = c.trials[0];
     SS.chart(node).setOption({
-      animation: false, grid: {left: 60, right: 16, top: 16, bottom: 30},
-      tooltip: {trigger: "item", formatter: p => `step ${p.value[0]}: ${SS.fmt(p.value[1])}`},
-      xAxis: {type: "value", name: "step"}, yAxis: {type: "value", scale: true},
-      series: [{type: "line", showSymbol: t.points.length < 50, data: t.points.map(([s, v]) => [s, SS.num(v)]),
+      animation: false, grid: {left: 10, right: 24, top: 16, bottom: 30, containLabel: true},
+      tooltip: {trigger: "item", formatter: p => `step ${p.value[0]}: ${SS.exact(p.value[1])}`},
+      xAxis: SS.stepAxis("step"), yAxis: {type: "value", scale: true, axisLabel: {formatter: SS.fmt}},
+      series: [{type: "line", showSymbol: t.points.length < 50, symbolSize: 6, data: t.points.map(([s, v]) => [s, SS.num(v)]),
         markLine: t.resumes.length ? {symbol: "none", silent: true, lineStyle: {type: "dashed"},
           label: {formatter: p => "attempt " + p.data.attempt, fontSize: 10},
           data: t.resumes.map(([step, attempt]) => ({xAxis: step, attempt}))} : undefined}],
     }, {replaceMerge: ["series"]});
   }
-  const refresh = () => Promise.all([...document.querySelectorAll("#trial-curves .chart")].map(draw))
-    .then(() => { document.body.dataset.refreshed = "1"; });
+  // A running trial's latest values and log tail, as they come.
+  async function details() {
+    const t = await SS.json(API + "/trials/" + encodeURIComponent(d.trial));
+    const values = Object.keys(t.metrics).length ? t.metrics : t.latest || {};
+    if (Object.keys(values).length) {
+      document.getElementById("metrics").replaceChildren(...Object.entries(values).map(([k, v]) => {
+        const tr = document.createElement("tr"), td = SS.el("td", SS.fmt(v), "num");
+        td.title = SS.exact(v); tr.append(SS.el("th", k), td); return tr;
+      }));
+    }
+    if (t.log_tail.length) {
+      const pre = document.getElementById("log-tail");
+      if (pre) { pre.textContent = t.log_tail.join("\n"); pre.className = "log"; }
+      document.getElementById("log-title").textContent = `(attempt ${t.log_attempt}, last ${t.log_tail.length} lines)`;
+    }
+  }
+  const refresh = () => Promise.all([...document.querySelectorAll("#trial-curves .chart")].map(draw).concat(live ? [details()] : []))
+    .then(() => { document.body.dataset.refreshed = String(Number(d.refreshed || 0) + 1); });
   SS.poll(refresh, Number(d.poll), () => live);
 })();

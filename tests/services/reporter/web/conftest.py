@@ -29,8 +29,12 @@ def dashboard(database_url: str) -> Iterator[Dashboard]:
     thread = threading.Thread(target=server.run, name="dashboard", daemon=True)
     thread.start()
     wait_port(port)
-    yield Dashboard(f"http://127.0.0.1:{port}", db)
-    server.should_exit = True
-    thread.join(10)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(10)
+
+    yield Dashboard(f"http://127.0.0.1:{port}", db, stop)
+    stop()
     db.close()
 

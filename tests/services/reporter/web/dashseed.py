@@ -3,6 +3,7 @@ sweep with every case the dashboard must show (NaN, failure, resume, a hostile n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -62,6 +63,7 @@ def add_points(db: Database, sweep_id: str, rows: list[tuple[str, int, int, str,
 class Dashboard:
     url: str
     db: Database
+    stop: Callable[[], None] = lambda: None  # stops the server (a page then polls nothing)
 
 
 HOSTILE = "<script>alert(1)</script>"

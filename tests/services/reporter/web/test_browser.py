@@ -7,11 +7,15 @@ installs it). Screenshots go under each test's tmp_path.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dashseed import HOSTILE, Dashboard, add_points, add_trial, fleet_sweep, small_sweep
+from dashseed import HOSTILE, T0, Dashboard, add_points, add_sweep, add_trial, fleet_sweep, small_sweep
+
+from spotsweep.shared.db.journal import journal
+from spotsweep.shared.messages import TrialFinished, TrialStarted
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +58,7 @@ def test_the_sweep_page_lists_every_trial_draws_its_charts_and_updates_live(dash
     assert rows.count() == 7  # exp_000..exp_007 less the hostile index 3
     page.fill("#filter", "")
     page.click("#leaderboard th:has-text('lr')")
-    lrs = [float(x) for x in page.locator("#leaderboard tbody tr td:nth-child(4)").all_inner_texts()]
+    lrs = [float(x) for x in page.locator("#leaderboard tbody tr td:nth-child(5)").all_inner_texts()]  # pin, #, trial, state, lr
     assert lrs == sorted(lrs)
     page.click("#leaderboard th:has-text('#')")  # back to the ranking
 
@@ -110,7 +114,7 @@ def test_non_finite_values_read_as_the_cli_writes_them_and_rank_last(dashboard: 
     assert "-inf" in row and "Infinity" not in row, row
     order = page.locator("#leaderboard tbody tr").evaluate_all("rs => rs.map(r => [r.dataset.trial, r.innerText])")
     at = [t for t, _ in order].index(diverged)
-    ranks = [text.split("\t", 1)[0] for _, text in order]
+    ranks = [text.split("\t")[1] for _, text in order]  # after the pin box
     assert ranks[at] == "" and all(ranks[:at]) and not any(ranks[at:]), order  # unranked, after every ranked trial
     assert page.errors == []
 
@@ -134,3 +138,120 @@ def test_unknown_ids_show_a_404_page_and_the_index_lists_sweeps(dashboard: Dashb
     assert response.status == 404 and "no sweep with id 'nope'" in page.inner_text("main")
     page.goto(dashboard.url + "/")
     assert page.locator("#sweeps tbody a", has_text="web-test").count() == 1
+
+
+def test_a_run_whose_agent_vanished_ends_lost_on_the_timeline(dashboard: Dashboard, page: Any) -> None:
+    fleet_sweep(dashboard.db)
+    tid = add_trial(dashboard.db, "fleet-1", 18, "fleet_lost", {"lr": 0.01, "opt": "adam", "seed": 0}, attempt=1,
+                    metrics={"val_loss": 1.0}, started=0, finished=1500, agent="node-b")
+    with dashboard.db.transaction() as conn:  # vm-gone was killed (kill -9): no end; the broker redelivered to node-b
+        journal(conn, [TrialStarted(sweep_id="fleet-1", trial_id=tid, attempt=1, agent="vm-gone", run_id="r18a",
+                                    time=T0),
+                       TrialStarted(sweep_id="fleet-1", trial_id=tid, attempt=1, agent="node-b", run_id="r18b",
+                                    redelivered=True, losses=1, staging=30.0, time=T0 + timedelta(seconds=900)),
+                       TrialFinished(sweep_id="fleet-1", trial_id=tid, attempt=1, agent="node-b", run_id="r18b",
+                                     outcome="completed", duration=600, time=T0 + timedelta(seconds=1500))])
+    page.goto(f"{dashboard.url}/sweeps/fleet-1")
+    refreshed(page)
+    timeline = page.evaluate("fetch('/api/sweeps/fleet-1/timeline').then(r => r.json())")
+    lost = [r for r in timeline["runs"] if r["trial_id"] == tid and r["agent"] == "vm-gone"]
+    assert [(r["outcome"], r["end"] is not None, r["note"]) for r in lost] == [("lost", True, "lost: agent vm-gone vanished")]
+    assert "fleet_lost attempt 1: lost: agent vm-gone vanished" in page.inner_text("#timeline-note")
+    add_points(dashboard.db, "fleet-1", [(tid, 1, sec, "sys/cpu_percent", 50.0) for sec in (5, 10)])  # no metric step
+    page.goto(f"{dashboard.url}/sweeps/fleet-1/trials/{tid}")
+    refreshed(page)
+    assert "lost: agent vm-gone vanished" in page.inner_text(".lost-run")
+    assert page.locator("table.grid").nth(2).locator("tbody td").nth(1).inner_text() == "none"  # sys/ seconds are no steps
+    assert page.errors == []
+
+
+def test_a_page_opened_before_the_first_point_follows_the_objective_shows_running_values_and_says_when_it_is_cut_off(
+        dashboard: Dashboard, page: Any) -> None:
+    add_sweep(dashboard.db, "live-1")
+    tid = add_trial(dashboard.db, "live-1", 0, "exp_live", {"lr": 0.01, "opt": "adam", "layers": 2}, state="running")
+    page.goto(f"{dashboard.url}/sweeps/live-1")
+    refreshed(page)
+    assert "live, refreshed every" in page.inner_text("#live")
+    add_points(dashboard.db, "live-1", [(tid, 1, s, "sys/cpu_percent", 90.0) for s in (0, 5)])  # the agent's samples come first
+    page.wait_for_function("document.getElementById('curve-metric').options.length === 1", timeout=15_000)
+    add_points(dashboard.db, "live-1", [(tid, 1, s, "val_loss", 2.0 - s / 1000) for s in range(3)])
+    page.wait_for_function("document.getElementById('curve-metric').options.length === 2", timeout=15_000)
+    assert page.eval_on_selector("#curve-metric", "s => s.value") == "val_loss"  # the objective, not the first metric seen
+    cell = page.locator(f"#leaderboard tbody tr[data-trial='{tid}'] td.latest")
+    cell.first.wait_for(timeout=15_000)
+    assert cell.first.inner_text() == "1.998" and "running" in cell.first.get_attribute("title")
+    page.select_option("#curve-metric", "sys/cpu_percent")  # the user's choice stays
+    add_points(dashboard.db, "live-1", [(tid, 1, 1, "train_loss", 1.0)])
+    page.wait_for_function("document.getElementById('curve-metric').options.length === 3", timeout=15_000)
+    assert page.eval_on_selector("#curve-metric", "s => s.value") == "sys/cpu_percent"
+
+    page.goto(f"{dashboard.url}/sweeps/live-1/trials/{tid}")
+    refreshed(page)
+    assert "Latest values" in page.inner_text("#metrics-title") and "1.998" in page.inner_text("#metrics")
+
+    page.goto(f"{dashboard.url}/sweeps/live-1")
+    refreshed(page)
+    dashboard.stop()
+    page.wait_for_function("document.getElementById('live').textContent.includes('disconnected')", timeout=15_000)
+    assert "live, refreshed" not in page.inner_text("#live")
+    assert all("refresh failed" in e or "Failed to load" in e or "ERR_CONNECTION" in e for e in page.errors), page.errors
+
+
+def test_a_finished_sweep_says_it_is_over(dashboard: Dashboard, page: Any) -> None:
+    add_sweep(dashboard.db, "over-1", state="completed")
+    page.goto(f"{dashboard.url}/sweeps/over-1")
+    refreshed(page)
+    assert page.inner_text("#live") == "· sweep over"
+
+
+def test_single_point_curves_show_markers_values_read_by_magnitude_and_a_cpu_sweep_counts_slot_hours(
+        dashboard: Dashboard, page: Any, tmp_path: Path) -> None:
+    spec = {"name": "asha-cpu", "command": ["python", "t.py"], "metric": {"name": "val_loss", "mode": "min"},
+            "space": {"lr": [0.0003, 0.001]}, "strategy": {"type": "grid"}, "resources": {"gpus": 0},
+            "env": {"API_TOKEN": "s3cret"}}
+    add_sweep(dashboard.db, "cpu-1", spec)
+    for i, lr in enumerate((0.00030000000000000003, 0.001)):  # one rung each: one point per curve
+        tid = add_trial(dashboard.db, "cpu-1", i, f"t{i}", {"lr": lr, "batch": 32}, metrics={"val_loss": 9407.528162191118 + i},
+                        run_seconds=3600)
+        add_points(dashboard.db, "cpu-1", [(tid, 1, 10, "val_loss", 9407.528162191118 + i)])
+    page.goto(f"{dashboard.url}/sweeps/cpu-1")
+    refreshed(page)
+    shown = page.evaluate("echarts.getInstanceByDom(document.getElementById('curves')).getOption().series"
+                          ".map(s => [s.data.length, s.showSymbol])")
+    assert shown == [[1, True], [1, True]]
+    page.check("#hide-constant")  # batch is 32 everywhere: its column goes
+    page.wait_for_function("![...document.querySelectorAll('#leaderboard th')].some(th => th.textContent === 'batch')")
+    first = page.locator("#leaderboard tbody tr").first
+    assert first.locator("td").nth(4).inner_text() == "3e-4" and first.locator("td").nth(5).inner_text() == "9408"
+    assert first.locator("td").nth(5).get_attribute("title") == "9407.528162191118"  # the exact value on hover
+    assert "slot-h" in page.inner_text("#cost-note") and "GPU" not in page.inner_text("#cost-note")
+    assert page.inner_text("#best-gpu-title") == "Best so far against slot-hours"
+    spec_text = page.inner_text("#spec") if page.locator("#spec").is_visible() else page.text_content("#spec")
+    assert "API_TOKEN" in spec_text and "s3cret" not in spec_text  # env values are hidden
+    page.check("#curve-log")
+    page.wait_for_function("echarts.getInstanceByDom(document.getElementById('curves')).getOption().yAxis[0].type === 'log'")
+    with page.expect_download() as download:
+        page.click("#csv")
+    rows = Path(download.value.path()).read_text().splitlines()
+    assert rows[0].startswith("#,trial,state,lr,val_loss")  # the shown columns and "0.00030000000000000003" in rows[1] and len(rows) == 3
+    assert page.errors == []
+
+
+def test_pinned_trials_compare_side_by_side_and_alone_on_the_curves_and_constant_params_hide(
+        dashboard: Dashboard, page: Any) -> None:
+    ids = small_sweep(dashboard.db)
+    page.goto(f"{dashboard.url}/sweeps/web-test-1")
+    refreshed(page)
+    assert page.locator("#compare-card").is_hidden()
+    for name in ("exp_001", "exp_002"):
+        page.locator(f"#leaderboard tbody tr[data-trial='{ids[name]}'] input[type=checkbox]").check()
+    page.wait_for_function("document.getElementById('curve-note').textContent.includes('pinned')", timeout=15_000)
+    assert page.locator("#compare-card").is_visible()
+    heads = page.locator("#compare thead th").all_inner_texts()
+    assert sorted(heads[1:]) == ["exp_001", "exp_002"]
+    assert page.locator("#compare tbody th.differs").all_inner_texts()[:3] == ["layers", "lr", "opt"]  # all three differ
+    series = page.evaluate("echarts.getInstanceByDom(document.getElementById('curves')).getOption().series.map(s => s.name)")
+    assert sorted(series) == ["exp_001", "exp_002"]
+    page.goto(f"{dashboard.url}/sweeps/web-test-1/trials/{ids['exp_002']}")
+    assert page.inner_text("#command") == "python train.py --lr 0.001"  # the command line the agent ran
+    assert page.errors == []

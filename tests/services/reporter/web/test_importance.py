@@ -47,7 +47,8 @@ def test_the_order_of_importance_and_the_interacting_pair_are_found() -> None:
     assert result.interactions[0][0] == ("e", "f"), result.interactions
     assert result.interactions[0][1] > 5 * result.interactions[1][1]
     assert 0.04 < result.interactions[0][1] < 0.2  # the true share is 0.094
-    assert sum(shares.values()) + sum(v for _, v in result.interactions) < 1.1
+    assert math.isclose(sum(shares.values()), 1.0) and all(0 <= v <= 1 for v in shares.values())
+    assert all(v >= 1e-3 for _, v in result.interactions)  # noise is not shown
 
 
 def test_a_log_scale_parameter_is_weighed_per_decade() -> None:
@@ -69,6 +70,60 @@ def test_main_effects_agree_with_optunas_own_fanova_on_linear_params() -> None:
     study.add_trials(study_trials(SPACE, rows, "loss", dists))
     theirs = list(optuna.importance.get_param_importances(study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)))
     assert ours == theirs[:3] == ["a", "e", "noise"]
+
+
+GRID = parse_spec({"name": "grid", "command": ["x"], "metric": {"name": "loss"}, "strategy": {"type": "grid"},
+                   "space": {"learning_rate": [0.001, 0.01, 0.1], "optimizer": ["adam", "sgd"]}}).space
+RANGES = parse_spec({"name": "ranges", "command": ["x"], "metric": {"name": "loss"}, "strategy": {"type": "random", "trials": 9},
+                     "space": {"a": {"type": "uniform", "low": 0, "high": 1}, "b": {"type": "int", "low": 1, "high": 10},
+                               "opt": ["adam", "sgd", "lion"], "e": {"type": "uniform", "low": 0, "high": 1}}}).space
+
+
+def grid_rows() -> list[dict[str, Any]]:
+    """The demo's 3x2 grid: SGD's loss spans 3.31 to 4.82 across learning rates, Adam's barely moves."""
+    sgd = {0.001: 4.82, 0.01: 3.9, 0.1: 3.31}
+    return [{"state": "completed", "params": {"learning_rate": lr, "optimizer": opt},
+             "metrics": {"loss": sgd[lr] if opt == "sgd" else 2.3 + 0.01 * i}}
+            for i, (lr, opt) in enumerate((lr, opt) for lr in sgd for opt in ("adam", "sgd"))]
+
+
+def range_rows(n: int) -> list[dict[str, Any]]:
+    rng = random.Random(1)
+    rows = []
+    for _ in range(n):
+        p = {"a": rng.random(), "b": rng.randint(1, 10), "opt": rng.choice(["adam", "sgd", "lion"]), "e": rng.random()}
+        loss = 2 * p["a"] + 0.1 * p["b"] + {"adam": 0.0, "sgd": 1.0, "lion": 0.3}[p["opt"]] + 3 * p["e"] * p["a"]
+        rows.append({"state": "completed", "params": p, "metrics": {"loss": loss}})
+    return rows
+
+
+@pytest.mark.parametrize(("space", "rows"), [(GRID, grid_rows()), (RANGES, range_rows(12)), (RANGES, range_rows(60)),
+                                             (RANGES, range_rows(160))], ids=["grid-6", "random-12", "random-60", "random-160"])
+def test_main_effects_agree_with_optunas_fanova_evaluator_within_its_seed_spread(space: Any, rows: list[dict[str, Any]]) -> None:
+    dists = {k: d for k, d in distributions(space).items() if not d.single()}
+    theirs, ours = [], []
+    for seed in range(3):
+        study = optuna.create_study()
+        study.add_trials(study_trials(space, rows, "loss", dists))
+        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=seed)
+        theirs.append(optuna.importance.get_param_importances(study, evaluator=evaluator))
+        ours.append(dict(importance(space, rows, "loss", seed=seed).params))
+    for name in dists:
+        low, high = min(t[name] for t in theirs), max(t[name] for t in theirs)
+        ours_low, ours_high = min(o[name] for o in ours), max(o[name] for o in ours)
+        slack = 0.03 + (high - low)  # its own spread over seeds, and a little
+        assert low - slack <= ours_low and ours_high <= high + slack, (name, (low, high), (ours_low, ours_high))
+        assert 0.0 <= ours_low and ours_high <= 1.0
+
+
+def test_a_small_sweep_says_its_importance_is_rough_and_an_empty_interactions_panel_says_why() -> None:
+    body = as_json(importance(GRID, grid_rows(), "loss"))
+    assert "only 6 completed trials" in body["caution"]
+    assert dict((p["name"], p["importance"]) for p in body["params"])["learning_rate"] > 0.15  # not 0.000, as it was
+    assert all(i["importance"] >= 1e-3 for i in body["interactions"])
+    if not body["interactions"]:
+        assert "no pair" in body["interactions_note"]
+    assert "caution" not in as_json(importance(RANGES, range_rows(60), "loss"))
 
 
 @pytest.mark.parametrize("n", [0, 3])

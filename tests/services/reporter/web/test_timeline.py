@@ -14,7 +14,9 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 def ev(kind: str, trial: str, at: float, agent: str = "a", run: str = "r", attempt: int = 1, **more: Any) -> dict[str, Any]:
     return {"kind": kind, "trial_id": trial, "trial_name": "n" + trial, "attempt": attempt, "run_id": run, "agent": agent,
-            "time": T0 + timedelta(seconds=at), "outcome": more.get("outcome"), "duration": more.get("duration")}
+            "time": T0 + timedelta(seconds=at), "outcome": more.get("outcome"), "duration": more.get("duration"),
+            "redelivered": more.get("redelivered", False), "trial_state": more.get("state", "running"),
+            "trial_finished": more.get("finished")}
 
 
 def test_a_start_and_its_end_make_one_run_and_the_first_end_counts() -> None:
@@ -25,6 +27,19 @@ def test_a_start_and_its_end_make_one_run_and_the_first_end_counts() -> None:
     assert (one.trial_id, one.outcome, one.end) == ("1", "preempted", T0 + timedelta(seconds=10))
     assert (two.trial_id, two.outcome, two.start) == ("2", "lost", T0)  # no start journalled: duration before the end
     assert (three.outcome, three.end) == ("running", None)
+
+
+def test_a_run_whose_agent_vanished_ends_lost_when_the_broker_redelivers_its_attempt() -> None:
+    rows = [ev("trial.started", "1", 0, agent="vm-1", run="a"),
+            ev("trial.started", "1", 40, agent="vm-2", run="b", redelivered=True),
+            ev("trial.finished", "1", 90, agent="vm-2", run="b", outcome="completed", state="completed"),
+            ev("trial.started", "2", 5, run="c"), ev("trial.started", "2", 9, run="d"),  # a duplicate: the first goes on
+            ev("trial.started", "3", 5, agent="vm-3", run="e", state="cancelled", finished=T0 + timedelta(seconds=70))]
+    by_run = {r.run_id: r for r in runs(rows)}
+    assert (by_run["a"].outcome, by_run["a"].end, by_run["a"].note) == ("lost", T0 + timedelta(seconds=40),
+                                                                         "lost: agent vm-1 vanished")
+    assert (by_run["b"].outcome, by_run["c"].outcome, by_run["d"].outcome) == ("completed", "running", "running")
+    assert (by_run["e"].outcome, by_run["e"].end) == ("lost", T0 + timedelta(seconds=70))  # the trial ended without it
 
 
 def test_an_agents_runs_take_the_first_free_lane() -> None:

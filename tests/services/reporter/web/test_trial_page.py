@@ -123,3 +123,17 @@ def test_an_unreachable_store_is_a_line_not_an_error(db: Database, s3: ArtifactS
         assert "trial.finished" in page.text  # the database's part still shows
         body = httpx.get(f"{url}/api/sweeps/{SWEEP}/trials/{trial_id}", timeout=30).json()
         assert body["store_error"].startswith("the artifact store cannot be read") and body["checkpoints"] == []
+
+
+def test_a_running_trials_page_shows_its_log_as_it_is_uploaded(db: Database, s3: ArtifactStore, browser: Any) -> None:
+    add_sweep(db, SWEEP)
+    trial_id = add_trial(db, SWEEP, 0, "exp_live", {"lr": 0.1, "opt": "adam", "layers": 2}, state="running")
+    for url in serve(db, s3):
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = context.new_page()
+        page.goto(f"{url}/sweeps/{SWEEP}/trials/{trial_id}")
+        assert "no logs uploaded yet" in page.inner_text("#log-tail")
+        s3.put_bytes(log_key(SWEEP, trial_id, 1, "stdout"), b"epoch 1 loss 0.5\n")  # the agent's upload of the running log
+        page.wait_for_function("document.getElementById('log-tail').textContent.includes('epoch 1 loss 0.5')", timeout=15_000)
+        assert "attempt 1" in page.inner_text("#log-title")
+        context.close()
