@@ -157,7 +157,13 @@ CREATE VIEW run_events AS
             WHEN jsonb_typeof(e.body -> 'duration'::text) = 'number'::text THEN (e.body ->> 'duration'::text)::double precision
             ELSE NULL::double precision
         END AS duration,
-    e.recorded_at
+    e.recorded_at,
+    COALESCE((e.body ->> 'redelivered'::text) = 'true'::text, false) AS redelivered,
+        CASE
+            WHEN jsonb_typeof(e.body -> 'staging'::text) = 'number'::text THEN (e.body ->> 'staging'::text)::double precision
+            ELSE NULL::double precision
+        END AS staging,
+    e.body ->> 'reason'::text AS reason
    FROM trial_events e
   WHERE e.kind = ANY (ARRAY['trial.started'::text, 'trial.finished'::text, 'trial.lost'::text]);
 

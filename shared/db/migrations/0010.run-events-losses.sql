@@ -1,4 +1,4 @@
--- depends: 0008.pbt-steps
+-- depends: 0009.agents
 -- run_events (0003) with three columns more, last: redelivered (the start of a
 -- run the broker took back from a vanished agent: the run before it of the same
 -- attempt ended, lost, though nothing journalled its end), staging (seconds the
