@@ -136,12 +136,12 @@ def staging(db: Database) -> dict[str, int]:
     """For ``status``: by running sweep, its queued trials whose agent is setting them up (``trial.staging``:
     inputs, setup.pip env, image) and has not started their process yet: waiting on data, not on a slot."""
     with db.transaction() as conn:
-        rows = conn.execute(
-            "SELECT t.sweep_id, count(*) AS n FROM trials t JOIN sweeps s USING (sweep_id)"
-            " JOIN LATERAL (SELECT body->>'run_id' AS run_id FROM trial_events e WHERE e.trial_id = t.trial_id"
-            "   AND e.attempt = t.attempt AND e.kind = 'trial.staging' ORDER BY recorded_at DESC LIMIT 1) st ON true"
-            " WHERE s.state = 'running' AND t.state = 'queued' AND NOT EXISTS (SELECT 1 FROM trial_events e"
-            "   WHERE e.trial_id = t.trial_id AND e.kind = 'trial.started' AND e.body->>'run_id' = st.run_id)"
+        rows = conn.execute(  # over the views (docs/results.md): what the reader role may read
+            "SELECT t.sweep_id, count(*) AS n FROM trial_results t JOIN sweep_results s USING (sweep_id)"
+            " JOIN LATERAL (SELECT j.run_id FROM trial_journal j WHERE j.trial_id = t.trial_id"
+            "   AND j.attempt = t.attempts AND j.kind = 'trial.staging' ORDER BY recorded_at DESC LIMIT 1) st ON true"
+            " WHERE s.state = 'running' AND t.state = 'queued' AND NOT EXISTS (SELECT 1 FROM trial_journal j"
+            "   WHERE j.trial_id = t.trial_id AND j.kind = 'trial.started' AND j.run_id = st.run_id)"
             " GROUP BY t.sweep_id").fetchall()
     return {r["sweep_id"]: r["n"] for r in rows}
 

@@ -109,9 +109,13 @@ def test_cancel_and_extend_check_the_sweep_as_the_reader(logins: tuple[str, str,
 
     from spotsweep.shared import topology
 
-    sweep_id, reader, _ = logins
+    sweep_id, reader, writer = logins
+    # As if agents had run it (`spotsweep run` ran it here, whose own planner no message reaches), and from
+    # another machine: cancel and extend go to the planner through RabbitMQ.
+    with psycopg.connect(writer, autocommit=True) as conn:
+        conn.execute("UPDATE trials SET agent = 'vm-1' WHERE sweep_id = %s", (sweep_id,))
     env = {**os.environ, "SPOTSWEEP_DATABASE_URL": reader, "SPOTSWEEP_AMQP_URL": rabbit_url,
-           "SPOTSWEEP_HOME": str(tmp_path / "home")}
+           "SPOTSWEEP_HOME": str(tmp_path / "submitter")}
     for args in (("extend", sweep_id, "--max-steps", "100"), ("cancel", sweep_id)):
         out = spotsweep(env, *args)
         assert out.returncode == 0, (args, out.stdout, out.stderr)
