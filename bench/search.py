@@ -49,6 +49,7 @@ from statistics import fmean, stdev
 from typing import Any
 
 import optuna
+from search_objectives import HARTMANN3_MIN, hartmann3
 from search_pbt import pbt_bench
 from search_peers import peers
 
@@ -216,6 +217,7 @@ def main() -> None:
     ap.add_argument("--methods", help="--peers: only these of spotsweep's and Optuna's methods, comma-separated by name")
     ap.add_argument("--no-ray", action="store_true", help="--peers: leave Ray Tune out (no peer virtualenv built)")
     ap.add_argument("--pbt", action="store_true", help="PBT vs random vs ASHA on an lr-schedule model (bench/search_pbt.py)")
+    ap.add_argument("--continuous", action="store_true", help="asha random vs tpe (BOHB) on multi-fidelity Hartmann 3")
     ap.add_argument("--all", action="store_true", help="every section above, one after the other (make bench)")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -225,6 +227,7 @@ def main() -> None:
         "peers": lambda: peers(args.seeds, args.workers or 4, args.cap, not args.no_ray,
                                [m.strip() for m in args.methods.split(",")] if args.methods else None),
         "pbt": lambda: pbt_bench(args.seeds),
+        "continuous": lambda: continuous(args.seeds, args.workers or 4),
     }
     chosen = [name for name in sections if args.all or getattr(args, name, False)] or ["strategies"]
     out: dict[str, Any] = {"machine": platform.platform(), "python": platform.python_version(), "seeds": args.seeds}
@@ -322,7 +325,23 @@ class Grid27Run:
 def grid27_run(objective: Callable[..., float], strategy: dict[str, Any], seed: int, workers: int) -> Grid27Run:
     """One ASHA sweep over the 27-grid (budgets 3/9/27, eta 3, promotions resume from the
     checkpoint): the steps it trains, whether the config best at 27 completed and was picked."""
-    spec = parse_spec({"name": "g27", "command": ["t", "{steps}"], "metric": {"name": "loss"}, "space": GRID27,
+    trained, records = asha_sweep(GRID27, lambda p, t: objective(p, t, seed), strategy, workers)
+
+    def truth(config: dict[str, Any]) -> float:
+        return objective(config, 27, seed, noise=False)
+
+    best = min((dict(zip(GRID27, c)) for c in _product(GRID27)), key=truth)
+    full = [r for r in records.values() if r.state == TrialState.COMPLETED]
+    pick = {k: min(full, key=lambda r: r.values[0]).params[k] for k in GRID27}
+    reached = any({k: r.params[k] for k in GRID27} == best for r in full)
+    return Grid27Run(trained, reached, pick == best, truth(pick) - truth(best))
+
+
+def asha_sweep(space: dict[str, Any], observe_at: Callable[[dict[str, Any], int], float], strategy: dict[str, Any],
+               workers: int) -> tuple[float, dict[int, TrialRecord]]:
+    """One sweep of an asha ``strategy`` (budget param ``steps``) in a pool of ``workers``, a run's value
+    ``observe_at(config, steps)``: the steps it trains and its trials, as the planner would leave them."""
+    spec = parse_spec({"name": "asha", "command": ["t", "{steps}"], "metric": {"name": "loss"}, "space": space,
                        "max_concurrent": workers, "strategy": strategy})
     search = Search(spec)
     pool = Pool(workers, float("inf"))
@@ -334,7 +353,8 @@ def grid27_run(objective: Callable[..., float], strategy: dict[str, Any], seed: 
         final = nxt[0] >= search.total_trials and pool.busy() == 0
         for pr in search.promotions(list(records.values()), 1, final):
             r = records[pr.index]
-            records[pr.index] = TrialRecord(pr.index, {**r.params, "steps": pr.budget}, TrialState.RUNNING, rungs=r.rungs)
+            records[pr.index] = TrialRecord(pr.index, {**r.params, "steps": pr.budget}, TrialState.RUNNING, rungs=r.rungs,
+                                            attrs=r.attrs)
             trained[0] += pr.budget - pr.rung
             pool.start(pr.budget - pr.rung, pr.index)
             return True
@@ -342,35 +362,56 @@ def grid27_run(objective: Callable[..., float], strategy: dict[str, Any], seed: 
             return False
         i = nxt[0]
         nxt[0] += 1
-        params = search.propose(i, list(records.values())).params
-        records[i] = TrialRecord(i, params, TrialState.RUNNING)
-        trained[0] += params["steps"]
-        pool.start(params["steps"], i)
+        proposal = search.propose(i, list(records.values()))
+        records[i] = TrialRecord(i, proposal.params, TrialState.RUNNING, attrs=proposal.attrs)
+        trained[0] += proposal.params["steps"]
+        pool.start(proposal.params["steps"], i)
         return True
 
     def done(i: int) -> None:
         r = records[i]
-        value = objective({k: r.params[k] for k in GRID27}, r.params["steps"], seed)
+        value = observe_at({k: r.params[k] for k in space}, r.params["steps"])
         d = search.on_run_end(list(records.values()), r, value)
         rungs = {**r.rungs, d.rung: value} if d.rung is not None else dict(r.rungs)
         if d.action == Action.PROMOTE and d.budget is not None:
-            records[i] = TrialRecord(i, {**r.params, "steps": d.budget}, TrialState.RUNNING, rungs=rungs)
+            records[i] = TrialRecord(i, {**r.params, "steps": d.budget}, TrialState.RUNNING, rungs=rungs, attrs=r.attrs)
             trained[0] += d.budget - r.params["steps"]
             pool.start(d.budget - r.params["steps"], i)
             return
         state = {Action.PAUSE: TrialState.PAUSED, Action.PRUNE: TrialState.PRUNED}.get(d.action, TrialState.COMPLETED)
-        records[i] = TrialRecord(i, r.params, state, (value,), rungs=rungs)
+        records[i] = TrialRecord(i, r.params, state, (value,), rungs=rungs, attrs=r.attrs)
 
     pool.run(launch, done)
+    return trained[0], records
 
-    def truth(config: dict[str, Any]) -> float:
-        return objective(config, 27, seed, noise=False)
 
-    best = min((dict(zip(GRID27, c)) for c in _product(GRID27)), key=truth)
-    full = [r for r in records.values() if r.state == TrialState.COMPLETED]
-    pick = {k: min(full, key=lambda r: r.values[0]).params[k] for k in GRID27}
-    reached = any({k: r.params[k] for k in GRID27} == best for r in full)
-    return Grid27Run(trained[0], reached, pick == best, truth(pick) - truth(best))
+def continuous(seeds: int, workers: int) -> dict[str, Any]:
+    """asha with random configs against asha with sampler tpe (BOHB's rule) on multi-fidelity Hartmann 3."""
+    space = {f"x{j}": {"type": "uniform", "low": 0.0, "high": 1.0} for j in range(3)}
+    budget = {"param": "steps", "min": 3, "max": 27}
+    out: dict[str, Any] = {}
+    print(f"multi-fidelity Hartmann 3 (bench/search_objectives.py, noise sd {NOISE}), budgets 3/9/27, eta 3, "
+          f"{workers} workers, {seeds} seeds; regret: the pick's noise-free value at 27 over the optimum")
+    print(f"{'trials':>7}  {'sampler':<18}{'regret mean':>12}{'sd':>8}{'se':>8}{'steps':>8}")
+    for trials in (81, 243):
+        for sampler in ("random", "tpe"):
+            regrets, steps = [], []
+            for seed in range(seeds):
+                def observe_at(p: dict[str, Any], t: int, seed: int = seed) -> float:
+                    return hartmann3(p, t, seed) + random.Random(f"h3:{seed}:{sorted(p.items())}:{t}").gauss(0, NOISE)
+
+                spent, records = asha_sweep(space, observe_at, {"type": "asha", "budget": budget, "eta": 3,
+                                                                "trials": trials, "sampler": sampler, "seed": seed},
+                                            workers)
+                full = [r for r in records.values() if r.state == TrialState.COMPLETED]
+                pick = min(full, key=lambda r: r.values[0])
+                regrets.append(hartmann3({k: pick.params[k] for k in space}, 27, seed) - HARTMANN3_MIN)
+                steps.append(spent)
+            name = "tpe (BOHB's rule)" if sampler == "tpe" else sampler
+            print(f"{trials:>7}  {name:<18}{fmean(regrets):>12.4f}{_sd(regrets):>8.4f}"
+                  f"{_sd(regrets) / math.sqrt(seeds):>8.4f}{fmean(steps):>8.0f}")
+            out[f"{trials}: {sampler}"] = {"regret": regrets, "steps": steps}
+    return out
 
 
 def _product(space: dict[str, list[Any]]) -> list[tuple[Any, ...]]:
