@@ -423,7 +423,7 @@ def _product(space: dict[str, list[Any]]) -> list[tuple[Any, ...]]:
 def grid27(seeds: int, workers: int) -> dict[str, Any]:
     """ASHA on the 27-grid: listed order vs shuffled, Ray's async rule vs the paper's, random vs tpe configs."""
     budget = {"param": "steps", "min": 3, "max": 27}
-    variants = {
+    variants: dict[str, dict[str, Any]] = {
         "listed, async (before)": {"order": "listed", "promotion": "async"},
         "shuffled, async": {"promotion": "async"},
         "shuffled, paper (default)": {},
