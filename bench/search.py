@@ -23,12 +23,15 @@ found when it completed the full 81 steps; "best" is its observed final loss.
 
     python bench/search.py --seeds 3 --json bench/results/search.json
 
-The other sections (issue 21), each its own module: ``--grid27`` (ASHA's
-order and promotion rule on the 27-config grid, below), ``--peers``
-(bench/search_peers.py: against Optuna and Ray Tune at equal step budgets
-on held-out objectives), ``--pbt`` (bench/search_pbt.py: PBT vs random vs
-ASHA where a learning-rate schedule wins); ``--all`` runs every section,
-as ``make bench`` does:
+The other sections (issues 21 and 33): ``--grid27`` (ASHA's order,
+promotion rule and sampler on the 27-config grid, below; picks judged by
+noise-free values, reaching full length and being picked counted apart),
+``--peers`` (bench/search_peers.py: against Optuna and Ray Tune at equal
+step budgets on held-out objectives), ``--pbt`` (bench/search_pbt.py: PBT
+vs random vs ASHA on a stateful model where a learning-rate schedule wins),
+``--continuous`` (below: asha's random configs against BOHB's rule on
+multi-fidelity Hartmann 3); ``--all`` runs every section, as ``make
+bench`` does:
 
     python bench/search.py --all --seeds 10 --json bench/results/search.json
 """
