@@ -22,8 +22,10 @@ history, index and seed give the same config (a restarted planner agrees).
 
 from __future__ import annotations
 
+import math
 import random
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,20 +60,17 @@ class Bohb:
         self._size = finite_size(spec)
         self._random = spec.model_copy(update={"strategy": RandomStrategy(trials=1, seed=self._seed)})
 
-    def observations(self, history: Sequence[TrialRecord]) -> dict[int, list[tuple[Mapping[str, Any], float]]]:
-        """Each budget's ``(params, value)``: the rung values, and a completed trial's final value at max."""
-        out: dict[int, list[tuple[Mapping[str, Any], float]]] = {}
-        for r in history:
-            for budget, value in r.rungs.items():
-                out.setdefault(int(budget), []).append((r.params, value))
-            if (r.state == TrialState.COMPLETED and r.values and r.params.get(self._param) == self._max
-                    and self._max not in r.rungs):
-                out.setdefault(self._max, []).append((r.params, r.values[0]))
-        return {b: [(p, v) for p, v in obs if v == v and abs(v) != float("inf")] for b, obs in out.items()}
+    def values(self, record: TrialRecord) -> dict[int, float]:
+        """A trial's finite values by budget: its rungs', and a completed trial's final value at max."""
+        out = {int(b): v for b, v in record.rungs.items()}
+        if record.state == TrialState.COMPLETED and record.values and record.params.get(self._param) == self._max:
+            out.setdefault(self._max, record.values[0])
+        return {b: v for b, v in out.items() if math.isfinite(v)}
 
     def model_budget(self, history: Sequence[TrialRecord]) -> int | None:
         """The largest budget with enough observations for a model; None: none has."""
-        enough = [b for b, obs in self.observations(history).items() if len(obs) >= self._min_points]
+        counts = Counter(b for r in history for b in self.values(r))
+        enough = [b for b, n in counts.items() if n >= self._min_points]
         return max(enough) if enough else None
 
     def suggest(self, history: Sequence[TrialRecord], index: int,
@@ -90,11 +89,9 @@ class Bohb:
                                              constant_liar=True)
         study = optuna.create_study(sampler=sampler, direction="minimize" if self._minimize else "maximize")
         for r in history:
-            value = r.rungs.get(budget)
-            if value is None and budget == self._max and r.state == TrialState.COMPLETED and r.values:
-                value = r.values[0]
+            value = self.values(r).get(budget)
             params = to_optuna(self._space, self._config(r.params))
-            if value is not None and value == value and abs(value) != float("inf"):
+            if value is not None:
                 study.add_trial(create_trial(state=OptunaState.COMPLETE, value=value, params=params,
                                              distributions=self._distributions))
             elif r.state in IN_FLIGHT and int(r.params.get(self._param, 0)) < budget:
