@@ -23,12 +23,15 @@ found when it completed the full 81 steps; "best" is its observed final loss.
 
     python bench/search.py --seeds 3 --json bench/results/search.json
 
-The other sections (issue 21), each its own module: ``--grid27`` (ASHA's
-order and promotion rule on the 27-config grid, below), ``--peers``
-(bench/search_peers.py: against Optuna and Ray Tune at equal step budgets
-on held-out objectives), ``--pbt`` (bench/search_pbt.py: PBT vs random vs
-ASHA where a learning-rate schedule wins); ``--all`` runs every section,
-as ``make bench`` does:
+The other sections (issues 21 and 33): ``--grid27`` (ASHA's order,
+promotion rule and sampler on the 27-config grid, below; picks judged by
+noise-free values, reaching full length and being picked counted apart),
+``--peers`` (bench/search_peers.py: against Optuna and Ray Tune at equal
+step budgets on held-out objectives), ``--pbt`` (bench/search_pbt.py: PBT
+vs random vs ASHA on a stateful model where a learning-rate schedule wins),
+``--continuous`` (below: asha's random configs against BOHB's rule on
+multi-fidelity Hartmann 3); ``--all`` runs every section, as ``make
+bench`` does:
 
     python bench/search.py --all --seeds 10 --json bench/results/search.json
 """
@@ -45,9 +48,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import fmean, stdev
 from typing import Any
 
 import optuna
+from search_objectives import HARTMANN3_MIN, hartmann3
 from search_pbt import pbt_bench
 from search_peers import peers
 
@@ -215,6 +220,7 @@ def main() -> None:
     ap.add_argument("--methods", help="--peers: only these of spotsweep's and Optuna's methods, comma-separated by name")
     ap.add_argument("--no-ray", action="store_true", help="--peers: leave Ray Tune out (no peer virtualenv built)")
     ap.add_argument("--pbt", action="store_true", help="PBT vs random vs ASHA on an lr-schedule model (bench/search_pbt.py)")
+    ap.add_argument("--continuous", action="store_true", help="asha random vs tpe (BOHB) on multi-fidelity Hartmann 3")
     ap.add_argument("--all", action="store_true", help="every section above, one after the other (make bench)")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -224,6 +230,7 @@ def main() -> None:
         "peers": lambda: peers(args.seeds, args.workers or 4, args.cap, not args.no_ray,
                                [m.strip() for m in args.methods.split(",")] if args.methods else None),
         "pbt": lambda: pbt_bench(args.seeds),
+        "continuous": lambda: continuous(args.seeds, args.workers or 4),
     }
     chosen = [name for name in sections if args.all or getattr(args, name, False)] or ["strategies"]
     out: dict[str, Any] = {"machine": platform.platform(), "python": platform.python_version(), "seeds": args.seeds}
@@ -291,24 +298,53 @@ def strategies(args: argparse.Namespace) -> dict[str, Any]:
 GRID27: dict[str, Any] = {"lr": [1e-3, 3e-3, 1e-2], "batch": [32, 128, 256], "depth": [2, 6, 12]}  # 27 configs
 
 
-def curve_model(p: dict[str, Any], steps: int, seed: int) -> float:
+def curve_model(p: dict[str, Any], steps: int, seed: int, noise: bool = True) -> float:
     """The learning-curve model above on the 27-grid, 27 budget units = 81 of its steps."""
-    return true_loss({**p, "warmup": 5}, steps * 3) + random.Random(f"{seed}:{sorted(p.items())}:{steps}").gauss(0, NOISE)
+    return true_loss({**p, "warmup": 5}, steps * 3) + (_noise(p, steps, seed) if noise else 0.0)
 
 
-def power_law(p: dict[str, Any], steps: int, seed: int) -> float:
+def power_law(p: dict[str, Any], steps: int, seed: int, noise: bool = True) -> float:
     """A held-out objective the search code was not tuned on: each config a power-law
     curve a + b * t**-c with a, b, c drawn per (config, seed), so curves cross."""
     rng = random.Random(f"pl:{seed}:{sorted(p.items())}")
     a, b, c = rng.uniform(0.5, 1.5), rng.uniform(0.5, 3.0), rng.uniform(0.3, 1.2)
-    return a + b * steps ** -c + random.Random(f"{seed}:{sorted(p.items())}:{steps}").gauss(0, NOISE)
+    return a + b * steps ** -c + (_noise(p, steps, seed) if noise else 0.0)
 
 
-def grid27_run(objective: Callable[[dict[str, Any], int, int], float], strategy: dict[str, Any], seed: int,
-               workers: int) -> tuple[float, bool]:
+def _noise(p: dict[str, Any], steps: int, seed: int) -> float:
+    return random.Random(f"{seed}:{sorted(p.items())}:{steps}").gauss(0, NOISE)
+
+
+@dataclass(frozen=True)
+class Grid27Run:
+    """One ASHA sweep over the 27-grid, judged by noise-free values at 27."""
+
+    steps: float  # steps trained
+    reached: bool  # the config best at 27 (noise-free) trained to 27
+    picked: bool  # ... and it is the one picked: the best observed among those that reached 27
+    regret: float  # the picked config's noise-free value at 27 over the best config's
+
+
+def grid27_run(objective: Callable[..., float], strategy: dict[str, Any], seed: int, workers: int) -> Grid27Run:
     """One ASHA sweep over the 27-grid (budgets 3/9/27, eta 3, promotions resume from the
-    checkpoint): the steps it trains, and whether the config best at 27 completed."""
-    spec = parse_spec({"name": "g27", "command": ["t", "{steps}"], "metric": {"name": "loss"}, "space": GRID27,
+    checkpoint): the steps it trains, whether the config best at 27 completed and was picked."""
+    trained, records = asha_sweep(GRID27, lambda p, t: objective(p, t, seed), strategy, workers)
+
+    def truth(config: dict[str, Any]) -> float:
+        return objective(config, 27, seed, noise=False)
+
+    best = min((dict(zip(GRID27, c)) for c in _product(GRID27)), key=truth)
+    full = [r for r in records.values() if r.state == TrialState.COMPLETED]
+    pick = {k: min(full, key=lambda r: r.values[0]).params[k] for k in GRID27}
+    reached = any({k: r.params[k] for k in GRID27} == best for r in full)
+    return Grid27Run(trained, reached, pick == best, truth(pick) - truth(best))
+
+
+def asha_sweep(space: dict[str, Any], observe_at: Callable[[dict[str, Any], int], float], strategy: dict[str, Any],
+               workers: int) -> tuple[float, dict[int, TrialRecord]]:
+    """One sweep of an asha ``strategy`` (budget param ``steps``) in a pool of ``workers``, a run's value
+    ``observe_at(config, steps)``: the steps it trains and its trials, as the planner would leave them."""
+    spec = parse_spec({"name": "asha", "command": ["t", "{steps}"], "metric": {"name": "loss"}, "space": space,
                        "max_concurrent": workers, "strategy": strategy})
     search = Search(spec)
     pool = Pool(workers, float("inf"))
@@ -320,7 +356,8 @@ def grid27_run(objective: Callable[[dict[str, Any], int, int], float], strategy:
         final = nxt[0] >= search.total_trials and pool.busy() == 0
         for pr in search.promotions(list(records.values()), 1, final):
             r = records[pr.index]
-            records[pr.index] = TrialRecord(pr.index, {**r.params, "steps": pr.budget}, TrialState.RUNNING, rungs=r.rungs)
+            records[pr.index] = TrialRecord(pr.index, {**r.params, "steps": pr.budget}, TrialState.RUNNING, rungs=r.rungs,
+                                            attrs=r.attrs)
             trained[0] += pr.budget - pr.rung
             pool.start(pr.budget - pr.rung, pr.index)
             return True
@@ -328,30 +365,56 @@ def grid27_run(objective: Callable[[dict[str, Any], int, int], float], strategy:
             return False
         i = nxt[0]
         nxt[0] += 1
-        params = search.propose(i, list(records.values())).params
-        records[i] = TrialRecord(i, params, TrialState.RUNNING)
-        trained[0] += params["steps"]
-        pool.start(params["steps"], i)
+        proposal = search.propose(i, list(records.values()))
+        records[i] = TrialRecord(i, proposal.params, TrialState.RUNNING, attrs=proposal.attrs)
+        trained[0] += proposal.params["steps"]
+        pool.start(proposal.params["steps"], i)
         return True
 
     def done(i: int) -> None:
         r = records[i]
-        value = objective({k: r.params[k] for k in GRID27}, r.params["steps"], seed)
+        value = observe_at({k: r.params[k] for k in space}, r.params["steps"])
         d = search.on_run_end(list(records.values()), r, value)
         rungs = {**r.rungs, d.rung: value} if d.rung is not None else dict(r.rungs)
         if d.action == Action.PROMOTE and d.budget is not None:
-            records[i] = TrialRecord(i, {**r.params, "steps": d.budget}, TrialState.RUNNING, rungs=rungs)
+            records[i] = TrialRecord(i, {**r.params, "steps": d.budget}, TrialState.RUNNING, rungs=rungs, attrs=r.attrs)
             trained[0] += d.budget - r.params["steps"]
             pool.start(d.budget - r.params["steps"], i)
             return
         state = {Action.PAUSE: TrialState.PAUSED, Action.PRUNE: TrialState.PRUNED}.get(d.action, TrialState.COMPLETED)
-        records[i] = TrialRecord(i, r.params, state, (value,), rungs=rungs)
+        records[i] = TrialRecord(i, r.params, state, (value,), rungs=rungs, attrs=r.attrs)
 
     pool.run(launch, done)
-    grid = [dict(zip(GRID27, c)) for c in _product(GRID27)]
-    best = min(grid, key=lambda g: objective(g, 27, seed))
-    found = any(r.state == TrialState.COMPLETED and {k: r.params[k] for k in GRID27} == best for r in records.values())
-    return trained[0], found
+    return trained[0], records
+
+
+def continuous(seeds: int, workers: int) -> dict[str, Any]:
+    """asha with random configs against asha with sampler tpe (BOHB's rule) on multi-fidelity Hartmann 3."""
+    space = {f"x{j}": {"type": "uniform", "low": 0.0, "high": 1.0} for j in range(3)}
+    budget = {"param": "steps", "min": 3, "max": 27}
+    out: dict[str, Any] = {}
+    print(f"multi-fidelity Hartmann 3 (bench/search_objectives.py, noise sd {NOISE}), budgets 3/9/27, eta 3, "
+          f"{workers} workers, {seeds} seeds; regret: the pick's noise-free value at 27 over the optimum")
+    print(f"{'trials':>7}  {'sampler':<18}{'regret mean':>12}{'sd':>8}{'se':>8}{'steps':>8}")
+    for trials in (81, 243):
+        for sampler in ("random", "tpe"):
+            regrets, steps = [], []
+            for seed in range(seeds):
+                def observe_at(p: dict[str, Any], t: int, seed: int = seed) -> float:
+                    return hartmann3(p, t, seed) + random.Random(f"h3:{seed}:{sorted(p.items())}:{t}").gauss(0, NOISE)
+
+                spent, records = asha_sweep(space, observe_at, {"type": "asha", "budget": budget, "eta": 3,
+                                                                "trials": trials, "sampler": sampler, "seed": seed},
+                                            workers)
+                full = [r for r in records.values() if r.state == TrialState.COMPLETED]
+                pick = min(full, key=lambda r: r.values[0])
+                regrets.append(hartmann3({k: pick.params[k] for k in space}, 27, seed) - HARTMANN3_MIN)
+                steps.append(spent)
+            name = "tpe (BOHB's rule)" if sampler == "tpe" else sampler
+            print(f"{trials:>7}  {name:<18}{fmean(regrets):>12.4f}{_sd(regrets):>8.4f}"
+                  f"{_sd(regrets) / math.sqrt(seeds):>8.4f}{fmean(steps):>8.0f}")
+            out[f"{trials}: {sampler}"] = {"regret": regrets, "steps": steps}
+    return out
 
 
 def _product(space: dict[str, list[Any]]) -> list[tuple[Any, ...]]:
@@ -361,28 +424,35 @@ def _product(space: dict[str, list[Any]]) -> list[tuple[Any, ...]]:
 
 
 def grid27(seeds: int, workers: int) -> dict[str, Any]:
-    """ASHA on the 27-grid: listed order vs shuffled, Ray's async rule vs the paper's."""
+    """ASHA on the 27-grid: listed order vs shuffled, Ray's async rule vs the paper's, random vs tpe configs."""
     budget = {"param": "steps", "min": 3, "max": 27}
-    variants = {
+    variants: dict[str, dict[str, Any]] = {
         "listed, async (before)": {"order": "listed", "promotion": "async"},
         "shuffled, async": {"promotion": "async"},
         "shuffled, paper (default)": {},
+        "tpe, paper": {"sampler": "tpe", "trials": 27},
     }
     out: dict[str, Any] = {}
-    print(f"27-config grid, budgets 3/9/27, eta 3, {workers} workers, {seeds} seeds; the full grid is 729 steps, "
-          "the goal <= 255 (35%)")
-    print(f"{'objective':<14}{'variant':<28}{'steps mean':>11}{'sd':>7}{'max':>6}{'best found':>12}")
+    print(f"27-config grid, budgets 3/9/27, eta 3, {workers} workers, {seeds} seeds; the full grid is 729 steps; "
+          "the default's bound 189 (25.9%)")
+    print(f"{'objective':<14}{'variant':<28}{'steps mean':>11}{'sd':>7}{'max':>6}{'reached 27':>11}{'picked':>8}"
+          f"{'regret':>9}{'sd':>8}")
     for oname, objective in (("curve model", curve_model), ("power law", power_law)):
         for vname, extra in variants.items():
             runs = [grid27_run(objective, {"type": "asha", "budget": budget, "eta": 3, "seed": s, **extra}, s, workers)
                     for s in range(seeds)]
-            steps = [r[0] for r in runs]
-            mean = sum(steps) / len(steps)
-            sd = math.sqrt(sum((x - mean) ** 2 for x in steps) / max(1, len(steps) - 1))
-            found = sum(r[1] for r in runs)
-            print(f"{oname:<14}{vname:<28}{mean:>11.1f}{sd:>7.1f}{max(steps):>6.0f}{f'{found}/{seeds}':>12}")
-            out[f"{oname}: {vname}"] = {"steps": steps, "found": found}
+            steps, regrets = [r.steps for r in runs], [r.regret for r in runs]
+            reached, picked = sum(r.reached for r in runs), sum(r.picked for r in runs)
+            print(f"{oname:<14}{vname:<28}{fmean(steps):>11.1f}{_sd(steps):>7.1f}{max(steps):>6.0f}"
+                  f"{f'{reached}/{seeds}':>11}{f'{picked}/{seeds}':>8}{fmean(regrets):>9.4f}{_sd(regrets):>8.4f}")
+            out[f"{oname}: {vname}"] = {"steps": steps, "reached": reached, "picked": picked, "regret": regrets}
+    print("reached 27: seeds where the config best at 27 without noise trained to 27; picked: where it was also the "
+          "one picked (the best observed at 27); regret: the picked config's noise-free value at 27 over the best's")
     return out
+
+
+def _sd(xs: list[float]) -> float:
+    return stdev(xs) if len(xs) > 1 else 0.0
 
 
 def _grid_points(spec: Any) -> list[tuple[Any, ...]]:

@@ -92,7 +92,7 @@ def run_constant(strategy: dict[str, Any], seed: int) -> tuple[StepPool, dict[in
 
 def run_pbt(strategy: dict[str, Any], seed: int, cap: float = CAP) -> tuple[StepPool, dict[int, list[tuple[float, int]]]]:
     """spotsweep's PBT: members queue for a free slot; an exploit continues from the donor's latest segment end
-    (a donor behind the trial means steps trained again, so a population can need more than ``population * max``)."""
+    (never behind the trial, so a population trains at most ``population * max``, less what exploits copy)."""
     search = Search(spec(strategy))
     pool = StepPool(WORKERS, cap)
     records: dict[int, TrialRecord] = {}
@@ -146,8 +146,8 @@ def run_pbt(strategy: dict[str, Any], seed: int, cap: float = CAP) -> tuple[Step
     return pool, histories
 
 
-def pbt_strategy(seed: int, every: int = EVERY) -> dict[str, Any]:
-    return {"type": "pbt", "population": POPULATION, "seed": seed,
+def pbt_strategy(seed: int, every: int = EVERY, population: int = POPULATION) -> dict[str, Any]:
+    return {"type": "pbt", "population": population, "seed": seed,
             "interval": {"param": "steps", "every": every, "max": MAX_T}, "quantile": 0.25,
             "resample_probability": 0.25, "mutations": {"lr": {"factor": [0.8, 1.2]}, "batch": {"values": BATCHES}}}
 
@@ -159,7 +159,7 @@ def methods() -> dict[str, Callable[[int], tuple[StepPool, dict[int, list[tuple[
                                                   "eta": 3, "trials": 1000, "sampler": "random", "seed": s}, s),
         "pbt (every 6)": lambda s: run_pbt(pbt_strategy(s), s),
         "pbt (every 18)": lambda s: run_pbt(pbt_strategy(s, 18), s),
-        "pbt (every 6, no cap)": lambda s: run_pbt(pbt_strategy(s), s, math.inf),
+        "pbt (every 6, 8 members)": lambda s: run_pbt(pbt_strategy(s, population=8), s),
     }
 
 
@@ -168,7 +168,8 @@ def pbt_bench(seeds: int) -> dict[str, Any]:
     print(f"lr-schedule model, {POPULATION * MAX_T} steps for each method ({POPULATION} trials of {MAX_T}), "
           f"{WORKERS} at once, {seeds} seeds; best constant config {config['lr']:.3g}/{config['batch']}: "
           f"{constant:.4f} at {MAX_T}")
-    print(f"{'method':<24}{'true loss':>10}{'sd':>8}{'IQR':>16}{'vs const':>10}{'steps':>7}{'done':>6}{'beat const':>12}")
+    print(f"{'method':<26}{'true loss':>10}{'sd':>8}{'IQR':>16}{'vs const':>10}{'steps':>7}{'done':>6}{'beat const':>12}"
+          f"  stopped")
     out: dict[str, Any] = {"best_constant": {"loss": constant, **config}, "cap": CAP, "methods": {}}
     for name, fn in methods().items():
         runs: list[dict[str, Any]] = []
@@ -178,17 +179,21 @@ def pbt_bench(seeds: int) -> dict[str, Any]:
             loss = true_loss(histories[int(picked)]) if picked is not None else math.nan
             lrs = [lr for lr, _ in histories[int(picked)]] if picked is not None else []
             at_max = sum(reached >= MAX_T for _, _, reached in pool.ended)
-            runs.append({"seed": seed, "true_loss": loss, "steps": pool.committed, "completed": at_max,
+            # Why it stopped: a member ended short of MAX_T (the cap), or every member reached it (the population).
+            stopped = ("cap" if at_max < len(pool.ended) else "every member at max") if name.startswith("pbt") else "-"
+            runs.append({"seed": seed, "true_loss": loss, "steps": pool.committed, "completed": at_max, "stopped": stopped,
                          "lr_first": lrs[0] if lrs else None, "lr_last": lrs[-1] if lrs else None})
         losses: list[float] = [r["true_loss"] for r in runs]
         q = statistics.quantiles(losses, n=4, method="inclusive") if len(losses) > 1 else [losses[0]] * 3
         mean = statistics.fmean(losses)
         sd = statistics.stdev(losses) if len(losses) > 1 else 0.0
         beat = sum(x < constant for x in losses)
-        print(f"{name:<24}{mean:>10.4f}{sd:>8.4f}{f'{q[0]:.4f}-{q[2]:.4f}':>16}{mean / constant:>9.2f}x"
+        why = sorted({r["stopped"] for r in runs})  # PBT's only: the others run a fixed design
+        print(f"{name:<26}{mean:>10.4f}{sd:>8.4f}{f'{q[0]:.4f}-{q[2]:.4f}':>16}{mean / constant:>9.2f}x"
               f"{statistics.fmean(r['steps'] for r in runs):>7.0f}{statistics.fmean(r['completed'] for r in runs):>6.1f}"
-              f"{f'{beat}/{seeds}':>12}")
+              f"{f'{beat}/{seeds}':>12}  {' / '.join(why)}")
         out["methods"][name] = {"mean": mean, "sd": sd, "iqr": [q[0], q[2]], "beat_constant": beat, "runs": runs}
     print("true loss: noise-free, of the trial each method picks (best observed at the end); vs const: over the "
-          "best constant config's; beat const: seeds below it")
+          "best constant config's; done: members or trials that trained all 54 steps; beat const: seeds below it; "
+          "stopped: the cap, or every member reached max (a population trains at most population x 54 steps)")
     return out

@@ -12,8 +12,10 @@ that interval or below; nothing waits for a generation to fill.
   **explored**: each mutated param is drawn afresh from the space with
   ``resample_probability``, else multiplied by one of ``factor`` (kept
   inside a range's bounds, on an int range's grid) or moved to a neighbour
-  in ``values``. The next segment starts at the donor's interval and runs to
-  one ``every`` past the further of that and the trial's own.
+  in ``values``. The next segment starts at the donor's interval and runs
+  one ``every`` past it: ``every`` steps trained, what ``budget.max_steps``
+  is charged. A donor behind the trial is never copied (the trial would
+  train again steps it trained), nor one that reached ``max``.
 * Otherwise **continue** from its own checkpoint with its own params.
 * At ``max``: **complete**.
 
@@ -114,19 +116,19 @@ def decide(config: PbtConfig, population: Sequence[Member], event: SegmentEnd, r
     if event.index not in bottom or event.index in top:
         return PbtDecision("continue", following, reason=f"ranked {place} of {n} at step {event.step}: not in the "
                            f"bottom {k}")
-    # A donor that reached max has nothing left to train from its checkpoint: not copied.
-    donors = [i for i in top if max(by_index[i].values, default=0) < config.max]
+    # A donor behind the trial is not taken: the trial would train again steps it trained (charged against
+    # max_steps). One that reached max has nothing left to train from its checkpoint: not copied either.
+    reached = {i: max(by_index[i].values, default=0) for i in top}
+    donors = [i for i in top if event.step <= reached[i] < config.max]
     if not donors:
         return PbtDecision("continue", following, reason=f"ranked {place} of {n} at step {event.step}, but the top "
-                           f"{k} reached max {config.max}: nothing to exploit")
+                           f"{k} are behind it or reached max {config.max}: nothing to exploit")
     donor = rng.choice(donors)
     params = explore(config, dict(by_index[donor].params), rng)
-    # It resumes from the donor's latest checkpoint, at least at the donor's latest interval (``start``), and
-    # runs one segment past the further of that and its own interval. A donor behind the trial is copied all
-    # the same: the trial trains again from the donor's step (counted against max_steps), which bought better
-    # schedules than waiting for a donor ahead (bench/search.py --pbt, docs/benchmarks.md).
-    start = max(by_index[donor].values)
-    budget = min(max(event.step, start) + config.every, config.max)
+    # It resumes from the donor's latest checkpoint, at the donor's latest interval (``start``, at or past the
+    # trial's), and trains one segment from there: ``budget - start`` steps, what max_steps is charged.
+    start = reached[donor]
+    budget = min(start + config.every, config.max)
     return PbtDecision("exploit", budget, donor, params, start,
                        reason=f"{event.value:.6g} ranked {place} of {n} at step {event.step} (bottom {k}): exploits "
                               f"trial {donor} (top {k})")

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from spotsweep.services.planner.search.bohb import Bohb
 from spotsweep.services.planner.search.history import TrialRecord
 from spotsweep.services.planner.search.median import Median
 from spotsweep.services.planner.search.model import ModelSearch, Suggestion
@@ -101,6 +102,8 @@ def stopper_for(spec: SweepSpec) -> Stopper | None:
 
 for _name in MODEL_TYPES:
     register_sampler(_name, ModelSearch)
+# asha with sampler tpe: BOHB's TPE model per budget (search/bohb.py); strategy tpe stays Optuna's study.
+register_sampler("tpe", lambda spec: Bohb(spec) if spec.strategy.type == "asha" else ModelSearch(spec))
 register_stopper("hyperband", lambda stop, spec: Asha(stop.budget, stop.eta, stop.brackets, spec.metric.mode,
                                                       stop.promotion))
 register_stopper("median", lambda stop, spec: Median(stop, spec.metric.mode))

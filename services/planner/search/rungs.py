@@ -12,6 +12,10 @@ Two promotion rules (``promotion``):
   has seen, and promotes it before any new config starts. A trial left out
   now may be promoted later, when more trials reached its rung; the ones
   still waiting when nothing else can run are pruned (:meth:`Asha.leftover`).
+  Unlike the paper, a rung never sends on more than ``floor(n / eta)`` of
+  its ``n`` in all (those promoted early and outranked since count): so a
+  bracket trains at most ``sum_k floor(n_k / eta) * (r_k - r_(k-1))`` steps
+  past its first rung, whatever order the values come in.
 * ``async``: Ray Tune's ``async_hyperband.py``: when a trial reaches a rung
   (the highest one it passed and has not been decided at), its value is
   compared with the values recorded at that rung by the other trials of its
@@ -189,14 +193,18 @@ class Asha:
                     and self.bracket_of(r.index) == bracket]
             keep = len(seen) // self.eta
             following = self.rungs[bracket][self.rungs[bracket].index(rung) + 1]
-            if final and keep == 0 and seen and not any(following in r.rungs or int(r.params[self.budget.param]) > rung
-                                                        for r in seen):
+            promoted = sum(following in r.rungs or int(r.params[self.budget.param]) > rung for r in seen)
+            if final and keep == 0 and seen and not promoted:
                 keep = 1  # the rung's best goes on: no other trial ever will
-            if keep == 0:
+            # The quota: at most floor(n / eta) of the rung's n ever go on (the paper's rule alone lets
+            # trials promoted early, later outranked, count on top of it: its spend had no bound).
+            quota = keep - promoted
+            if quota <= 0:
                 continue
             ranked = sorted(seen, key=lambda r: (sg * r.rungs[rung], r.index))[:keep]
             for r in ranked:
-                if r.state == TrialState.PAUSED and int(r.params[self.budget.param]) == rung:
+                if quota > 0 and r.state == TrialState.PAUSED and int(r.params[self.budget.param]) == rung:
+                    quota -= 1
                     out.append(Promotion(r.index, rung, following, f"{r.rungs[rung]:.6g} at rung {rung} is within the "
                                          f"best {keep} of {len(seen)} (1/{self.eta})"))
                     if len(out) == slots:

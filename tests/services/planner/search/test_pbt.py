@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services.planner.search import Action, Search, TrialRecord
+from spotsweep.services.planner.search import Action, Search, TrialRecord, Usage
 from spotsweep.services.planner.search.pbt import Member, PbtConfig, SegmentEnd, decide, explore
 from spotsweep.shared.spec import parse_spec
 from spotsweep.shared.spec_search.pbt import Mutation
@@ -107,14 +107,69 @@ def test_an_exploit_goes_one_interval_past_the_donor_and_never_copies_a_finished
     assert d.action == "continue" and "reached max 30" in d.reason
 
 
-def test_a_donor_behind_the_trial_is_copied_and_the_segment_starts_at_its_step() -> None:
-    # 0 leads at its step 10 while 2 has reached 20: 2 resumes from 0's checkpoint at 10 and runs to 30
+def test_a_donor_behind_the_trial_is_never_taken() -> None:
+    # 0 and 1 lead at their step 10 while 2 has reached 20: copying them would train 10-20 again
     pop = [member(0, {10: 1.0}), member(1, {10: 2.0}), member(2, {10: 3.0, 20: 9.0}), member(3, {10: 4.0})]
     runs = [decide(config(quantile=0.5), pop, SegmentEnd(2, 20, 9.0, pop[2].params), random.Random(s)) for s in range(30)]
-    assert {(d.action, d.start, d.budget) for d in runs} == {("exploit", 10, 30)} and {d.donor for d in runs} == {0, 1}
-    ahead = [member(0, {10: 1.0, 20: 0.5}), member(1, {10: 9.0})]
-    d = decide(config(quantile=0.5), ahead, end(1, 9.0), random.Random(0))
-    assert (d.action, d.donor, d.start, d.budget) == ("exploit", 0, 20, 30)
+    assert {(d.action, d.donor, d.budget) for d in runs} == {("continue", None, 30)}
+    assert "behind it" in runs[0].reason
+    # of a top with one member behind and one at the trial's step, only the latter is a donor
+    even = [member(0, {10: 1.0}), member(1, {10: 2.0, 20: 2.0}), member(2, {10: 3.0, 20: 9.0}), member(3, {10: 4.0})]
+    runs = [decide(config(quantile=0.5), even, SegmentEnd(2, 20, 9.0, even[2].params), random.Random(s)) for s in range(30)]
+    assert {(d.action, d.donor, d.start, d.budget) for d in runs} == {("exploit", 1, 20, 30)}
+
+
+def test_an_exploit_charges_one_interval_from_the_donors_checkpoint() -> None:
+    """What max_steps is charged for a relaunch is ``budget - start``: the steps
+    trained from the checkpoint it resumes (the donor's), never the donor's
+    history before it nor steps the trial trained already."""
+    cfg = config(max=60, quantile=0.5)
+    ahead = [member(0, {10: 1.0, 20: 0.8, 30: 0.5}), member(1, {10: 9.0})]
+    d = decide(cfg, ahead, end(1, 9.0), random.Random(0))
+    assert (d.action, d.donor, d.start, d.budget) == ("exploit", 0, 30, 40)  # trains 30-40: 10 steps, not 30
+    spec = parse_spec({**SPACE_SPEC, "budget": {"max_steps": 100},
+                       "strategy": {**SPACE_SPEC["strategy"], "population": 2, "quantile": 0.5,
+                                    "interval": {"param": "steps", "every": 10, "max": 60}}})
+    search = Search(spec)
+    history = [TrialRecord(0, {**ahead[0].params, "steps": 30}, TrialState.RUNNING, rungs={10: 1.0, 20: 0.8, 30: 0.5}),
+               TrialRecord(1, {**ahead[1].params, "steps": 10}, TrialState.RUNNING, rungs={})]
+    v = search.on_run_end(history, history[1], 9.0)
+    assert (v.action, v.donor, v.start, v.budget) == (Action.PROMOTE, 0, 30, 40)
+    assert search.may_promote(Usage(launched=2, gpu_seconds=0.0, elapsed_seconds=0.0, steps=90.0), v.start, v.budget).ok
+    refused = search.may_promote(Usage(launched=2, gpu_seconds=0.0, elapsed_seconds=0.0, steps=91.0), v.start, v.budget)
+    assert not refused.ok and "101 expected" in refused.reason
+
+
+def test_a_population_trains_each_step_once_and_stops_at_max() -> None:
+    """A population driven through the stopper with plain events, its members'
+    segment ends in random order: no relaunch resumes below the step its trial reached, each
+    trains at most one interval, and every member ends at max; what the
+    population trained is ``population * max`` less the steps exploits copied."""
+    search = Search(parse_spec(SPACE_SPEC))  # population 8, every 10, max 30
+    rng = random.Random(5)
+    history = {i: TrialRecord(i, search.propose(i).params, TrialState.RUNNING) for i in range(8)}
+    at = {i: 0 for i in range(8)}  # the step each member's checkpoint is at
+    trained, copied = 0, 0
+    while running := [r for r in history.values() if r.state == TrialState.RUNNING]:
+        r = rng.choice(running)  # in any order: members ahead and behind
+        budget = r.params["steps"]
+        trained += budget - at[r.index]
+        at[r.index] = budget
+        v = search.on_run_end(list(history.values()), r, rng.random() + 1.0 / budget)
+        rungs = {**r.rungs, budget: 0.0} if v.rung is None else {**r.rungs, v.rung: rng.random()}
+        if v.action == Action.COMPLETE:
+            history[r.index] = TrialRecord(r.index, r.params, TrialState.COMPLETED, rungs=rungs)
+            continue
+        assert v.action == Action.PROMOTE and v.budget is not None
+        start = budget if v.start is None else v.start
+        assert start >= budget and v.budget - start <= 10  # never behind itself; one interval at most
+        if v.donor is not None:
+            copied += start - budget
+            at[r.index] = start
+        history[r.index] = TrialRecord(r.index, {**r.params, **(v.params or {}), "steps": v.budget},
+                                       TrialState.RUNNING, rungs=rungs)
+    assert all(at[i] == 30 for i in range(8))
+    assert trained == 8 * 30 - copied
 
 
 def test_a_diverged_member_ranks_last_and_is_never_a_donor() -> None:

@@ -50,11 +50,23 @@ def test_a_trial_left_out_is_promoted_later_when_a_slot_frees_and_the_rung_grew(
 
 def test_the_top_rung_goes_first_and_slots_limit_how_many() -> None:
     asha = paper()
-    history = [rec(i, {1: 0.5 + i / 10, 3: 0.1 + i / 10}) for i in range(3)]  # three waiting at rung 3
-    history += [rec(i, {1: 0.01 * i}) for i in range(3, 9)]  # six waiting at rung 1
+    history = [rec(i, {1: 0.1 + i / 100, 3: 0.1 + i / 10}) for i in range(3)]  # three waiting at rung 3
+    history += [rec(i, {1: 0.5 + i / 100}) for i in range(3, 12)]  # nine waiting at rung 1
     got = asha.promotions(history, 2)
     assert [(p.index, p.rung, p.budget) for p in got] == [(0, 3, 9), (3, 1, 3)]
-    assert len(asha.promotions(history, 10)) == 4  # 1 of rung 3 (3 seen), 3 of rung 1 (9 seen, the 3 above included)
+    assert len(asha.promotions(history, 10)) == 2  # 1 of rung 3 (3 seen), 1 of rung 1 (12 seen, 3 went on already)
+
+
+def test_a_rung_never_sends_on_more_than_its_quota_whatever_the_order() -> None:
+    """Values that improve one by one: the paper's rule alone would promote each
+    newcomer (it ranks in the best third); the quota keeps it to floor(n / 3)."""
+    asha = paper()
+    history: list[TrialRecord] = []
+    for i in range(12):
+        history.append(rec(i, {1: 1.0 - i / 100}))
+        for p in asha.promotions(history, 4):
+            history[p.index] = rec(p.index, history[p.index].rungs, TrialState.RUNNING, steps=p.budget)
+    assert sum(r.params["steps"] > 1 for r in history) == 12 // 3
 
 
 def test_max_mode_and_non_finite_values_do_not_rank() -> None:
