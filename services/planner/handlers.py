@@ -245,8 +245,9 @@ def handle_events(deliveries: Sequence[Delivery], deps: PlannerDeps) -> None:
     over: set[str] = set()  # starts that came inside their run's end
     for d in deliveries:
         event = decode(d.body)
-        if event.kind not in topology.PLANNER_KINDS:  # routed here by mistake (a hand-made binding): said, acked
-            _log.warning("event of a kind the planner does not decide: acked and not journaled", kind=event.kind,
+        kind = getattr(event, "kind", None)  # every message model has one; Envelope itself does not say so
+        if kind not in topology.PLANNER_KINDS:  # routed here by mistake (a hand-made binding): said, acked
+            _log.warning("event of a kind the planner does not decide: acked and not journaled", kind=kind,
                          message_id=event.message_id)
         else:
             # A run shorter than one poll sends its start inside its end: it is
