@@ -347,18 +347,18 @@ class StopTrial(Envelope):
     reason: StopReason
 
 
-Event = Annotated[Union[TrialStarted, TrialMetrics, TrialProgress, CheckpointSaved, TrialFinished, TrialLost],
-                  Field(discriminator="kind")]
-Message = Annotated[
-    Union[TrialMessage, TrialStarted, TrialMetrics, TrialProgress, CheckpointSaved, TrialFinished, TrialLost, CancelSweep,
-          StopTrial, AgentSeen, TrialStaging],
-    Field(discriminator="kind"),
-]
-_MESSAGE = TypeAdapter(Message)
-# The commands on ``spotsweep.sweeps`` (the planner's sweeps queue).
-SweepCommand = Annotated[Union[SubmitSweep, CancelSweep, ExtendSweep], Field(discriminator="kind")]
-_COMMAND = TypeAdapter(SweepCommand)
-COMMAND_KINDS = ("sweep.submit", "sweep.cancel", "sweep.extend")
+# Every message model, listed once; which queue takes each kind is shared/topology.py's (its *_KINDS tables,
+# which tests/shared/test_topology.py holds these to).
+EVENTS: tuple[type[Envelope], ...] = (TrialStarted, TrialFinished, TrialLost, TrialProgress, TrialMetrics, CheckpointSaved,
+                                      TrialStaging, AgentSeen)
+COMMANDS: tuple[type[Envelope], ...] = (SubmitSweep, CancelSweep, ExtendSweep)  # on ``spotsweep.sweeps``
+CONTROLS: tuple[type[Envelope], ...] = (CancelSweep, StopTrial)  # to every agent
+# Union[...] of a tuple: the discriminated unions are built from the lists above (mypy cannot follow that).
+_MESSAGE: TypeAdapter[Envelope] = TypeAdapter(
+    Annotated[Union[(TrialMessage, *EVENTS, *CONTROLS)], Field(discriminator="kind")])  # type: ignore[arg-type]
+_COMMAND: TypeAdapter[SubmitSweep | CancelSweep | ExtendSweep] = TypeAdapter(
+    Annotated[Union[COMMANDS], Field(discriminator="kind")])  # type: ignore[arg-type]
+COMMAND_KINDS = tuple(m.model_fields["kind"].default for m in COMMANDS)
 
 
 
@@ -402,11 +402,9 @@ def decode_command(data: Any) -> SubmitSweep | CancelSweep | ExtendSweep:
     return _checked(lambda: _COMMAND.validate_python(data), "sweep command")
 
 
-_EVERY = TypeAdapter(Annotated[
-    Union[TrialMessage, TrialStarted, TrialMetrics, TrialProgress, CheckpointSaved, TrialFinished, TrialLost, CancelSweep,
-          StopTrial, SubmitSweep, ExtendSweep, AgentSeen, TrialStaging],
-    Field(discriminator="kind"),
-])
+_EVERY: TypeAdapter[Envelope] = TypeAdapter(Annotated[Union[tuple(dict.fromkeys((TrialMessage, *EVENTS, *CONTROLS,
+                                                                                    *COMMANDS)))],
+                                                       Field(discriminator="kind")])  # type: ignore[arg-type]
 
 
 def json_schemas() -> dict[str, Any]:

@@ -31,12 +31,18 @@ def event_routing_key(kind: str, sweep_id: str) -> str:
     return f"{kind}.{sweep_id}"
 
 
+# Every event kind, declared once here with the queue that consumes it: the bindings below come from
+# these tables, each consumer decides by them (an event of another kind is acked with a warning, never
+# dropped in silence), and tests/shared/test_topology.py holds shared/messages.py's models to them.
+# The planner decides and journals the lifecycle events (so they are not routed to the collector too:
+# two deliveries fewer per trial); the collector stores points, journals checkpoints and stagings and
+# records what agents offer (``agent.seen.<class>``).
+PLANNER_KINDS = ("trial.started", "trial.finished", "trial.lost", "trial.progress")
+COLLECTOR_KINDS = ("trial.metrics", "trial.checkpoint", "trial.staging", "agent.seen")
+COMMAND_KINDS = ("sweep.submit", "sweep.cancel", "sweep.extend")  # on the sweeps queue, for the planner
 # "#", not "*": a sweep id may contain dots, and "*" matches exactly one word.
-LIFECYCLE_BINDINGS = ("trial.started.#", "trial.finished.#", "trial.lost.#", "trial.progress.#")
-# The collector stores points, journals checkpoints and stagings and records what agents
-# offer (``agent.seen.<class>``); the planner journals the lifecycle events it
-# decides, so they are not routed to the collector too (two deliveries fewer per trial).
-COLLECTOR_BINDINGS = ("trial.metrics.#", "trial.checkpoint.#", "trial.staging.#", "agent.seen.#")
+LIFECYCLE_BINDINGS = tuple(f"{kind}.#" for kind in PLANNER_KINDS)
+COLLECTOR_BINDINGS = tuple(f"{kind}.#" for kind in COLLECTOR_KINDS)
 
 
 def agent_seen_routing_key(resource_class: str) -> str:

@@ -250,3 +250,19 @@ def test_a_batch_of_events_of_two_sweeps_is_decided_in_order(h: Any, delivery: A
     handle_events(batch, h.deps)
     assert {h.states(s)[m.trial_id] for s, m in zip(("one-000000a5", "two-000000a6"), msgs)} == {"completed"}
     assert sorted((m.sweep_id, m.index) for m in h.published(2)) == [("one-000000a5", 1), ("two-000000a6", 1)]  # each launched its next
+
+
+def test_an_event_of_a_kind_the_planner_does_not_decide_is_said_and_changes_nothing(h: Any, delivery: Any) -> None:
+    """A kind routed to the planner by a hand-made binding is acked with a warning naming it, never dropped in silence."""
+    from structlog.testing import capture_logs
+
+    from spotsweep.services.planner.handlers import handle_events
+    from spotsweep.shared.messages import TrialStaging
+
+    submit(h, delivery, {**SPEC, "max_concurrent": 1}, "odd-000000a7")
+    msg = h.published(1)[0]
+    with capture_logs() as logs:
+        handle_events([delivery(encode(TrialStaging(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=1,
+                                                    agent="a")))], h.deps)
+    assert [e["kind"] for e in logs if "does not decide" in e["event"]] == ["trial.staging"]
+    assert h.states("odd-000000a7")[msg.trial_id] == "queued"
