@@ -102,9 +102,9 @@ class ModelSearch:
         return default if self._startup is None else self._startup
 
     def study(self, history: Sequence[TrialRecord], index: int, study_attrs: Mapping[str, Any] | None = None,
-              attempt: int = 0) -> optuna.Study:
-        """The in-memory study that ``history`` describes (public for tests and tools)."""
-        storage = InMemoryStorage()
+              attempt: int = 0, storage: InMemoryStorage | None = None) -> optuna.Study:
+        """The in-memory study that ``history`` describes (public for tests and tools), in ``storage`` when given."""
+        storage = storage or InMemoryStorage()
         study = optuna.create_study(storage=storage, sampler=self.sampler(index, attempt), directions=self._directions)
         study_id = storage.get_study_id_from_name(study.study_name)
         for key, value in (study_attrs or {}).items():
@@ -122,14 +122,14 @@ class ModelSearch:
         """
         in_flight = {_key(to_optuna(self._space, r.params)) for r in history if r.state in IN_FLIGHT}
         for attempt in range(_DUPLICATE_TRIES):
-            study = self.study(history, index, study_attrs, attempt)
+            storage = InMemoryStorage()  # ours: its study attributes are read back below (no Optuna private member)
+            study = self.study(history, index, study_attrs, attempt, storage)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 trial = study.ask(fixed_distributions=self._distributions)
             if _key(trial.params) not in in_flight:
                 break
         frozen = study.get_trials(deepcopy=False)[-1]
-        storage = study._storage  # noqa: SLF001 - the study's own storage, created above
         return Suggestion(
             params=from_optuna(self._space, trial.params),
             attrs=dict(frozen.system_attrs),
