@@ -289,7 +289,9 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
             return artifacts_cli.logs(args.trial, args.sweep, args.attempt, args.follow, settings)
         return artifacts_cli.checkpoint(args.trial, args.sweep, args.out, args.step, settings)
     if cmd == "ls":
-        return commands.list_trials(args.filter, settings, args.json)
+        from spotsweep.services import listing
+
+        return listing.list_trials(args.filter, settings, args.json)
     if cmd == "top":
         from spotsweep.services import top
 
