@@ -13,6 +13,7 @@ process exits 130; a second one stops at once (137). See :mod:`.local_interrupt`
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.limits import cap_text
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import LocalSettings, Settings
+from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec
 
 _log = log.get("spotsweep.local")
@@ -68,6 +70,23 @@ def run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None
             return _run(spec, settings, workers, csv, console, db, sweep_id)
         finally:
             stop_dashboard()
+
+
+def concurrency_note(workers: int, max_concurrent: int, trials: int, cores: int | None) -> str | None:
+    """Why this run holds fewer trials at once than the spec allows (said once, at the start), or None
+    when it does not: local mode runs ``min(--workers, max_concurrent)``, and --workers defaults to 2."""
+    wanted = min(max_concurrent, trials)
+    if workers >= wanted:
+        return None
+    machine = f"; this machine has {cores} CPU cores" if cores else ""
+    return (f"running {workers} trial(s) at once, not the spec's max_concurrent {max_concurrent}: --workers is {workers} "
+            f"(default 2{machine}); --workers {wanted} runs {wanted} at once")
+
+
+def say_concurrency(spec: SweepSpec, workers: int, console: Console) -> None:
+    note = concurrency_note(workers, spec.max_concurrent, total_trials(spec), os.cpu_count())
+    if note is not None:
+        console.print(note, markup=False, highlight=False)
 
 
 def serve_dashboard(db: Database, port: int | None, console: Console) -> Callable[[], None]:
@@ -152,6 +171,7 @@ def _planner(broker: MemoryBroker, db: Database, resource_class: str, window: in
 
 def _run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None, console: Console, db: Database,
          sweep_id: str) -> int:
+    say_concurrency(spec, workers, console)
     engine = start_engine(spec, settings, workers, db, sweep_id)
     engine.broker.publish(submission(spec, sweep_id))
     return drive(engine, db, sweep_id, csv, console)
