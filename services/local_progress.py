@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from spotsweep.services.reporter import report as reporter
+from spotsweep.services.reporter.safe import shown
 from spotsweep.services.reporter.values import metric_float
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import PermanentError
@@ -40,12 +41,12 @@ def detail(counts: dict[str, Any], steps: list[int | None], best: tuple[str, flo
     """``running 2: step 30, starting · failed 1 · best val_loss 0.4123 · ETA ~0:42``."""
     parts = [f"running {counts['running']}"]
     if steps:
-        shown = ", ".join("starting" if s is None else f"step {s}" for s in steps[:SHOWN_RUNNING])
-        parts[0] += f": {shown}" + (f", +{len(steps) - SHOWN_RUNNING}" if len(steps) > SHOWN_RUNNING else "")
+        each = ", ".join("starting" if s is None else f"step {s}" for s in steps[:SHOWN_RUNNING])
+        parts[0] += f": {each}" + (f", +{len(steps) - SHOWN_RUNNING}" if len(steps) > SHOWN_RUNNING else "")
     if counts["failed"]:
         parts.append(f"failed {counts['failed']}")
     if best is not None:
-        parts.append(f"best {best[0]} {best[1]:.4g}")
+        parts.append(f"best {shown(best[0], 40)} {best[1]:.4g}")  # the spec's name: any text
     if eta is not None:
         parts.append(f"ETA ~{_clock(eta)}")
     return " · ".join(parts)
@@ -86,7 +87,7 @@ def follow(db: Database, sweep_id: str, console: Console, stop: threading.Event,
     """
     started = time.monotonic()
     deadline, done_before, text, read_at = started + accept_within, None, "", 0.0
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[detail]}"),
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[detail]}", markup=False),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("trials", total=None, detail="")

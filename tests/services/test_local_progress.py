@@ -22,6 +22,7 @@ def test_before_any_trial_ends_the_line_says_what_the_running_ones_do() -> None:
 def test_once_trials_end_it_shows_the_best_and_the_time_left() -> None:
     assert detail(COUNTS, [30], ("val_loss", 0.412345), 42.4) == "running 2: step 30 · best val_loss 0.4123 · ETA ~0:42"
     assert detail(COUNTS, [], ("acc", 0.9), 3725) == "running 2 · best acc 0.9 · ETA ~1:02:05"
+    assert detail(COUNTS, [], ("a\x1b[2Jb", 1.0), None) == "running 2 · best a\\x1b[2Jb 1"  # a name never drives the terminal
 
 
 def test_the_time_left_is_the_pace_of_the_trials_this_run_finished() -> None:
