@@ -1,4 +1,4 @@
-"""The CLI's commands that talk to the services: submit, wait, cancel, status, ls, report, export.
+"""The CLI's commands that talk to the services: submit, wait, cancel, status, report, export (``ls``: :mod:`.listing`).
 
 Kept apart from argument parsing so tests call them directly.
 """
@@ -20,7 +20,7 @@ from spotsweep.services import idle_classes
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.budget_line import budget_line, caps_of, spent_of
 from spotsweep.services.reporter.safe import cell, printable, shown
-from spotsweep.services.reporter.values import json_ready, metric_float
+from spotsweep.services.reporter.values import json_ready
 from spotsweep.shared import messages, topology
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.db import Database
@@ -157,7 +157,7 @@ def _unknown(sweep_id: str) -> PermanentError:
 
 def _sweep_database(settings: Settings, sweep_id: str) -> Database:
     """The database for a command about one sweep: on one where nothing ran yet, the sweep is unknown."""
-    db = _listing(settings)
+    db = database_if_any(settings)
     if db is None:
         raise _unknown(sweep_id)
     return db
@@ -186,7 +186,7 @@ def _postable(sweep_id: str) -> None:
 
 def _resolve(settings: Settings, sweep: str) -> tuple[Database, str]:
     """The database and id of sweep ``sweep``: an id, or a name (its newest sweep), as `report` takes it."""
-    db = _listing(settings)
+    db = database_if_any(settings)
     sweep_id = _by_id_or_name(db, sweep)
     assert db is not None  # a database nothing ran on knows no sweep: refused just above
     return db, sweep_id
@@ -313,12 +313,12 @@ def _said(text: str) -> str:
     return printable(cap_text(text), newlines=True)
 
 
-def _print_json(rows: list[Any]) -> None:
+def print_json(rows: list[Any]) -> None:
     """Strict JSON (non-finite values as the contract's strings); json escapes every control character."""
     print(json.dumps(json_ready(rows), default=str, indent=2, allow_nan=False))
 
 
-def _listing(settings: Settings) -> Database | None:
+def database_if_any(settings: Settings) -> Database | None:
     """The database for a listing, or None when it has no spotsweep schema at all:
     nothing ran there yet, so the list is empty (an older schema is still an error)."""
     try:
@@ -331,7 +331,7 @@ def _listing(settings: Settings) -> Database | None:
 
 def status(sweep_id: str | None, settings: Settings, as_json: bool, limit: int | None = None) -> int:
     """Sweeps newest first, at most ``limit`` (None: all), and a line on stderr saying how many more."""
-    db = _listing(settings)
+    db = database_if_any(settings)
     rows = [] if db is None else reporter.sweep_counts(db, sweep_id)
     if sweep_id and not rows:
         raise _unknown(sweep_id)
@@ -341,7 +341,7 @@ def status(sweep_id: str | None, settings: Settings, as_json: bool, limit: int |
         print(f"{more:,} older sweep{'s' if more > 1 else ''} not shown: spotsweep status --limit N, or --all",
               file=sys.stderr)
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return ExitCode.OK
     table = Table(title="sweeps")
     # The id is what a user copies: never cut nor wrapped; a narrow terminal folds the other columns.
@@ -372,102 +372,11 @@ def status(sweep_id: str | None, settings: Settings, as_json: bool, limit: int |
     return ExitCode.OK
 
 
-_FILTER_COLUMNS = {"name": "trial_name", "state": "state", "sweep": "sweep_id", "sweep_name": "sweep_name"}
-
-
-def list_trials(filters: list[str], settings: Settings, as_json: bool) -> int:
-    """Trials matching every ``key=glob`` filter."""
-    wanted: list[tuple[str, str]] = []
-    for f in filters:
-        key, sep, pattern = f.partition("=")
-        if not sep or key not in _FILTER_COLUMNS:
-            raise PermanentError(f"--filter {f!r}: expected KEY=GLOB with KEY one of {', '.join(_FILTER_COLUMNS)}")
-        wanted.append((_FILTER_COLUMNS[key], pattern))
-    where = " AND ".join(f"{col} SIMILAR TO %s" for col, _ in wanted) or "true"
-    db = _listing(settings)
-    rows = []
-    if db is not None:
-        with db.transaction() as conn:
-            rows = conn.execute(f"SELECT * FROM trial_results WHERE {where} ORDER BY sweep_id, trial_name",
-                                [reporter.glob_to_similar(pat) for _, pat in wanted]).fetchall()
-    if as_json:
-        _print_json(rows)
-        return ExitCode.OK
-    flagged = any(r.get("flags") for r in rows)  # the column exists from schema version 3 on
-    objectives = _objectives(db, {r["sweep_id"] for r in rows}) if db is not None else {}
-    varying = _varying(rows)
-    table = Table()
-    for col in ("trial_name", "sweep_id", "state", "attempts", "objective", "params", "metrics", *(("flags",) if flagged else ())):
-        table.add_column(col)
-    for r in rows:
-        flags = (Text(" ".join(f"[{shown(f)}]" for f in r.get("flags") or [])),) if flagged else ()
-        metrics, objective = dict(r["metrics"] or {}), objectives.get(r["sweep_id"])
-        first = f"{shown(objective)}={_short(metrics.pop(objective))}" if objective in metrics else "-"
-        params = " ".join(f"{shown(k)}={_short(v)}" for k, v in sorted((r["params"] or {}).items())
-                          if k in varying.get(r["sweep_id"], ()))
-        table.add_row(cell(r["trial_name"]), cell(r["sweep_id"]), r["state"], attempts_cell(r), Text(first),
-                      Text(params), Text(metrics_line(metrics)), *flags)
-    reporter.console().print(table)
-    if any(r.get("losses") for r in rows):
-        print(LOST_RUNS, file=sys.stderr)
-    return ExitCode.OK
-
-
-LOST_RUNS = ("lost run: a run whose agent vanished (a node lost, a kill -9); the same attempt ran again from the "
-             "trial's last checkpoint, so it is counted as a loss, not as another attempt")
-
-
-def attempts_cell(row: dict[str, Any]) -> str:
-    """Attempts, and what ended the earlier ones: ``3 (1 preempted, 1 failed) +1 lost run``."""
-    ended = [f"{n} {what}" for what, n in (("preempted", row.get("preemptions")), ("failed", row.get("failures"))) if n]
-    lost = row.get("losses") or 0
-    return (f"{row['attempts']}" + (f" ({', '.join(ended)})" if ended else "")
-            + (f" +{lost} lost run{'s' if lost > 1 else ''}" if lost else ""))
-
-
-def _objectives(db: Database, sweep_ids: set[str]) -> dict[str, str]:
-    """Each sweep's objective (its first metric's name)."""
-    with db.transaction() as conn:
-        specs = conn.execute("SELECT sweep_id, spec FROM sweep_results WHERE sweep_id = ANY(%s)", (list(sweep_ids),)).fetchall()
-    out = {}
-    for row in specs:
-        metric = (row["spec"] or {}).get("metric")
-        first = metric[0] if isinstance(metric, list) and metric else metric
-        if isinstance(first, dict) and isinstance(first.get("name"), str):
-            out[row["sweep_id"]] = first["name"]
-    return out
-
-
-def _varying(rows: list[dict[str, Any]]) -> dict[str, set[str]]:
-    """Per sweep, the params whose values differ among its listed trials (the constant ones tell nothing)."""
-    seen: dict[str, dict[str, set[str]]] = {}
-    for r in rows:
-        for k, v in (r["params"] or {}).items():
-            seen.setdefault(r["sweep_id"], {}).setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
-    return {sweep: {k for k, values in params.items() if len(values) > 1} for sweep, params in seen.items()}
-
-
-LS_METRICS = 8  # metrics shown per trial by `ls` (a trial may report a thousand)
-
-
-def metrics_line(metrics: dict[str, Any], most: int = LS_METRICS) -> str:
-    """``name=value, ...`` of the first ``most`` metrics by name, saying how many more;
-    non-finite values as ``nan``/``inf``, every name escaped."""
-    names = sorted(metrics, key=lambda k: (str(k).startswith("sys/"), k))  # resource samples last
-    line = ", ".join(f"{shown(k)}={_short(metrics[k])}" for k in names[:most])
-    return line + (f", ... {len(names) - most} more" if len(names) > most else "")
-
-
-def _short(value: object) -> str:
-    number = metric_float(value)
-    return f"{number:.4g}" if number is not None else shown(value)
-
-
 def report(sweep_id: str, settings: Settings, csv: Path | None, top: int | None, metrics: list[str] | None = None,
            html: Path | None = None) -> int:
     """The leaderboard of sweep ``sweep_id`` (or of the newest sweep of that name) (the objective and ``metrics``, default a few), every metric in
     ``csv``, and in ``html`` the dashboard's sweep page as one offline file."""
-    db = _listing(settings)
+    db = database_if_any(settings)
     sweep_id = _by_id_or_name(db, sweep_id)
     assert db is not None  # a database nothing ran on knows no sweep: refused just above
     rep = reporter.build(db, sweep_id, metrics or ())

@@ -13,17 +13,16 @@ process exits 130; a second one stops at once (137). See :mod:`.local_interrupt`
 
 from __future__ import annotations
 
+import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from spotsweep.services import local_spool
+from spotsweep.services import local_progress, local_spool
 from spotsweep.services.agent import main as agent
 from spotsweep.services.agent.handlers import Connection, Slots
 from spotsweep.services.collector import main as collector
@@ -44,6 +43,7 @@ from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.limits import cap_text
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import LocalSettings, Settings
+from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec
 
 _log = log.get("spotsweep.local")
@@ -68,6 +68,23 @@ def run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None
             return _run(spec, settings, workers, csv, console, db, sweep_id)
         finally:
             stop_dashboard()
+
+
+def concurrency_note(workers: int, max_concurrent: int, trials: int, cores: int | None) -> str | None:
+    """Why this run holds fewer trials at once than the spec allows (said once, at the start), or None
+    when it does not: local mode runs ``min(--workers, max_concurrent)``, and --workers defaults to 2."""
+    wanted = min(max_concurrent, trials)
+    if workers >= wanted:
+        return None
+    machine = f"; this machine has {cores} CPU cores" if cores else ""
+    return (f"running {workers} trial(s) at once, not the spec's max_concurrent {max_concurrent}: --workers is {workers} "
+            f"(default 2{machine}); --workers {wanted} runs {wanted} at once")
+
+
+def say_concurrency(spec: SweepSpec, workers: int, console: Console) -> None:
+    note = concurrency_note(workers, spec.max_concurrent, total_trials(spec), os.cpu_count())
+    if note is not None:
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
 
 
 def serve_dashboard(db: Database, port: int | None, console: Console) -> Callable[[], None]:
@@ -152,6 +169,7 @@ def _planner(broker: MemoryBroker, db: Database, resource_class: str, window: in
 
 def _run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None, console: Console, db: Database,
          sweep_id: str) -> int:
+    say_concurrency(spec, workers, console)
     engine = start_engine(spec, settings, workers, db, sweep_id)
     engine.broker.publish(submission(spec, sweep_id))
     return drive(engine, db, sweep_id, csv, console)
@@ -162,7 +180,8 @@ def drive(engine: Engine, db: Database, sweep_id: str, csv: Path | None, console
     hint = f"Resume with: spotsweep resume {sweep_id}"
     try:
         with Interrupts(engine.kill, hint) as interrupts:
-            state = _follow(db, sweep_id, console, interrupts.draining, partial(engine.take_extensions, sweep_id))
+            state = local_progress.follow(db, sweep_id, console, interrupts.draining,
+                                         partial(engine.take_extensions, sweep_id))
             if state is None:
                 console.print(f"interrupted: draining, running trials checkpoint and stop (up to {GRACE:g} s; "
                               "Ctrl-C again to stop at once)")
@@ -213,32 +232,3 @@ def _finish(db: Database, sweep_id: str, state: str, csv: Path | None, console: 
     # Pruned trials did what early stopping asked of them; failed or cancelled ones did not.
     every_trial_ended_well = all(r["state"] in ("completed", "pruned") for r in rep.unranked)
     return ExitCode.OK if state == "completed" and every_trial_ended_well else ExitCode.FAILED
-
-
-def _follow(db: Database, sweep_id: str, console: Console, stop: threading.Event, tick: Callable[[], None],
-            poll: float = 0.2, accept_within: float = 30.0) -> str | None:
-    """Show a progress bar until the sweep leaves ``running``; return its state (None once ``stop`` is set).
-    ``tick`` runs before each look at the sweep (it takes the extensions `spotsweep extend` left).
-
-    The planner records every spec it receives, even a refused one; a sweep
-    that never shows up means the planner failed on it (its log says why).
-    """
-    deadline = time.monotonic() + accept_within
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("trials", total=None, detail="")
-        while not stop.is_set():
-            tick()
-            rows = reporter.sweep_counts(db, sweep_id)
-            if rows:
-                r = rows[0]
-                done = r["completed"] + r["failed"] + r["cancelled"] + r["pruned"]
-                detail = f"running {r['running']}  failed {r['failed']}" if r["failed"] else f"running {r['running']}"
-                progress.update(task, total=r["total_trials"] or None, completed=done, detail=detail)
-                if r["state"] != "running":
-                    return str(r["state"])
-            elif time.monotonic() > deadline:
-                raise PermanentError(f"the planner did not record sweep {sweep_id} within {accept_within:.0f}s; "
-                                     "run with --log-level INFO to see why")
-            stop.wait(poll)
-    return None

@@ -146,7 +146,7 @@ def _known(db: Database | None, sweep: str) -> bool:
 
 def main(settings: Settings, sweep: str | None, once: bool, as_json: bool, refresh: float = REFRESH_S) -> int:
     """``spotsweep top``; exit 2 for a sweep the database does not know (by id or name)."""
-    db = commands._listing(settings)
+    db = commands.database_if_any(settings)
     if sweep is not None and not _known(db, sweep):
         raise PermanentError(f"--sweep {shown(sweep)!s}: no such sweep (by id or name) in the results database")
     if as_json:

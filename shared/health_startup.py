@@ -25,6 +25,7 @@ import pika.exceptions as pe
 
 from spotsweep.shared import log
 from spotsweep.shared.broker import Broker, connect
+from spotsweep.shared.broker.rabbit import broker_reason
 from spotsweep.shared.errors import RetryableError
 from spotsweep.shared.health import Check
 from spotsweep.shared.redact import redact
@@ -108,7 +109,7 @@ def _broker_refusal(error: RetryableError) -> str | None:
     if isinstance(cause, (pe.ProbableAuthenticationError, pe.AuthenticationError)):
         return "refused the login (wrong user or password)"
     if isinstance(cause, pe.ProbableAccessDeniedError):
-        return "refused access to the virtual host (it does not exist, or the user may not use it)"
+        return f"refused access to the virtual host ({broker_reason(cause)}: it does not exist, or the user may not use it)"
     return None
 
 

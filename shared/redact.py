@@ -22,6 +22,8 @@ _URL_PASSWORD = re.compile(r"(\w+://[^:/@\s]*:)\S+@")
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|[^\s&]+)", re.I)
 # Where a URL parser cuts a password that holds them unencoded.
 _CUTS = re.compile(r"[@:/?#\[\]&=\s']+")
+# A libpq conninfo's first key (a bare secret never starts so).
+_CONNINFO = re.compile(r"\s*(host|hostaddr|port|dbname|user|password|sslmode)\s*=", re.I)
 MASK = "***"
 
 
@@ -65,14 +67,23 @@ def pieces(secret: str, shortest: int = 2) -> list[str]:
     return sorted((r for r in runs if len(r) >= shortest), key=len, reverse=True)
 
 
+def _locates(secret: str) -> bool:
+    """Whether ``secret`` is a URL or a libpq conninfo (whose password is a part of it), not a bare secret."""
+    return "://" in secret or bool(_CONNINFO.match(secret))
+
+
 def scrub(text: str, *secrets: str | None) -> str:
     """``text`` (a library's error message) with URL passwords redacted and every
-    password of ``secrets`` (URLs or bare secrets), and each piece of one, masked."""
+    password of ``secrets`` (URLs or bare secrets), and each piece of one, masked.
+
+    A URL or conninfo without a password masks nothing: its host, port and
+    database are what the reader needs to see (and the line before shows them).
+    """
     text = redact(text)
     for secret in secrets:
         if not secret:
             continue
-        for password in passwords(secret) or [secret]:
+        for password in passwords(secret) if _locates(secret) else [secret]:
             for piece in pieces(password):
                 text = text.replace(piece, MASK)
     return text

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 from spotsweep import __version__
@@ -279,6 +282,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from spotsweep.services.reporter.web import serve
 
         assert isinstance(settings, DashboardSettings)
+        _say_when_listening(settings.dashboard_host, settings.dashboard_port)
         return serve(settings, settings.dashboard_host, settings.dashboard_port)
     if cmd == "export":
         return commands.export_tensorboard(args.sweep, settings, args.dir)
@@ -289,7 +293,9 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
             return artifacts_cli.logs(args.trial, args.sweep, args.attempt, args.follow, settings)
         return artifacts_cli.checkpoint(args.trial, args.sweep, args.out, args.step, settings)
     if cmd == "ls":
-        return commands.list_trials(args.filter, settings, args.json)
+        from spotsweep.services import listing
+
+        return listing.list_trials(args.filter, settings, args.json)
     if cmd == "top":
         from spotsweep.services import top
 
@@ -297,6 +303,26 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if cmd == "report":
         return commands.report(args.sweep, settings, args.csv, args.top, args.metrics, args.html)
     raise AssertionError(cmd)  # argparse refuses unknown commands
+
+
+def _say_when_listening(host: str, port: int) -> None:
+    """Print "dashboard: open http://HOST:PORT/" once the dashboard answers there: not before,
+    so no address is shown for one that waits for the schema or refuses to start."""
+    wildcard = host in ("", "0.0.0.0", "::")
+    shown = socket.gethostname() if wildcard else f"[{host}]" if ":" in host else host
+    target = "::1" if host == "::" else "127.0.0.1" if wildcard else host
+
+    def wait() -> None:
+        while True:
+            try:
+                socket.create_connection((target, port), timeout=1).close()
+            except OSError:
+                time.sleep(0.2)
+                continue
+            print(f"dashboard: open http://{shown}:{port}/ (Ctrl-C stops it)", file=sys.stderr, flush=True)
+            return
+
+    threading.Thread(target=wait, name="dashboard-address", daemon=True).start()
 
 
 def _service(args: argparse.Namespace, settings: Settings) -> int:

@@ -132,7 +132,9 @@ def fit(cfg: TrainConfig, build: Callable[[], Task], reporter: Reporter = trial,
         # Finished (or stopped early) before this attempt: report the result again and end.
         final = run.evaluate()
         reporter.report(start, **final)
-        return Result(start, "stopped" if saved["stopped"] else "completed", saved["stopped"] or "", final)
+        if saved["stopped"]:
+            return Result(start, "stopped", f"already stopped at step {start}: {saved['stopped']}", final)
+        return Result(start, "completed", f"already completed {start} steps (its checkpoint); nothing to train", final)
 
     batches = step_batches(run.task.train, start + 1, cfg.steps, settings)
     clock = _Clock(run.elapsed, cfg.effective_batch * run.task.tokens_per_sample)

@@ -91,6 +91,21 @@ def _queue(spec: QueueSpec, passive: bool, ch: BlockingChannel) -> None:
                          arguments=_queue_arguments(spec))
 
 
+def vhost_refused(error: pe.ProbableAccessDeniedError, vhost: str) -> str:
+    """What pika's ``ProbableAccessDeniedError`` means, naming ``vhost``: RabbitMQ closed the
+    connection at its Open step, so the vhost does not exist or the user may not use it.
+    The broker's own reason (``NOT_ALLOWED - vhost x not found``) is quoted; it holds no password."""
+    return (f"it refused vhost {vhost!r} ({broker_reason(error) or 'access denied'}): the vhost in "
+            f"SPOTSWEEP_AMQP_URL must exist and its user have permissions on it (rabbitmqctl add_vhost {vhost}; "
+            f"rabbitmqctl set_permissions -p {vhost} USER '.*' '.*' '.*')")
+
+
+def broker_reason(error: pe.AMQPConnectionError) -> str:
+    """The reply text RabbitMQ closed the connection with, as pika wraps it in its error's first argument."""
+    said = str(error.args[0]) if error.args else ""
+    return said.split("'", 1)[1].rstrip("'") if said.count("'") >= 2 else said
+
+
 class RabbitBroker(Broker):
     def __init__(
         self,
@@ -124,6 +139,10 @@ class RabbitBroker(Broker):
         self._params = params
         try:
             self._conn = pika.BlockingConnection(params)
+        except pe.ProbableAccessDeniedError as e:
+            # Retryable: a service that loses its permissions while running waits for them back (/readyz 503);
+            # at a service's start it is a refusal for good (health_startup), and the CLI says it after a retry.
+            raise RetryableError(f"cannot connect to RabbitMQ at {self.url}: {vhost_refused(e, params.virtual_host)}") from e
         except (pe.AMQPError, OSError) as e:
             if (refused := refusal(e, "RabbitMQ", self.url, "SPOTSWEEP_AMQP_CA_FILE")) is not None:
                 raise refused from None

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from servers import free_port
 from spotsweep import __version__
+from waiting import wait_until
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -269,3 +271,19 @@ def test_status_never_cuts_a_sweep_id_and_ls_shows_the_objective_then_the_varyin
     assert row.index("zloss=1.25") < row.index("x=2") < row.index("acc=0.9") < row.index("sys/cpu_percent=50")
     assert "y=3" not in row  # the same in every trial: it tells nothing
     assert "1 +1 lost run" in row and "the same attempt ran again from the trial's last checkpoint" in listed.stderr
+
+
+def test_dashboard_says_where_to_open_it_once_it_answers(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTSWEEP_")}
+    err = tmp_path / "err"
+    with err.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "spotsweep", "dashboard", "--port", str(port)],
+                                env={**env, "SPOTSWEEP_HOME": str(tmp_path / "home")}, stdout=subprocess.DEVNULL,
+                                stderr=out, text=True)
+    try:
+        assert wait_until(lambda: "dashboard: open" in err.read_text(), timeout=60), err.read_text()
+        assert f"dashboard: open http://127.0.0.1:{port}/ (Ctrl-C stops it)\n" in err.read_text()
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0, err.read_text()

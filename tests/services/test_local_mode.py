@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from spotsweep.services.local import concurrency_note
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -46,6 +48,7 @@ def test_run_completes_and_ranks_the_best_trial_first(noop_run: tuple[subprocess
     best = rows[0]
     assert (best["trial_name"], best["state"], best["x"], best["y"]) == ("noop_03_x0_y-1", "completed", "0", "-1")
     assert float(best["score"]) == pytest.approx(0.25)
+    assert "9/9 running 0 · best score 0.25" in proc.stderr  # the progress bar's last state
     assert "Traceback" not in proc.stderr
 
 
@@ -99,12 +102,23 @@ def test_the_quickstart_example_trains_for_real(tmp_path: Path) -> None:
     proc = run_cli("run", str(EXAMPLES / "quickstart.yaml"), "--workers", "2", "--csv", "q.csv", home=tmp_path / "home",
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # said once, before the progress bar: the spec allows 4 at once, --workers 2 runs 2
+    assert proc.stderr.count("running 2 trial(s) at once, not the spec's max_concurrent 4: --workers is 2") == 1
     rows = list(csv.DictReader((tmp_path / "q.csv").open()))
     assert len(rows) == 6 and {r["state"] for r in rows} == {"completed"}
     # params in the spec's order; the script's "lr" metric (the schedule) must not shadow the "lr" param
     assert list(rows[0])[:5] == ["trial_name", "state", "lr", "hidden", "val_loss"] and "metric:lr" in rows[0]
     losses = [float(r["val_loss"]) for r in rows]
     assert losses == sorted(losses) and losses[0] < 0.69  # learned something: below chance-level log-loss
+
+
+def test_run_says_why_it_runs_fewer_trials_at_once_than_the_spec_allows_and_only_then() -> None:
+    assert concurrency_note(2, 4, 6, 2) == ("running 2 trial(s) at once, not the spec's max_concurrent 4: --workers is 2 "
+                                            "(default 2; this machine has 2 CPU cores); --workers 4 runs 4 at once")
+    assert concurrency_note(2, 20, 3, None) is not None and "--workers 3 runs 3" in concurrency_note(2, 20, 3, None)
+    assert concurrency_note(4, 4, 6, 2) is None  # as many as the spec allows
+    assert concurrency_note(2, 4, 2, 2) is None  # every trial runs at once anyway
+    assert concurrency_note(2, 1, 6, 2) is None  # the spec allows fewer than --workers
 
 
 def test_bad_spec_is_refused_with_the_field_and_no_traceback(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from spotsweep.services import commands
+from spotsweep.services import commands, listing
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.report import glob_to_similar
 from spotsweep.services.reporter.safe import csv_cell, printable
@@ -245,7 +245,7 @@ def _settings(db: Database) -> Settings:
 
 
 def test_ls_and_status_show_hostile_rows_literally(hostile_db: Database, capsys: pytest.CaptureFixture[str]) -> None:
-    assert commands.list_trials([], _settings(hostile_db), as_json=False) == 0
+    assert listing.list_trials([], _settings(hostile_db), as_json=False) == 0
     ls = capsys.readouterr().out
     assert RAW_CONTROL.search(ls) is None, ls
     assert "[/oops]_0" in ls and "clear\\x1b[2J\\x1b[H_1\\u202e" in ls and "loss=nan" in ls and "loss=-inf" in ls
@@ -259,7 +259,7 @@ def test_ls_and_status_show_hostile_rows_literally(hostile_db: Database, capsys:
 
 def test_json_output_is_strict_json_with_the_contract_s_strings(hostile_db: Database,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    assert commands.list_trials(["sweep=hostile-*"], _settings(hostile_db), as_json=True) == 0
+    assert listing.list_trials(["sweep=hostile-*"], _settings(hostile_db), as_json=True) == 0
     out = capsys.readouterr().out
     assert RAW_CONTROL.search(out) is None
     rows = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))

@@ -4,6 +4,7 @@ import argparse
 import io
 import json
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import Field, SecretStr
 from rich.console import Console
+from servers import free_port
 
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.settings import AgentSettings, LocalSettings, PlannerSettings, Settings, redact_url
@@ -64,6 +66,40 @@ sys.__stderr__.write(second.getvalue())
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
     assert json.loads(out.strip().splitlines()[-1])["event"] == "two"
+
+
+def _stderr_of_submit(tty: bool) -> str:
+    """``spotsweep submit`` to a broker that is not there: it logs its retries, then says why it stops."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SPOTSWEEP_")}
+    env = {**base, "SPOTSWEEP_AMQP_URL": f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F"}
+    spec = str(Path(__file__).resolve().parents[2] / "examples" / "noop.yaml")
+    if not tty:
+        return subprocess.run([sys.executable, "-m", "spotsweep", "submit", spec], env=env, capture_output=True,
+                              text=True, timeout=120).stderr
+    main, child = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "spotsweep", "submit", spec], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=child)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the child's end closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait(60)
+    os.close(main)
+    return out.decode(errors="replace")
+
+
+def test_services_log_readable_lines_on_a_terminal_and_json_lines_otherwise() -> None:
+    on_terminal = [line for line in _stderr_of_submit(tty=True).splitlines() if "retrying" in line]
+    assert on_terminal and not any(line.lstrip().startswith("{") for line in on_terminal), on_terminal
+    assert "warning" in on_terminal[0] and "connect to RabbitMQ" in on_terminal[0]
+    piped = [line for line in _stderr_of_submit(tty=False).splitlines() if "retrying" in line]
+    assert piped and json.loads(piped[0])["event"] == "retrying"
 
 
 def _cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

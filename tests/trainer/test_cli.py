@@ -53,6 +53,17 @@ def test_sigterm_mid_run_then_resume_ends_like_an_uninterrupted_run(tmp_path: Pa
     assert resumed.stderr.strip().splitlines()[-1].startswith("completed 120 steps: val_loss")
 
 
+def test_a_rerun_of_a_finished_run_says_it_had_finished(trial_process) -> None:
+    """Its last line says what happened, never a bare ``: val_loss ...`` (issue 31)."""
+    t = trial_process("finished")
+    flags = ("--steps", "2", "--eval-every", "2")
+    assert t.run(*flags).returncode == 0
+    again = t.run(*flags, attempt=2)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.strip().splitlines()[-1].startswith("already completed 2 steps (its checkpoint); nothing to "
+                                                             "train: val_loss "), again.stderr
+
+
 def test_data_flag_trains_on_the_given_text_file(tmp_path: Path, run_flags) -> None:
     text = tmp_path / "verse.txt"
     line = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer.\n"

@@ -97,3 +97,14 @@ def test_a_message_the_broker_refuses_raises_retryable(rabbit_url: str) -> None:
         broker.publish_many([Outgoing("", full.name, b"no room"), Outgoing("", full.name, b"none either")])
     broker.stop(drain=False)
     assert _count(rabbit_url, full.name) == 1
+
+
+def test_a_vhost_that_does_not_exist_is_a_clear_error_naming_it(rabbit_url: str) -> None:
+    """pika says only ``ProbableAccessDeniedError``; the user must read which vhost, and that it is missing.
+    Retryable all the same: a running service that loses its vhost waits for it (test_metrics_health)."""
+    missing = rabbit_url.rsplit("/", 1)[0] + "/no-such-vhost-31"
+    with pytest.raises(RetryableError) as caught:
+        RabbitBroker(missing, connection_attempts=1)
+    text = str(caught.value)
+    assert "vhost 'no-such-vhost-31'" in text and "not found" in text, text
+    assert "ProbableAccessDeniedError" not in text and "guest:guest" not in text, text
