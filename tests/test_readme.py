@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 
 from cluster import Cluster  # noqa: E402  # tests/support (tests/conftest.py)
+from waiting import wait_until  # noqa: E402  # tests/support
+
+from tests.integration.test_workdir import _consumers
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TRIAL = (
@@ -94,6 +97,10 @@ def test_the_first_hour_distributed_sweep_runs_as_printed(cluster: Cluster, tmp_
         argv = shlex.split(line)
         assert argv[0] == "spotsweep"
         cluster.start(f"{argv[1]}-{i}", *argv[1:])
+    # A reader types the next line once the agent is up; a script that did not wait could submit first and
+    # rightly be told that no agent serves the class yet.
+    assert wait_until(lambda: _consumers(cluster.env["SPOTSWEEP_AMQP_URL"], "spotsweep.trials.cpu") >= 1, 60), \
+        cluster.logs()
     outputs = []
     for line in foreground:
         argv = shlex.split(line)
