@@ -30,6 +30,7 @@ from starlette.staticfiles import StaticFiles
 
 from spotsweep.services.reporter.web import present, queries
 from spotsweep.services.reporter.web.api import Api, _int, json_response
+from spotsweep.services.reporter.web.compare import Compare, requested
 from spotsweep.services.reporter.web.guard import Admission, TokenGate
 from spotsweep.services.reporter.web.importance import load as load_importance
 from spotsweep.services.reporter.web.logs import ATTEMPT_LIMIT, TrialLogs
@@ -73,7 +74,7 @@ def cost_text(sweep: dict[str, Any]) -> str:
 class Pages:
     def __init__(self, db: Database, api: Api) -> None:
         self.db, self.api, self.env = db, api, _templates()
-        self.logs_api = TrialLogs(api)
+        self.logs_api, self.compare_api = TrialLogs(api), Compare(api)
 
     def render(self, name: str, code: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(self.env.get_template(name).render(**context), status_code=code)
@@ -102,6 +103,13 @@ class Pages:
         attempt = _int(request, "attempt", default, 1, ATTEMPT_LIMIT)
         return self.render("log.html", sweep=sweep, trial=trial, attempt=attempt, attempts=attempts,
                            store_error=store_error, streams=STREAMS)
+
+    async def compare(self, request: Request) -> Response:
+        """Sweeps side by side (:mod:`.compare`); without ``?sweeps=``, how to pick them."""
+        if not request.query_params.get("sweeps"):
+            return self.render("compare.html", sweeps=[], asked="")
+        rows = await run_in_threadpool(self.compare_api.resolve, requested(request))
+        return self.render("compare.html", sweeps=rows, asked=",".join(r["sweep_id"] for r in rows))
 
     async def healthz(self, request: Request) -> Response:
         """Liveness: the process serves requests (the database is /readyz's concern)."""
@@ -163,6 +171,8 @@ def make_app(db: Database, store: ArtifactStore | None = None, token: str | None
         Route("/sweeps/{sweep_id}", pages.sweep),
         Route("/sweeps/{sweep_id}/trials/{trial_id}", pages.trial),
         Route("/sweeps/{sweep_id}/trials/{trial_id}/logs", pages.logs),
+        Route("/compare", pages.compare),
+        Route("/api/compare", pages.compare_api.api_answer),
         Route("/healthz", pages.healthz),
         Route("/readyz", pages.readyz),
         Route("/metrics", metrics_page),
