@@ -117,6 +117,8 @@ class TrialLogs:
             first, size = await run_in_threadpool(store.get_range, key, 0, CHUNK)
         except NotFound:
             raise HTTPException(404, f"attempt {attempt} of trial {p['trial_id']!r} uploaded no {stream} log") from None
+        except (SpotsweepError, OSError) as e:
+            raise HTTPException(503, f"the artifact store cannot be read: {e}") from e
 
         async def chunks() -> AsyncIterator[bytes]:
             data, offset = first, 0
