@@ -66,7 +66,7 @@ def report_data(db: Database, sweep_id: str) -> dict[str, Any]:
         best = api.best_body(sweep_id, None) if sweep["metric"] else {"metric": "", "mode": sweep["mode"], "points": []}
         importance = api.importance_body(sweep_id, None, "fanova")
         names = sorted(sweep["metrics"], key=lambda m: (m != sweep["metric"], m))[:CURVE_METRICS]
-        curves = {m: api.curves_body(sweep_id, m, CURVE_POINTS, CURVE_TRIALS, []) for m in names}
+        curves = {m: api.curves_body(sweep_id, m, CURVE_POINTS, CURVE_TRIALS, [], sweep["tokens_metric"]) for m in names}
         panels = SweepPanels(api)
         extra = {"seeds": panels.seeds_body(sweep_id, None, SEED_CONFIGS, 300),
                  "timeline": panels.timeline_body(sweep_id, TIMELINE_RUNS), "cost": panels.cost_body(sweep_id),
@@ -84,7 +84,7 @@ def render(db: Database, sweep_id: str, now: datetime | None = None) -> str:
     data = report_data(db, sweep_id)
     env = Environment(loader=PackageLoader(PACKAGE, "templates"), autoescape=select_autoescape(default=True))
     assets = {"css": _asset("dashboard.css"), "echarts": _asset("echarts.min.js"), "common": _asset("common.js"),
-              "panels": _asset("panels.js"), "sweep": _asset("sweep.js")}
+              "panels": _asset("panels.js"), "curves": _asset("curves.js"), "sweep": _asset("sweep.js")}
     generated = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     return env.get_template("report.html").render(
         sweep=data["sweep"], assets=assets, data=script_json(data), generated=generated, version=__version__,

@@ -18,8 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from spotsweep.services.reporter.web import importance as imp
-from spotsweep.services.reporter.web import present, queries, timeline, trial_api
-from spotsweep.services.reporter.web.downsample import downsample
+from spotsweep.services.reporter.web import curves, present, queries, timeline, trial_api
 from spotsweep.services.reporter.web.spend import gpus_of, unit_of
 from spotsweep.services.reporter.web.trial_api import TrialArtifacts
 from spotsweep.shared.artifacts import ArtifactStore
@@ -87,7 +86,8 @@ class Api:
                 "SELECT trial_id FROM trial_results WHERE sweep_id = %s AND state = 'running' LIMIT 20", (sweep_id,))]
             metrics = queries.metric_names(conn, sweep_id, sample)
         body = present.sweep_json(row, row["counts"], row["best"], queries.age(row["created_at"], datetime.now(timezone.utc)))
-        return {**body, "metrics": metrics, "space": space_json(row.get("spec")), "spec": present.shown_spec(row.get("spec"))}
+        return {**body, "metrics": metrics, "tokens_metric": curves.tokens_metric(metrics),
+                "space": space_json(row.get("spec")), "spec": present.shown_spec(row.get("spec"))}
 
     def trials_json(self, sweep_id: str) -> bytes:
         """The trial list, best first, as JSON built by PostgreSQL (:func:`.queries.listed_json`)."""
@@ -99,26 +99,27 @@ class Api:
     def trials_body(self, sweep_id: str) -> list[dict[str, Any]]:
         return json.loads(self.trials_json(sweep_id))  # type: ignore[no-any-return]
 
-    def curves_body(self, sweep_id: str, metric: str, max_points: int, limit: int, wanted: list[str]) -> dict[str, Any]:
+    def curves_body(self, sweep_id: str, metric: str, max_points: int, limit: int, wanted: list[str],
+                    tokens: str | None = None) -> dict[str, Any]:
+        """The best ``limit`` trials' (or ``wanted``'s) curves of ``metric`` with their
+        seconds and, given the ``tokens`` metric, tokens beside each point (:mod:`.curves`)."""
         row = self._sweep(sweep_id)
         with self.db.transaction() as conn:
             if wanted:
                 chosen = queries.trials(conn, sweep_id, only=wanted)
             else:
                 chosen = present.ranked(queries.ranking(conn, sweep_id, row["metric"]), row["metric"], row["mode"])
-            chosen = chosen[:limit]
-            curves = queries.curves(conn, [r["trial_id"] for r in chosen], metric)
+            ids = [r["trial_id"] for r in chosen[:limit]]
+            rows, starts = queries.curves(conn, ids, metric), queries.starts(conn, ids)
+            counted = queries.curves(conn, ids, tokens) if tokens else {}
         if wanted and len(chosen) < len(set(wanted)):
             missing = sorted(set(wanted) - {r["trial_id"] for r in chosen})
             raise HTTPException(404, f"no trial {missing[0]!r} in sweep {sweep_id!r}")
-        out = []
-        for r in chosen:
-            points = curves[r["trial_id"]]
-            resumes = [[step, attempt] for i, (step, _, attempt) in enumerate(points) if i and attempt != points[i - 1][2]]
-            kept = downsample([(step, value) for step, value, _ in points], max_points)
-            out.append({"trial_id": r["trial_id"], "trial_name": r["trial_name"], "state": r["state"],
-                        "points": [[step, value] for step, value in kept], "resumes": resumes})
-        return {"metric": metric, "max_points": max_points, "trials": out}
+        out = [{"trial_id": r["trial_id"], "trial_name": r["trial_name"], "state": r["state"],
+                **curves.trial_curve(rows[r["trial_id"]], starts.get(r["trial_id"]),
+                                     {p[0]: p[1] for p in counted[r["trial_id"]]} if tokens else None, max_points)}
+               for r in chosen[:limit]]
+        return {"metric": metric, "max_points": max_points, "tokens_metric": tokens, "trials": out}
 
     def best_body(self, sweep_id: str, metric: str | None) -> dict[str, Any]:
         row = self._sweep(sweep_id)
@@ -192,7 +193,7 @@ class Api:
         wanted = request.query_params.getlist("trial")
         points_cap(limit, max_points)
         return json_response(await run_in_threadpool(self.curves_body, request.path_params["sweep_id"], metric,
-                                                     max_points, limit, wanted))
+                                                     max_points, limit, wanted, request.query_params.get("tokens")))
 
     async def best(self, request: Request) -> Response:
         return json_response(await run_in_threadpool(self.best_body, request.path_params["sweep_id"],

@@ -29,11 +29,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from spotsweep.services.reporter.web import present, queries
-from spotsweep.services.reporter.web.api import Api, json_response
+from spotsweep.services.reporter.web.api import Api, _int, json_response
+from spotsweep.services.reporter.web.compare import Compare, requested
 from spotsweep.services.reporter.web.guard import Admission, TokenGate
 from spotsweep.services.reporter.web.importance import load as load_importance
+from spotsweep.services.reporter.web.logs import ATTEMPT_LIMIT, TrialLogs
 from spotsweep.services.reporter.web.sweep_api import SweepPanels
 from spotsweep.shared.artifacts import ArtifactStore
+from spotsweep.shared.artifacts.browse import STREAMS
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import RetryableError
 from spotsweep.shared import log as logs
@@ -71,6 +74,7 @@ def cost_text(sweep: dict[str, Any]) -> str:
 class Pages:
     def __init__(self, db: Database, api: Api) -> None:
         self.db, self.api, self.env = db, api, _templates()
+        self.logs_api, self.compare_api = TrialLogs(api), Compare(api)
 
     def render(self, name: str, code: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(self.env.get_template(name).render(**context), status_code=code)
@@ -89,6 +93,23 @@ class Pages:
         trial = await run_in_threadpool(self.api.trial_body, sweep_id, trial_id)
         now = datetime.now(timezone.utc)
         return self.render("trial.html", sweep=sweep, trial=trial, age=queries.age(trial["finished_at"], now))
+
+    async def logs(self, request: Request) -> Response:
+        """An attempt's whole stdout and stderr (:mod:`.logs`): the newest attempt with a log unless ``?attempt=N``."""
+        sweep_id, trial_id = request.path_params["sweep_id"], request.path_params["trial_id"]
+        sweep = await run_in_threadpool(self.api._sweep, sweep_id)
+        trial, attempts, store_error = await run_in_threadpool(self.logs_api.attempts, sweep_id, trial_id)
+        default = attempts[-1] if attempts else trial["attempts"] or 1
+        attempt = _int(request, "attempt", default, 1, ATTEMPT_LIMIT)
+        return self.render("log.html", sweep=sweep, trial=trial, attempt=attempt, attempts=attempts,
+                           store_error=store_error, streams=STREAMS)
+
+    async def compare(self, request: Request) -> Response:
+        """Sweeps side by side (:mod:`.compare`); without ``?sweeps=``, how to pick them."""
+        if not request.query_params.get("sweeps"):
+            return self.render("compare.html", sweeps=[], asked="")
+        rows = await run_in_threadpool(self.compare_api.resolve, requested(request))
+        return self.render("compare.html", sweeps=rows, asked=",".join(r["sweep_id"] for r in rows))
 
     async def healthz(self, request: Request) -> Response:
         """Liveness: the process serves requests (the database is /readyz's concern)."""
@@ -149,6 +170,9 @@ def make_app(db: Database, store: ArtifactStore | None = None, token: str | None
         Route("/", pages.index),
         Route("/sweeps/{sweep_id}", pages.sweep),
         Route("/sweeps/{sweep_id}/trials/{trial_id}", pages.trial),
+        Route("/sweeps/{sweep_id}/trials/{trial_id}/logs", pages.logs),
+        Route("/compare", pages.compare),
+        Route("/api/compare", pages.compare_api.api_answer),
         Route("/healthz", pages.healthz),
         Route("/readyz", pages.readyz),
         Route("/metrics", metrics_page),
@@ -156,6 +180,8 @@ def make_app(db: Database, store: ArtifactStore | None = None, token: str | None
         Route("/api/sweeps/{sweep_id}", api.sweep),
         Route("/api/sweeps/{sweep_id}/trials", api.trials),
         Route("/api/sweeps/{sweep_id}/trials/{trial_id}", api.trial),
+        Route("/api/sweeps/{sweep_id}/trials/{trial_id}/log", pages.logs_api.page),
+        Route("/api/sweeps/{sweep_id}/trials/{trial_id}/log.txt", pages.logs_api.text),
         Route("/api/sweeps/{sweep_id}/curves", api.curves),
         Route("/api/sweeps/{sweep_id}/best", api.best),
         Route("/api/sweeps/{sweep_id}/importance", api.importance),

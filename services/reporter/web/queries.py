@@ -116,19 +116,25 @@ def metric_names(conn: Conn, sweep_id: str, sample: list[str]) -> list[str]:
     return sorted(r["name"] for r in rows)
 
 
-def curves(conn: Conn, trial_ids: list[str], metric: str) -> dict[str, list[tuple[int, float, int]]]:
-    """Each trial's curve of ``metric`` as (step, value, attempt), by step;
-    a step reported by several attempts keeps the latest one's value (as
+def curves(conn: Conn, trial_ids: list[str], metric: str) -> dict[str, list[tuple[int, float, int, datetime]]]:
+    """Each trial's curve of ``metric`` as (step, value, attempt, recorded_at), by
+    step; a step reported by several attempts keeps the latest one's value (as
     ``metric_points``' documented example merges attempts)."""
     rows = conn.execute(
-        "SELECT DISTINCT ON (trial_id, step) trial_id, step, value, attempt FROM metric_points"
+        "SELECT DISTINCT ON (trial_id, step) trial_id, step, value, attempt, recorded_at FROM metric_points"
         " WHERE trial_id = ANY(%s) AND name = %s ORDER BY trial_id, step, attempt DESC",
         (trial_ids, metric),
     ).fetchall()
-    out: dict[str, list[tuple[int, float, int]]] = {t: [] for t in trial_ids}
+    out: dict[str, list[tuple[int, float, int, datetime]]] = {t: [] for t in trial_ids}
     for r in rows:
-        out[r["trial_id"]].append((r["step"], r["value"], r["attempt"]))
+        out[r["trial_id"]].append((r["step"], r["value"], r["attempt"], r["recorded_at"]))
     return out
+
+
+def starts(conn: Conn, trial_ids: list[str]) -> dict[str, datetime | None]:
+    """When each trial first started (its curves' time axis starts there)."""
+    rows = conn.execute("SELECT trial_id, started_at FROM trial_results WHERE trial_id = ANY(%s)", (trial_ids,)).fetchall()
+    return {r["trial_id"]: r["started_at"] for r in rows}
 
 
 def best_so_far(conn: Conn, sweep_id: str, metric: str, mode: str) -> list[dict[str, Any]]:

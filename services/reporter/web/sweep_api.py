@@ -57,7 +57,7 @@ class SweepPanels:
             ids = [t for c in top for t in c.trial_ids]
             curves = queries.curves(conn, ids, metric) if ids else {}
         body["curves"] = [{"label": seeds.label(seeds.params_of(c)), "trials": list(c.trial_ids),
-                           "points": seeds.mean_curve([[(s, v) for s, v, _ in curves[t]] for t in c.trial_ids], max_points)}
+                           "points": seeds.mean_curve([[(p[0], p[1]) for p in curves[t]] for t in c.trial_ids], max_points)}
                           for c in top]
         return body
 

@@ -1,4 +1,4 @@
-// One sweep: leaderboard, learning curves, best so far, parallel coordinates,
+// One sweep: leaderboard, learning curves (curves.js), best so far, parallel coordinates,
 // importance, and the panels of panels.js (seeds, cost, timeline, resources). Everything comes from the JSON API and is refreshed every few
 // seconds while the sweep runs (and once more when it ends); in an offline
 // report from the data inlined in the page, drawn once.
@@ -117,43 +117,19 @@
   }
 
   // -- charts ----------------------------------------------------------------------
-  // TensorBoard's smoothing: an exponential moving average, debiased at the start; gaps stay gaps.
-  function smooth(points, weight) {
-    if (!weight) return points.map(([s, v]) => [s, v, v]);
-    let last = 0, n = 0;
-    return points.map(([s, v]) => {
-      if (v === null) return [s, null, null];
-      last = last * weight + (1 - weight) * v; n += 1;
-      return [s, last / (1 - Math.pow(weight, n)), v];
-    });
-  }
   async function drawCurves() {
     const metric = S.curveMetric;
     if (!metric) return;
+    const x = document.getElementById("curve-x").value, tokens = S.sweep.tokens_metric;
     const pins = [...S.pinned].map(id => "&trial=" + encodeURIComponent(id)).join("");
-    const c = await SS.json(API + "/curves?max_points=400&limit=60&metric=" + encodeURIComponent(metric) + (SS.offline() ? "" : pins));
-    const logY = document.getElementById("curve-log").checked;
+    const c = await SS.json(API + "/curves?max_points=400&limit=60&metric=" + encodeURIComponent(metric) +
+      (x === "tokens" && tokens ? "&tokens=" + encodeURIComponent(tokens) : "") + (SS.offline() ? "" : pins));
     const weight = Number(document.getElementById("curve-smooth").value);
-    const series = c.trials.filter(t => t.points.length).map(t => ({
-      name: t.trial_name, type: "line", showSymbol: t.points.length < 2, symbolSize: 7, sampling: "none", connectNulls: false,
-      data: smooth(t.points.map(([s, v]) => [s, SS.num(v)]), weight)
-        .map(([s, v, raw]) => [s, logY && !(v > 0) ? null : v, raw]),  // a log axis has no place for v <= 0
-      markLine: t.resumes.length ? {symbol: "none", silent: true, lineStyle: {type: "dashed", width: 1},
-        label: {formatter: p => "attempt " + p.data.attempt, fontSize: 10},
-        data: t.resumes.map(([step, attempt]) => ({xAxis: step, attempt}))} : undefined,
-    }));
-    const note = document.getElementById("curve-note");
-    note.textContent = `${series.length} trial(s), at most ${c.max_points} points each` +
+    const shown = CURVES.draw("curves", c.trials.map(t => ({...t, label: t.trial_name})),
+      {metric, x, tokensMetric: tokens, logY: document.getElementById("curve-log").checked, weight});
+    document.getElementById("curve-note").textContent = `${shown.drawn} trial(s), at most ${c.max_points} points each` +
       (pins && !SS.offline() ? " (the pinned ones)" : S.trials.length > c.trials.length ? ` (the best ${c.trials.length} of ${S.trials.length})` : "") +
-      (weight ? `; smoothed (${weight})` : "");
-    SS.chart("curves").setOption({
-      animation: false, grid: {...SS.GRID, top: 36, bottom: 64},
-      tooltip: {trigger: "item", formatter: p => `${SS.esc(p.seriesName)}<br>step ${p.value[0]}: ${SS.exact(p.value[2])}` +
-        (weight && p.value[1] !== null ? ` (smoothed ${SS.fmt(p.value[1])})` : "")},
-      legend: {type: "scroll", top: 0, left: 80, right: 10}, dataZoom: [{type: "inside"}, {type: "slider", height: 18, bottom: 4}],
-      xAxis: SS.stepAxis("step"), yAxis: SS.valueAxis(metric, logY ? {type: "log", scale: false} : {}),
-      series,
-    }, {replaceMerge: ["series", "yAxis"]});
+      (weight ? `; smoothed (${weight})` : "") + (shown.missing ? `; ${shown.missing} without ${tokens} not drawn` : "");
   }
   async function drawBest() {
     if (!S.sweep.metric) return;
@@ -240,6 +216,7 @@
       if (!S.curveChosen) S.curveMetric = s.metrics.includes(s.metric) ? s.metric : s.metrics[0];
       if (S.curveMetric) select.value = S.curveMetric;
     }
+    CURVES.offerX(document.getElementById("curve-x"), s.tokens_metric);
   }
   async function refresh() {
     const [sweep, trials] = await Promise.all([SS.json(API), SS.json(API + "/trials")]);
@@ -263,6 +240,7 @@
   document.getElementById("hide-constant").addEventListener("change", e => { S.hideConstant = e.target.checked; drawTable(); });
   document.getElementById("curve-log").addEventListener("change", drawCurves);
   document.getElementById("curve-smooth").addEventListener("change", drawCurves);
+  document.getElementById("curve-x").addEventListener("change", drawCurves);
   document.getElementById("curve-metric").addEventListener("change", e => {
     S.curveMetric = e.target.value; S.curveChosen = true; drawCurves();
   });
