@@ -27,18 +27,22 @@ import shutil
 import subprocess
 import time
 from collections.abc import Mapping
+from typing import BinaryIO
 from dataclasses import dataclass
 from pathlib import Path
 
+from spotsweep.services.agent.trial_user import TrialUser
 from spotsweep.shared import log
 from spotsweep.shared.errors import PermanentError
-from spotsweep.shared.messages import Failure
+from spotsweep.shared.messages import Failure, TrialMessage
 
 _log = log.get("spotsweep.agent")
 LABEL = "io.spotsweep.agent"  # every trial container carries it: the agent's workdir, for remove_stale
 # The trial's variables that describe the host, not the container: the image's own apply.
 _HOST_ONLY = frozenset({b"PATH", b"VIRTUAL_ENV", b"HOME", b"CUDA_VISIBLE_DEVICES"})
 PULL_TIMEOUT = 3600.0  # a multi-GB training image on a slow link
+# The agent's variables the runtime's client reads (its daemon, its config, rootless Podman's socket).
+_RUNTIME_VARS = (b"DOCKER_", b"CONTAINER_", b"CONTAINERS_", b"XDG_RUNTIME_DIR", b"REGISTRY_AUTH_FILE")
 
 
 class ImageUnavailable(PermanentError):
@@ -124,6 +128,18 @@ class Runtime:
                 args += ["--env", os.fsdecode(key)]
         return [*args, r.image, *argv]
 
+    def start(self, name: str, image: str, msg: TrialMessage, env: dict[bytes, bytes], cwd: Path, root: Path,
+              user: TrialUser | None, out: BinaryIO, err: BinaryIO) -> subprocess.Popen[bytes]:
+        """Start the client that runs ``msg``'s command in ``image`` as container ``name``, in a session of its
+        own (``env``: the trial's environment; ``root``: the run's tree; its logs go to ``out`` and ``err``)."""
+        gpus = env.get(b"CUDA_VISIBLE_DEVICES")
+        request = Request(image, msg.cpus, msg.memory, msg.shm, gpus.decode() if gpus else None, msg.network,
+                          (user.uid, user.gid) if user is not None else None)
+        argv = self.command(name, request, msg.argv, cwd, env, Mounts.of(root, cwd, [cwd / i.to for i in msg.inputs]))
+        # The client runs as the agent, with its registry credentials and daemon settings.
+        own = {k: v for k, v in os.environb.items() if k in (b"PATH", b"HOME") or k.startswith(_RUNTIME_VARS)}
+        return subprocess.Popen(argv, cwd=root, env={**env, **own}, stdout=out, stderr=err, start_new_session=True)
+
     def _gpus(self, gpus: str | None) -> list[str]:
         """The slot's GPUs: Docker's ``--gpus`` (the NVIDIA container toolkit), Podman's CDI devices."""
         if not gpus:
@@ -168,6 +184,27 @@ class Runtime:
         if left:
             _log.info("removing containers an earlier agent left", count=len(left))
             self._run("rm", "--force", *left, timeout=120.0)
+
+
+def image_for(msg: TrialMessage, runtime: Runtime | None) -> tuple[str, str] | None:
+    """The run's (image, id), pulled when missing, under a container runtime; None in process mode.
+    Raises :class:`ImageUnavailable`, or :class:`PermanentError` for a spec this agent cannot run."""
+    if runtime is None:
+        if msg.image is not None:
+            raise PermanentError(f"the trial asks for image {msg.image!r}, but this agent runs trials as processes "
+                                 f"(--runtime process): run it on agents started with --runtime docker or podman")
+        return None
+    if msg.setup_pip is not None:
+        raise PermanentError("setup.pip builds a virtualenv for process mode; this agent runs trials in containers "
+                             "(--runtime): install the packages in the image")
+    image = msg.image or runtime.default_image
+    return image, runtime.image_id(image)
+
+
+def oom_unsaid(msg: TrialMessage, reason: str, rc: int | None) -> bool:
+    """A container's command SIGKILLed though the agent killed nothing, with a memory limit: its OOM killer
+    (Podman on cgroup v1 does not say so in ``OOMKilled``, as Docker does)."""
+    return msg.memory is not None and reason == "exited" and rc == 128 + 9
 
 
 def from_settings(kind: str, default_image: str | None, workdir: Path) -> Runtime | None:

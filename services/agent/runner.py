@@ -31,7 +31,8 @@ from typing import Any, BinaryIO
 from spotsweep.services.agent import code_cache, inputs, pyenv, uploads
 from spotsweep.services.agent.signals import killpg, on_kill
 from spotsweep.services.agent.cgroup import TrialCgroup
-from spotsweep.services.agent.container import ImageUnavailable, Mounts, Request
+from spotsweep.services.agent import container
+from spotsweep.services.agent.container import ImageUnavailable
 from spotsweep.services.agent.controls import RunControls
 from spotsweep.services.agent.log_shipper import LogShipper
 from spotsweep.services.agent.orphans import Reaper, marks
@@ -189,22 +190,6 @@ class Launch:
     image: tuple[str, str] | None = None  # (image, id) under a container runtime
 
 
-def _image(msg: TrialMessage, config: RunnerConfig) -> tuple[str, str] | None:
-    """The run's (image, id), pulled when missing, under a container runtime; None in process mode.
-    Raises :class:`ImageUnavailable`, or :class:`PermanentError` for a spec this agent cannot run."""
-    runtime = config.runtime
-    if runtime is None:
-        if msg.image is not None:
-            raise PermanentError(f"the trial asks for image {msg.image!r}, but this agent runs trials as processes "
-                                 f"(--runtime process): run it on agents started with --runtime docker or podman")
-        return None
-    if msg.setup_pip is not None:
-        raise PermanentError("setup.pip builds a virtualenv for process mode; this agent runs trials in containers "
-                             "(--runtime): install the packages in the image")
-    image = msg.image or runtime.default_image
-    return image, runtime.image_id(image)
-
-
 def run_trial(
     msg: TrialMessage,
     store: ArtifactStore,
@@ -238,7 +223,7 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
         send(TrialStaging(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                           run_id=run_id))
     try:
-        image = _image(msg, config)
+        image = container.image_for(msg, config.runtime)
     except ImageUnavailable as e:
         return end("failed", failure="image", error=str(e))
     except PermanentError as e:
@@ -306,18 +291,7 @@ def _spawn(launch: Launch, msg: TrialMessage, config: RunnerConfig, paths: Paths
         return subprocess.Popen(_argv(msg.argv, env, cwd, python), cwd=cwd, env=env, stdout=out, stderr=err,
                                 start_new_session=True, preexec_fn=cgroup.joiner() if cgroup else None,
                                 **(user.popen() if user is not None else {}))
-    gpus = env.get(b"CUDA_VISIBLE_DEVICES")
-    request = Request(launch.image[0], msg.cpus, msg.memory, msg.shm, gpus.decode() if gpus else None, msg.network,
-                      (user.uid, user.gid) if user is not None else None)
-    argv = config.runtime.command(name, request, msg.argv, cwd, env,
-                                  Mounts.of(paths.root, cwd, [cwd / item.to for item in msg.inputs]))
-    agent = _agent_environment()  # the client runs as the agent, with its registry credentials and daemon settings
-    client = {**env, **{k: v for k, v in agent.items() if k in (b"PATH", b"HOME") or k.startswith(_RUNTIME_VARS)}}
-    return subprocess.Popen(argv, cwd=paths.root, env=client, stdout=out, stderr=err, start_new_session=True)
-
-
-# The agent's variables the runtime's client reads (its daemon, its config, rootless Podman's socket).
-_RUNTIME_VARS = (b"DOCKER_", b"CONTAINER_", b"CONTAINERS_", b"XDG_RUNTIME_DIR", b"REGISTRY_AUTH_FILE")
+    return config.runtime.start(name, launch.image[0], msg, env, cwd, paths.root, user, out, err)
 
 
 def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControls,
@@ -359,7 +333,7 @@ def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Ru
                                       None if cgroup is not None or runtime is not None else msg.memory, sampled)
             finally:
                 on_kill(proc.pid, None)
-                container_oom = runtime is not None and runtime.finish(name)
+                container_oom = runtime is not None and runtime.finish(name)  # (docker's OOMKilled)
         duration = (outcome.ended or time.monotonic()) - started  # the process's time, not the uploads' after it
         if outcome.reason == "lost":
             raise DeliveryLost(run_id, round(duration, 3))
@@ -375,10 +349,7 @@ def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Ru
         # requests behind what an abandoned upload still sends): the next attempt's commits and end prune.
         if not uploads.nothing_stored(msg, redelivered, resume, send.checkpoints) and not control.preempt.is_set():
             uploads.retain(store, msg)
-        # A container's command SIGKILLed though the agent killed nothing: its memory limit's OOM killer (Podman on
-        # cgroup v1 does not say so in OOMKilled, as Docker does).
-        container_oom = container_oom or (runtime is not None and msg.memory is not None and outcome.reason == "exited"
-                                          and proc.returncode == 128 + 9)
+        container_oom = container_oom or (runtime is not None and container.oom_unsaid(msg, outcome.reason, proc.returncode))
         over = outcome.over_memory or container_oom or (cgroup is not None and cgroup.oom_killed())
         result, failure, error = _classify(outcome, proc.returncode, lambda: _tail_text(err), msg, over)
         if runtime is not None and failure == "exit":
