@@ -191,7 +191,7 @@ class Sweep:
         from the artifact store (``SPOTSWEEP_S3_*``, else local mode's); its
         step. As ``spotsweep checkpoint`` does: a step that is not there raises
         :class:`~spotsweep.shared.artifacts.browse.NoCheckpoint` listing those there are."""
-        from spotsweep.services.trial_lookup import find_trial
+        from spotsweep.commands.trial_lookup import find_trial
         from spotsweep.shared.artifacts import open_store
         from spotsweep.shared.artifacts.browse import download_checkpoint
         from spotsweep.shared.settings import Settings

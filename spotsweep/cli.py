@@ -227,7 +227,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     cmd = args.cmd
     if cmd in ("planner", "collector", "agent"):
         return _service(args, settings)
-    from spotsweep.services import commands
+    from spotsweep.commands import sweeps as commands
 
     if cmd in ("validate", "run", "submit"):
         spec = commands.load(args.spec)
@@ -240,12 +240,12 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(commands.schemas(), indent=2))
         return ExitCode.OK
     if cmd == "run":
-        from spotsweep.services import local
+        from spotsweep.services.local import run as local
 
         assert isinstance(settings, LocalSettings)
         return local.run(spec, settings, args.workers, args.csv, dashboard=args.dashboard)
     if cmd == "resume":
-        from spotsweep.services import resume
+        from spotsweep.services.local import resume
 
         assert isinstance(settings, LocalSettings)
         return resume.resume(args.sweep, settings, args.workers, args.csv, dashboard=args.dashboard)
@@ -287,17 +287,17 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if cmd == "export":
         return commands.export_tensorboard(args.sweep, settings, args.dir)
     if cmd in ("logs", "checkpoint"):
-        from spotsweep.services import artifacts_cli
+        from spotsweep.commands import artifacts as artifacts_cli
 
         if cmd == "logs":
             return artifacts_cli.logs(args.trial, args.sweep, args.attempt, args.follow, settings)
         return artifacts_cli.checkpoint(args.trial, args.sweep, args.out, args.step, settings)
     if cmd == "ls":
-        from spotsweep.services import listing
+        from spotsweep.commands import listing
 
         return listing.list_trials(args.filter, settings, args.json)
     if cmd == "top":
-        from spotsweep.services import top
+        from spotsweep.commands import top
 
         return top.main(settings, args.sweep, args.once, args.json)
     if cmd == "report":

@@ -4,7 +4,7 @@ The announcement (:class:`~spotsweep.shared.messages.AgentSeen`: class, slots,
 cores, memory, GPUs per slot) goes to the events exchange as
 ``agent.seen.<class>``; the collector keeps each agent's newest in the table
 ``agents``. ``submit`` and ``status`` read it to name a request no agent of
-the class seen recently can ever hold (``services/idle_classes.py``), instead
+the class seen recently can ever hold (``spotsweep/commands/idle_classes.py``), instead
 of its trials waiting in silence or failing one agent at a time. It is sent
 without waiting for a confirm: a lost one is replaced a minute later.
 """

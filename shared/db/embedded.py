@@ -60,3 +60,18 @@ def configured(settings: Settings, database_url: str | None = None) -> Database:
     if database_url is None:
         return Database(embedded_url(settings.home / "pg"))
     return Database(database_url, options=pg_options(settings))  # the TLS settings apply to a URL given too
+
+
+def for_reading(settings: Settings, ready: bool = True) -> Database:
+    """The results database for a reading command. A shared one (``SPOTSWEEP_DATABASE_URL``)
+    is only checked, never migrated: readers may hold a read-only role, and a schema
+    change is the services' to make (:class:`SchemaNotReady` says what to do). Local
+    mode's embedded database is this user's alone, so it is brought up to date: `ls`
+    before the first `run` shows no sweeps rather than an error. ``ready=False``
+    skips the check, for a caller that handles :class:`SchemaNotReady` itself."""
+    db = configured(settings)
+    if settings.database_url is None:
+        db.migrate()
+    elif ready:
+        db.check()
+    return db

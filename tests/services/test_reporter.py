@@ -16,7 +16,8 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from spotsweep.services import commands, listing
+from spotsweep.commands import sweeps as commands
+from spotsweep.commands import listing
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.report import glob_to_similar
 from spotsweep.services.reporter.safe import csv_cell, printable

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services import commands
+from spotsweep.commands import sweeps as commands
 from spotsweep.shared.permutation import IndexPermutation
 from spotsweep.shared.space import grid_size, params_at, total_trials
 from spotsweep.shared.spec import SweepSpec, parse_spec

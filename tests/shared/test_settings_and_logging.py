@@ -130,7 +130,7 @@ def test_each_process_reads_its_own_model_and_a_flag_wins_over_its_variable(monk
 
 def test_local_mode_honours_the_queue_window(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """It once started its planner with the default whatever SPOTSWEEP_QUEUE_WINDOW said."""
-    from spotsweep.services import local
+    from spotsweep.services.local import run as local
     from spotsweep.shared.spec import parse_spec
 
     seen: list[int | None] = []

@@ -84,7 +84,7 @@ def serve(settings: Settings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
     Beyond loopback it needs a token or ``--insecure`` (:func:`.guard.exposure`)."""
     import uvicorn
 
-    from spotsweep.services.commands import database
+    from spotsweep.shared.db.embedded import for_reading as database
     from spotsweep.services.reporter.web.app import make_app
     from spotsweep.services.reporter.web.guard import exposure
 

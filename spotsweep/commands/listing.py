@@ -11,7 +11,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from spotsweep.services.commands import database_if_any, print_json
+from spotsweep.commands.sweeps import database_if_any, print_json
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.safe import cell, shown
 from spotsweep.services.reporter.values import metric_float

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from spotsweep.services.local import concurrency_note
+from spotsweep.services.local.run import concurrency_note
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def run_cli(*args: str, home: Path, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:

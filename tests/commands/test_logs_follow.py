@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services import artifacts_cli
-from spotsweep.services.artifacts_cli import Seen, read_new
+from spotsweep.commands import artifacts as artifacts_cli
+from spotsweep.commands.artifacts import Seen, read_new
 from spotsweep.shared.artifacts import S3ArtifactStore
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spotsweep.services.top import eta_seconds, max_steps, table
+from spotsweep.commands.top import eta_seconds, max_steps, table
 
 
 def test_eta_from_the_step_rate_and_the_last_step() -> None:

@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from spotsweep.services import commands
+from spotsweep.commands import sweeps as commands
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.safe import cell, shown
 from spotsweep.services.reporter.values import json_ready

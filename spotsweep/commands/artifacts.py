@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from spotsweep.services.reporter.safe import printable
-from spotsweep.services.trial_lookup import TERMINAL, find_trial, trial_state
+from spotsweep.commands.trial_lookup import TERMINAL, find_trial, trial_state
 from spotsweep.shared.artifacts import ArtifactStore, open_store
 from spotsweep.shared.artifacts.browse import STREAMS, download_checkpoint, log_attempts
 from spotsweep.shared.artifacts.checkpoint_layout import log_key
@@ -101,7 +101,7 @@ class Printer:
 def logs(trial: str, sweep: str | None, attempt: int | None, follow: bool, settings: Settings,
          out: BinaryIO | None = None, poll: float = FOLLOW_SECONDS, db: Database | None = None) -> int:
     """Print a trial's stdout and stderr (the newest attempt with logs, or ``attempt``)."""
-    from spotsweep.services.commands import database
+    from spotsweep.shared.db.embedded import for_reading as database
 
     db = db or database(settings)
     store = open_store(settings)
@@ -151,7 +151,7 @@ def _print_new(store: ArtifactStore, sweep_id: str, trial_id: str, attempt: int,
 def checkpoint(trial: str, sweep: str | None, out: Path, step: int | None, settings: Settings,
                db: Database | None = None) -> int:
     """Download the trial's latest complete checkpoint (or the one of ``step``) into ``out``."""
-    from spotsweep.services.commands import database
+    from spotsweep.shared.db.embedded import for_reading as database
 
     db = db or database(settings)
     with db.transaction() as conn:

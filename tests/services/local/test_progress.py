@@ -6,7 +6,7 @@ import json
 
 import psycopg
 
-from spotsweep.services.local_progress import best_so_far, detail, eta_seconds, running_steps
+from spotsweep.services.local.progress import best_so_far, detail, eta_seconds, running_steps
 from spotsweep.shared.db import Database
 
 COUNTS = {"running": 2, "failed": 0}

@@ -16,13 +16,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from spotsweep.services import idle_classes
+from spotsweep.commands import idle_classes
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.budget_line import budget_line, caps_of, spent_of
 from spotsweep.services.reporter.safe import cell, printable, shown
 from spotsweep.services.reporter.values import json_ready
 from spotsweep.shared import messages, topology
 from spotsweep.shared.broker.port import Outgoing
+from spotsweep.shared.db.embedded import for_reading
 from spotsweep.shared.db import Database
 from spotsweep.shared.db.migrator import SchemaNotReady
 from spotsweep.shared.errors import PermanentError
@@ -92,23 +93,6 @@ def schemas() -> dict[str, Any]:
     return {"spec": spec_json_schema(), "messages": messages.json_schemas()}
 
 
-def database(settings: Settings, ready: bool = True) -> Database:
-    """The results database for a reading command. A shared one (``SPOTSWEEP_DATABASE_URL``)
-    is only checked, never migrated: readers may hold a read-only role, and a schema
-    change is the services' to make (:class:`SchemaNotReady` says what to do). Local
-    mode's embedded database is this user's alone, so it is brought up to date: `ls`
-    before the first `run` shows no sweeps rather than an error. ``ready=False``
-    skips the check, for a caller that handles :class:`SchemaNotReady` itself."""
-    from spotsweep.shared.db.embedded import configured as local_database
-
-    db = local_database(settings)
-    if settings.database_url is None:
-        db.migrate()
-    elif ready:
-        db.check()
-    return db
-
-
 def migrate(settings: Settings) -> str:
     """``spotsweep migrate``: bring the results database's schema up to date."""
     from spotsweep.shared.db.embedded import configured as local_database
@@ -135,7 +119,7 @@ def submit(spec: SweepSpec, settings: Settings) -> str:
     """Post the spec to the planner, its workdir packed and uploaded first; returns the new sweep's id."""
     # Imported here, as in cancel and extend: the packer (S3 client) and the planner's handlers
     # take 0.6 s to import, which `ls`, `status` and `report` would otherwise pay at every call.
-    from spotsweep.services import code_upload
+    from spotsweep.commands import code_upload
     from spotsweep.services.planner.handlers import new_sweep_id, submission
 
     spec = code_upload.with_code(spec, settings)
@@ -216,10 +200,10 @@ def cancel(sweep: str, settings: Settings) -> str:
     """Ask the planner to cancel a sweep the results database knows (by id or name): a typo
     is refused here (exit 2), instead of leaving a cancelled row for an id no one ran.
     A local mode sweep is cancelled in its database, no RabbitMQ involved
-    (:func:`spotsweep.services.resume.cancel`)."""
+    (:func:`spotsweep.services.local.resume.cancel`)."""
     db, sweep_id = _resolve(settings, sweep)
     if _run_here(settings, sweep_id):
-        from spotsweep.services import resume
+        from spotsweep.services.local import resume
 
         return resume.cancel(sweep_id, settings)
     _postable(sweep_id)
@@ -234,7 +218,7 @@ def extend(sweep: str, settings: Settings, trials: int, budget: dict[str, Any]) 
     """Ask the planner for ``trials`` more trials and/or new budget caps; checked here
     first, so a mistake is reported to the person typing, not only in the planner's log.
     A local mode sweep's extension is left for the process that runs it, or the next
-    ``resume`` (:mod:`spotsweep.services.local_spool`)."""
+    ``resume`` (:mod:`spotsweep.services.local.spool`)."""
     from spotsweep.services.planner.extend import extended
 
     db, sweep_id = _resolve(settings, sweep)
@@ -247,8 +231,8 @@ def extend(sweep: str, settings: Settings, trials: int, budget: dict[str, Any]) 
         raise PermanentError(f"sweep {_named(sweep_id)} is {row['state']}; only a running or completed sweep can be extended")
     new = extended(parse_spec(row["spec"]), trials, budget)  # SpecError names the field
     if _run_here(settings, sweep_id):
-        from spotsweep.services import local_spool
-        from spotsweep.services.local_interrupt import is_locked
+        from spotsweep.services.local import spool as local_spool
+        from spotsweep.services.local.interrupt import is_locked
 
         local_spool.put(settings.home, sweep_id, row["spec_version"], trials, budget)
         taker = ("the `spotsweep run` running it takes it within a moment" if is_locked(settings.home, sweep_id)
@@ -268,7 +252,7 @@ SCHEMA_PATIENCE = 10.0  # seconds `submit --wait` waits for the schema before it
 def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float = 0.5) -> int:
     """Follow a submitted sweep in the database until it ends."""
     console = Console(stderr=True)
-    db = database(settings, ready=False)
+    db = for_reading(settings, ready=False)
     deadline = None if timeout is None else time.monotonic() + timeout
     last, ready, unready_since = "", False, time.monotonic()
     while True:
@@ -322,7 +306,7 @@ def database_if_any(settings: Settings) -> Database | None:
     """The database for a listing, or None when it has no spotsweep schema at all:
     nothing ran there yet, so the list is empty (an older schema is still an error)."""
     try:
-        return database(settings)
+        return for_reading(settings)
     except SchemaNotReady as e:
         if not e.empty:
             raise

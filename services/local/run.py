@@ -22,11 +22,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from spotsweep.services import local_progress, local_spool
+from spotsweep.services.local import progress as local_progress
+from spotsweep.services.local import spool as local_spool
 from spotsweep.services.agent import main as agent
 from spotsweep.services.agent.handlers import Connection, Slots
 from spotsweep.services.collector import main as collector
-from spotsweep.services.local_interrupt import Interrupts, sweep_lock, wait_settled
+from spotsweep.services.local.interrupt import Interrupts, sweep_lock, wait_settled
 from spotsweep.services.planner import main as planner
 from spotsweep.services.planner.handlers import (
     PlannerDeps, handle_events, handle_sweep_message, new_sweep_id, publish_pending, submission,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from spotsweep.services.collector.handlers import write_events
-from spotsweep.services.idle_classes import Offer, unfit, unfit_for
+from spotsweep.commands.idle_classes import Offer, unfit, unfit_for
 from spotsweep.shared.db import Database
 from spotsweep.shared.messages import AgentSeen
 from spotsweep.shared.spec_models import Resources

@@ -7,14 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-HEAVY = ("spotsweep.services.planner.handlers", "spotsweep.services.agent.main", "spotsweep.services.local",
-         "spotsweep.services.reporter.web.app", "spotsweep.services.code_upload", "starlette", "optuna", "numpy",
+HEAVY = ("spotsweep.services.planner.handlers", "spotsweep.services.agent.main", "spotsweep.services.local.run",
+         "spotsweep.services.reporter.web.app", "spotsweep.commands.code_upload", "starlette", "optuna", "numpy",
          "torch", "pika")
 
 
 def test_the_reading_commands_import_none_of_the_services() -> None:
     code = ("import sys\n"
-            "import spotsweep.cli, spotsweep.services.commands, spotsweep.services.artifacts_cli\n"
+            "import spotsweep.cli, spotsweep.commands.sweeps, spotsweep.commands.artifacts\n"
             "import spotsweep.services.reporter.web.queries, spotsweep.shared.db.embedded\n"
             f"print([m for m in {HEAVY!r} if m in sys.modules])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from spotsweep.services import local, local_spool
-from spotsweep.services.local_interrupt import is_locked, sweep_lock
+from spotsweep.services.local import run as local
+from spotsweep.services.local import spool as local_spool
+from spotsweep.services.local.interrupt import is_locked, sweep_lock
 from spotsweep.services.planner import store as planner_store
 from spotsweep.services.planner.orphans import requeue_orphans
 from spotsweep.services.reporter.safe import printable
