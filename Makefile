@@ -34,7 +34,7 @@ test: setup lint
 # install only provides through an import hook mypy does not follow.
 lint: setup
 	$(BIN)/ruff check .
-	rm -rf build/typecheck
+	rm -rf build/typecheck build/lib  # build/lib: setuptools would copy a moved module's stale copy from it
 	$(BIN)/pip install --quiet --no-deps --target build/typecheck .
 	cd build/typecheck && ../../$(BIN)/mypy spotsweep --config-file ../../pyproject.toml --python-executable ../../$(BIN)/python
 
