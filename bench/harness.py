@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -40,6 +41,8 @@ import psycopg
 PG_ADMIN = os.environ.get("SPOTSWEEP_BENCH_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 RABBIT_HOST = os.environ.get("SPOTSWEEP_BENCH_RABBIT_HOST", "127.0.0.1")
 RESULTS = Path(__file__).resolve().parent / "results"
+RAY_VENV = Path(__file__).resolve().parent.parent / "build" / "peers" / "ray"  # the Ray Tune peer's own virtualenv
+RAY_REQUIREMENT = "ray[tune]==2.60.0"
 
 
 # -- services ---------------------------------------------------------------
@@ -120,6 +123,26 @@ def settle() -> None:
 def load_1m() -> float:
     """The 1-minute load average now: printed beside each figure, as these machines are shared."""
     return round(os.getloadavg()[0], 2)
+
+
+def ray_python(build: bool = True) -> tuple[Path | None, str]:
+    """The Ray Tune peer's python (headline and search share its virtualenv), built with ``ray[tune]``
+    when missing or broken; or None. The note says which, for the printed table and the JSON."""
+    python = RAY_VENV / "bin" / "python"
+    check = [str(python), "-c", "import ray, ray.tune"]
+    if python.exists() and subprocess.run(check, capture_output=True, timeout=120).returncode == 0:
+        return python, f"Ray Tune from {RAY_VENV}"
+    if not build:
+        return None, f"Ray Tune skipped: no peer virtualenv at {RAY_VENV} (--no-build-ray)"
+    print(f"building the Ray Tune peer virtualenv at {RAY_VENV} ({RAY_REQUIREMENT}) ...", flush=True)
+    for cmd in ([shutil.which("python3") or sys.executable, "-m", "venv", str(RAY_VENV)],
+                [str(RAY_VENV / "bin" / "pip"), "install", "--quiet", RAY_REQUIREMENT]):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            shutil.rmtree(RAY_VENV, ignore_errors=True)
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            return None, f"Ray Tune skipped: `{Path(cmd[0]).name} {' '.join(cmd[1:])}` failed ({tail[0]})"
+    return python, f"Ray Tune from {RAY_VENV} (built now)"
 
 
 def sqlalchemy_url(url: str) -> str:

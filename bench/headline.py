@@ -34,9 +34,6 @@ import dispatch
 import harness
 import optuna_peer
 
-RAY_VENV = Path(__file__).resolve().parent.parent / "build" / "peers" / "ray"  # shared with bench/search_peers.py
-RAY_REQUIREMENT = "ray[tune]==2.60.0"
-
 
 @contextmanager
 def _services_rev(rev: str | None) -> Iterator[None]:
@@ -75,22 +72,6 @@ def optuna_run(storage: str, name: str, workers: int, n: int) -> dict[str, Any]:
     if counts.get("COMPLETE") != n:
         raise RuntimeError(f"optuna {name}: {counts}")
     return {"seconds": res["seconds"], "n": n, "workers": workers, "load": load}
-
-
-def ray_python(build: bool) -> tuple[Path | None, str]:
-    """The Ray peer virtualenv's python, built with ``ray[tune]`` when missing; or None and why not."""
-    python = RAY_VENV / "bin" / "python"
-    check = [str(python), "-c", "import ray, ray.tune"]
-    if python.exists() and subprocess.run(check, capture_output=True, timeout=120).returncode == 0:
-        return python, ""
-    if not build:
-        return None, f"Ray Tune skipped: no peer virtualenv at {RAY_VENV} (--no-build-ray)"
-    for cmd in (["python3", "-m", "venv", str(RAY_VENV)], [str(RAY_VENV / "bin" / "pip"), "install", "--quiet",
-                                                              RAY_REQUIREMENT]):
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            return None, f"Ray Tune skipped: {' '.join(cmd[:3])} failed: {done.stderr.strip()[-300:]}"
-    return python, ""
 
 
 def ray_run(python: Path, mode: str, workers: int, n: int) -> dict[str, Any]:
@@ -143,7 +124,7 @@ def main() -> None:
     args = ap.parse_args()
     slots = args.agents * args.slots
     workers = [int(w) for w in args.optuna_workers.split(",")]
-    ray, ray_note = (None, "Ray Tune skipped: --ray-trials 0") if args.ray_trials <= 0 else ray_python(not args.no_build_ray)
+    ray, ray_note = (None, "Ray Tune skipped: --ray-trials 0") if args.ray_trials <= 0 else harness.ray_python(not args.no_build_ray)
     if ray is None:
         print(ray_note)
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -203,7 +184,7 @@ def main() -> None:
     if ray is None:
         print(ray_note)
     path = harness.write_json("headline", {"args": vars(args) | {"json": str(args.json)}, "runs": runs, "ratios": out,
-                                           "ray": ray_note or RAY_REQUIREMENT}, args.json)
+                                           "ray": harness.RAY_REQUIREMENT if ray else ray_note}, args.json)
     print(f"wrote {path}")
 
 

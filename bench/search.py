@@ -40,9 +40,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import json
 import math
-import platform
 import random
 import time
 from collections.abc import Callable
@@ -51,6 +49,7 @@ from pathlib import Path
 from statistics import fmean, stdev
 from typing import Any
 
+import harness
 import optuna
 from search_objectives import HARTMANN3_MIN, hartmann3
 from search_pbt import pbt_bench
@@ -233,15 +232,14 @@ def main() -> None:
         "continuous": lambda: continuous(args.seeds, args.workers or 4),
     }
     chosen = [name for name in sections if args.all or getattr(args, name, False)] or ["strategies"]
-    out: dict[str, Any] = {"machine": platform.platform(), "python": platform.python_version(), "seeds": args.seeds}
+    out: dict[str, Any] = {"seeds": args.seeds}
     for name in chosen:
         print(f"\n== {name} ==")
         started = time.perf_counter()
         out[name] = sections[name]()
         print(f"({name}: {time.perf_counter() - started:.0f} s)")
         if args.json:  # written after each section, so a long run keeps what it finished
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(out, indent=2))
+            harness.write_json("search", out, args.json)
 
 
 def strategies(args: argparse.Namespace) -> dict[str, Any]:

@@ -28,16 +28,15 @@ import heapq
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import harness
 import optuna
 
 from search_objectives import ETA, GRID81, MAX_T, MIN_T, OBJECTIVES, grid, key, observe, optimum, regret
@@ -45,8 +44,6 @@ from spotsweep.services.planner.search import Action, Search, TrialRecord
 from spotsweep.shared.spec import parse_spec
 from spotsweep.shared.states import TrialState
 
-RAY_VENV = Path(__file__).resolve().parent.parent / "build" / "peers" / "ray"
-RAY_REQUIREMENT = "ray[tune]==2.60.0"
 BUDGET = {"param": "steps", "min": MIN_T, "max": MAX_T}
 
 
@@ -237,25 +234,6 @@ def run_summary(method: str, objective: str, seed: int, steps: float, found: lis
             "picked": final}
 
 
-def ray_python(build: bool = True) -> tuple[Path | None, str]:
-    """The peer virtualenv's python (built with ``ray[tune]`` when missing), or None and why not."""
-    python = RAY_VENV / "bin" / "python"
-    if python.exists():
-        return python, f"Ray Tune from {RAY_VENV}"
-    if not build:
-        return None, f"Ray Tune skipped: no peer virtualenv at {RAY_VENV} (--no-build-ray)"
-    base = shutil.which("python3") or sys.executable
-    print(f"building the Ray Tune peer virtualenv at {RAY_VENV} ({RAY_REQUIREMENT}) ...", flush=True)
-    for cmd in ([base, "-m", "venv", str(RAY_VENV)], [str(RAY_VENV / "bin" / "pip"), "install", "--quiet", RAY_REQUIREMENT]):
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            shutil.rmtree(RAY_VENV, ignore_errors=True)
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            shown = " ".join([Path(cmd[0]).name, *cmd[1:]])
-            return None, f"Ray Tune skipped: `{shown}` failed ({tail[0]})"
-    return python, f"Ray Tune from {RAY_VENV} (built now)"
-
-
 def run_ray(python: Path, objectives: list[str], seeds: list[int], workers: int, cap: float,
             schedulers: tuple[str, ...] = ("asha", "async_hyperband")) -> list[dict[str, Any]]:
     """Ray Tune's runs, in its own virtualenv as a subprocess; one summary per run."""
@@ -329,7 +307,7 @@ def peers(seeds: int, workers: int, cap: float, with_ray: bool, methods: list[st
                              "wall_s": time.perf_counter() - started})
     ray_note = "Ray Tune skipped (--no-ray)"
     if with_ray:
-        python, ray_note = ray_python()
+        python, ray_note = harness.ray_python()
         if python is not None:
             runs += run_ray(python, objectives, list(range(seeds)), workers, cap)
     print(f"81-config grid, budgets {MIN_T}/{MIN_T * ETA}/{MAX_T}, eta {ETA}, {workers} trials at once, cap {cap:.0f} "

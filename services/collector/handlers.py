@@ -6,7 +6,7 @@ redelivery after a crash, an overlap) fails that COPY inside a savepoint; the
 batch then goes through a temporary staging table and one ``INSERT ... ON
 CONFLICT DO NOTHING``, so nothing is inserted twice and the first value of a
 key stays. The fast path skips the staging copy, which halves PostgreSQL's
-work per point (bench/ingest.py); redeliveries are rare. Checkpoint
+work per point (measured by bench/ingest.py, now in git history); redeliveries are rare. Checkpoint
 events are journaled in ``trial_events`` by message id (lifecycle events are
 journaled by the planner, which decides them: the collector's queue is bound
 to metrics and checkpoints only). An agent's announcement of what it offers
