@@ -44,6 +44,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(name)
         if needs and item.get_closest_marker("integration") is None:
             item.add_marker("integration")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A test that timed out may leave a thread blocked for ever; Python would wait on it at exit and CI
+    would hang with the results already printed. Leave at once, with pytest's own exit status."""
+    import threading
+
+    stuck = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if stuck:
+        print(f"\nconftest: threads still running after the tests: {stuck}; exiting without waiting", file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(int(getattr(config, "_spotsweep_status", 1)))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._spotsweep_status = exitstatus  # type: ignore[attr-defined]  # for pytest_unconfigure
+
+
 PG_ADMIN_URL = os.environ.get("SPOTSWEEP_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 

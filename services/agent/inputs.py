@@ -5,13 +5,15 @@ An ``s3://bucket/prefix/`` input is listed (one listing) and named by its
 (:func:`version_of`), so a changed object is a new version and an unchanged
 prefix is the same one on every node. The version's tree is
 ``<cache>/<version>/``: made once per node however many trials want it at
-once. Each version has a lock file (``.<version>.lock``, ``flock``, so two
-agents on one node share it too): the one that finds no tree takes it
-exclusively and downloads (the checkpoints' parallel download,
+once. Each version has two lock files (``flock``, so two agents on one node
+share them too): ``.<version>.lock``, held shared by every trial using the
+tree and exclusively by eviction, and ``.<version>.make``, which the one that
+finds no tree takes exclusively while it downloads (the checkpoints' parallel download,
 :func:`~spotsweep.shared.artifacts.transfer.download_files`, which checks
 every size), lists again to check no object changed meanwhile, makes the
 tree read-only (files 0444, folders 0555, owned by the agent) and renames it
-into place; the others wait on the lock. Every trial using a tree holds a
+into place; the others wait on the make lock only (never on the trials
+already using the tree, which hold theirs for hours). Every trial using a tree holds a
 shared lock on it for its whole run, and the trial gets a symbolic link at
 ``to`` in its working directory: it may remove the link, never change what
 is behind it (not its files: they are not its user's; ``--trial-user``
@@ -153,8 +155,8 @@ def _hold(cache: Path, version: str, make: Callable[[Path], None] | None, held: 
             held.callback(os.close, fd)  # held shared while the trial runs: eviction passes it by
             os.utime(tree)  # used now: what eviction ranks by
             return tree
-        os.close(fd)  # not there: made under the exclusive lock, then taken shared
-        with _locked(cache / f".{version}.lock", fcntl.LOCK_EX):
+        os.close(fd)  # not there: made under the make lock, then taken shared (a waiter never waits on the holders)
+        with _locked(cache / f".{version}.make", fcntl.LOCK_EX):
             if tree.is_dir():
                 continue
             if make is None:
@@ -259,11 +261,11 @@ def evict(cache: Path, cap_bytes: int) -> list[str]:
 
 def _leftovers(cache: Path) -> None:
     """Delete what a killed agent left: a download's temporary folder (``.<version>-...``) or a tree
-    evicted halfway, each only while no one holds its version's lock (a download going on holds it)."""
+    evicted halfway, each only while no one holds its version's make lock (a download going on holds it)."""
     for path in cache.iterdir() if cache.is_dir() else []:
         if not (path.name.startswith(".") and "-" in path.name and path.is_dir()):
             continue
-        fd = os.open(cache / f".{path.name[1:].split('-', 1)[0]}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(cache / f".{path.name[1:].split('-', 1)[0]}.make", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             _remove(path)

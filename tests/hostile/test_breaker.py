@@ -9,6 +9,7 @@ own breaker, with the reason, and the clean sweep runs on the same agent.
 
 from __future__ import annotations
 
+import csv
 import time
 from typing import Any
 
@@ -58,7 +59,11 @@ def test_sweeps_that_fail_everywhere_are_stopped_and_idle_no_agent(hostile: Host
     assert status.returncode == 0 and status.stdout.count("stopped by its breaker") == 3, status.stdout[-3000:]
     csv_path = hostile.tmp / "broken.csv"
     assert hostile.cli("report", broken[0], "--csv", str(csv_path)).returncode == 0
-    assert "the sweep failed: stopped by its breaker: " in csv_path.read_text()  # the trials it cancelled say why
+    rows = list(csv.DictReader(csv_path.open()))
+    assert rows and all(  # every trial says why it ended: its own error, or the breaker for those it cancelled
+        (r["state"] == "failed" and "this sweep is broken" in r["error"])
+        or (r["state"] == "cancelled" and r["error"].startswith("the sweep failed: stopped by its breaker: "))
+        for r in rows), rows
 
     # The agent that ran every one of those failures takes the next clean sweep at once.
     clean = hostile.submit({**bystander_spec(), "name": "after"})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ from spotsweep.services.planner.outbox import trial_message
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.artifacts.port import ObjectInfo
 from spotsweep.shared.errors import PermanentError
-from spotsweep.shared.messages import TrialMessage
+from spotsweep.shared.messages import Envelope, TrialMessage
 from spotsweep.shared.errors import SpecError
+from spotsweep.shared.inputs import Input
 from spotsweep.shared.spec import parse_spec
 
 
@@ -186,11 +188,29 @@ def test_a_killed_agents_half_download_is_deleted_once_no_one_downloads_it(tmp_p
     half.mkdir(parents=True)
     (half / "part").write_bytes(b"x")
     half.chmod(0o555)
-    with inputs._locked(cache / ".v1.lock", inputs.fcntl.LOCK_EX):  # a download still going on
+    with inputs._locked(cache / ".v1.make", inputs.fcntl.LOCK_EX):  # a download still going on
         inputs.evict(cache, 2**30)
         assert (half / "part").exists()
     inputs.evict(cache, 2**30)
     assert not (cache / ".v1-abc123").exists()
+
+
+def test_a_trial_waiting_on_a_download_never_waits_on_the_trials_already_using_the_tree(tmp_path: Path) -> None:
+    """The others wait on the first download only: a trial that starts using the new tree holds it for
+    hours, and a waiter that then wanted the tree's lock exclusively would wait that long (it did)."""
+    cache, item = tmp_path / "cache", Input.model_validate({"from": "s3://d/x/", "to": "data"})
+    cache.mkdir()
+    got: list[Path] = []
+    with inputs.ExitStack() as first, inputs.ExitStack() as second:
+        with inputs._locked(cache / ".v1.make", inputs.fcntl.LOCK_EX):  # a download under way
+            waiter = threading.Thread(target=lambda: got.append(inputs._hold(cache, "v1", None, second, item)),
+                                      daemon=True)
+            waiter.start()
+            time.sleep(0.3)  # the waiter is blocked on the download by now
+            (cache / "v1").mkdir()  # the download lands ...
+            inputs._hold(cache, "v1", None, first, item)  # ... and its trial uses it, for its whole run
+        waiter.join(timeout=10)
+        assert got == [cache / "v1"], "the waiter still waits for the first trial to end"
 
 
 def test_a_path_on_the_node_is_linked_as_it_is_and_a_taken_path_is_refused(tmp_path: Path) -> None:
@@ -214,11 +234,11 @@ def test_an_attempt_whose_input_cannot_be_staged_fails_refused_before_it_starts(
 
     items = parse_spec(spec(inputs=[{"from": "s3://d/empty/", "to": "data"}])).inputs
     store, config = Buckets(tmp_path / "s3"), RunnerConfig(agent_id="a", workdir=tmp_path / "work")
-    started: list[object] = []
+    started: list[Envelope] = []
     final = run_trial(message(items), store, started.append, config, RunControls())
     assert final is not None and final.outcome == "failed" and final.failure == "refused", final
     assert final.error is not None and "inputs cannot be staged" in final.error and "no object under" in final.error
-    assert started == []  # the command never ran
+    assert [e.kind for e in started] == ["trial.staging"]  # staging was said; the command never ran (no trial.started)
 
 
 def test_the_artifact_bucket_is_no_input_source(tmp_path: Path) -> None:

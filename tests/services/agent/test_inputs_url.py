@@ -78,11 +78,12 @@ def test_six_trials_at_once_fetch_a_checked_file_once_and_cannot_write_to_it(ser
         stacks.append(stage(message(items, f"sw.{i}"), tmp_path, f"run{i}"))
         seen.append((tmp_path / f"run{i}" / "data" / "train.bin").read_bytes())
 
-    threads = [threading.Thread(target=trial, args=(i,)) for i in range(6)]
+    threads = [threading.Thread(target=trial, args=(i,), daemon=True) for i in range(6)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    for t in threads:  # a waiter must wait on the download only, never on the trials already using the tree
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a trial waits for the others to end before it can start"
     assert seen == [data] * 6
     assert server.gets == {"/train.bin": 1}  # one download for six trials; the others asked nothing
     file = (tmp_path / "run0" / "data" / "train.bin").resolve()

@@ -158,7 +158,8 @@ def test_a_failed_build_fails_the_trial_for_good_with_the_installers_words(setup
     (code / "requirements.txt").write_text("./wheels/not-a-wheel-9.9-py3-none-any.whl\n")
     (code / "wheels/not-a-wheel-9.9-py3-none-any.whl").write_text("garbage")
     final, events = setup_kit.run(setup_kit.message(IMPORT, setup_pip="requirements.txt"))
-    assert final.outcome == "failed" and final.failure == "refused" and events == []
+    assert final.outcome == "failed" and final.failure == "refused"
+    assert [e.kind for e in events] == ["trial.staging"]  # said it was setting up; never started
     assert "setup.pip" in final.error and "uv pip install failed" in final.error and "not-a-wheel" in final.error
 
 
