@@ -12,14 +12,18 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from spotsweep import __version__
+from spotsweep.commands import sweeps
 from spotsweep.shared import log
 from spotsweep.shared.errors import PermanentError, RetryableError, SpecError, SpotsweepError, UnsafeSetup
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import PROCESSES, AgentSettings, DashboardSettings, LocalSettings, PlannerSettings, Settings, default
 from spotsweep.shared.settings_cli import add_flags, load
+from spotsweep.shared.spec import SweepSpec
 
 
 def _whole(text: str, floor: int) -> int:
@@ -57,107 +61,34 @@ def _names(text: str) -> list[str]:
     return names
 
 
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its help, its arguments and what it runs (declared together, below)."""
+
+    help: str
+    args: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Settings], int]
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def command(name: str, help: str, args: Callable[[argparse.ArgumentParser], None] = lambda p: None
+            ) -> Callable[[Callable[[argparse.Namespace, Settings], int]], Callable[[argparse.Namespace, Settings], int]]:
+    """Declare the subcommand ``name``: the decorated function runs it; ``args`` adds its arguments."""
+    def register(run: Callable[[argparse.Namespace, Settings], int]) -> Callable[[argparse.Namespace, Settings], int]:
+        COMMANDS[name] = Command(help, args, run)
+        return run
+    return register
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="spotsweep", description="Hyperparameter sweeps on spot GPUs.")
     p.add_argument("--version", action="version", version=f"spotsweep {__version__}")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING... (default INFO; WARNING for run, whose UI is a progress bar)")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-
-    r = sub.add_parser("run", help="run a sweep on this machine, no services needed")
-    r.add_argument("spec", type=Path)
-    r.add_argument("--workers", type=_positive, default=2, help="trials at once (default 2)")
-    r.add_argument("--csv", type=Path)
-    port = default(DashboardSettings, "dashboard_port")
-    r.add_argument("--dashboard", nargs="?", const=port, type=_port, metavar="PORT",
-                   help=f"serve the dashboard on 127.0.0.1:PORT (default {port}) while the sweep runs")
-    add_flags(r, LocalSettings)
-
-    rs = sub.add_parser("resume", help="finish a local sweep whose `spotsweep run` was interrupted or killed")
-    rs.add_argument("sweep")
-    rs.add_argument("--workers", type=_positive, default=2, help="trials at once (default 2)")
-    rs.add_argument("--csv", type=Path)
-    rs.add_argument("--dashboard", nargs="?", const=port, type=_port, metavar="PORT",
-                    help=f"serve the dashboard on 127.0.0.1:PORT (default {port}) while the sweep runs")
-    add_flags(rs, LocalSettings)
-
-    s = sub.add_parser("submit", help="post a sweep to the planner queue")
-    s.add_argument("spec", type=Path)
-    s.add_argument("--wait", action="store_true", help="follow the sweep; exit 0 only if every trial completed")
-    s.add_argument("--timeout", type=float, help="with --wait: give up after S seconds (exit 124)")
-
-    v = sub.add_parser("validate", help="check a spec (exit 0 or 2)")
-    v.add_argument("spec", type=Path)
-
-    st = sub.add_parser("status", help="sweeps and their trial counts, newest first")
-    st.add_argument("sweep", nargs="?")
-    st.add_argument("--json", action="store_true")
-    shown = st.add_mutually_exclusive_group()
-    shown.add_argument("--limit", type=_positive, default=STATUS_LIMIT, metavar="N",
-                       help=f"the newest N sweeps (default {STATUS_LIMIT})")
-    shown.add_argument("--all", action="store_true", help="every sweep")
-
-    ls = sub.add_parser("ls", help="list trials")
-    ls.add_argument("--filter", action="append", default=[], metavar="KEY=GLOB", help="name=, state= or sweep= (repeatable)")
-    ls.add_argument("--json", action="store_true")
-
-    tp = sub.add_parser("top", help="live view of the running trials: agent, GPU, memory, step, last metric, ETA")
-    tp.add_argument("--sweep", help="only this sweep (id or name)")
-    tp.add_argument("--once", action="store_true", help="print one table and exit")
-    tp.add_argument("--json", action="store_true", help="print the rows as JSON and exit")
-
-    e = sub.add_parser("extend", help="more trials or a larger budget for a running or finished sweep")
-    e.add_argument("sweep", help="the sweep's id, or its name (the newest sweep of that name)")
-    e.add_argument("--trials", type=_positive, help="configurations to add (each runs `repeats` times)")
-    e.add_argument("--max-trials", type=_positive, help="new budget.max_trials")
-    e.add_argument("--max-steps", type=_positive, help="new budget.max_steps")
-    e.add_argument("--max-gpu-hours", type=float, help="new budget.max_gpu_hours")
-    e.add_argument("--max-cost", type=float, help="new budget.max_cost")
-    e.add_argument("--wall-time", help="new budget.wall_time (seconds, or 30m, 12h, 1d)")
-
-    c = sub.add_parser("cancel", help="cancel a sweep")
-    c.add_argument("sweep", help="the sweep's id, or its name (the newest sweep of that name)")
-
-    sub.add_parser("schema", help="print the JSON Schemas of the spec and the messages")
-    sub.add_parser("migrate", help="apply the results database's pending schema migrations (the planner and "
-                   "the collector do it when they start; readers never do)")
-
-    rep = sub.add_parser("report", help="leaderboard, CSV and offline HTML report of a sweep")
-    rep.add_argument("sweep", help="a sweep id, or a name (its newest sweep)")
-    rep.add_argument("--csv", type=Path)
-    rep.add_argument("--html", type=Path, metavar="FILE",
-                     help="write the dashboard's sweep page as one self-contained HTML file (works offline)")
-    rep.add_argument("--top", type=int)
-    rep.add_argument("--metrics", type=_names, metavar="NAME,NAME",
-                     help="metric columns beside the objective (default: the first 8 by name; --csv then writes only these)")
-
-    ex = sub.add_parser("export", help="write a sweep's results for another tool")
-    formats = ex.add_subparsers(dest="format", required=True, metavar="FORMAT")
-    tb = formats.add_parser("tensorboard", help="one TensorBoard run per trial: scalars by step, params and final "
-                                                "metrics in the HParams plugin")
-    tb.add_argument("sweep", help="a sweep id, or a name (its newest sweep)")
-    tb.add_argument("dir", type=Path, help="an empty or new folder; then: tensorboard --logdir DIR")
-
-    lg = sub.add_parser("logs", help="a trial's stdout and stderr, from the artifact store (also after its node is gone)")
-    lg.add_argument("trial", help="a trial id, or a trial name (within --sweep)")
-    lg.add_argument("--sweep", help="the sweep (id, or name: its newest sweep) whose trial name TRIAL is")
-    lg.add_argument("--attempt", type=_positive, help="this attempt's logs (default: the newest attempt with logs)")
-    lg.add_argument("--follow", "-f", action="store_true", help="print what the trial writes until it ends "
-                                                                 "(the store is at most SPOTSWEEP_LOG_UPLOAD_SECONDS behind)")
-
-    ck = sub.add_parser("checkpoint", help="download a trial's latest complete checkpoint (or one step's)")
-    ck.add_argument("trial", help="a trial id, or a trial name (within --sweep)")
-    ck.add_argument("--sweep", help="the sweep (id, or name: its newest sweep) whose trial name TRIAL is")
-    ck.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to download into")
-    ck.add_argument("--step", type=_step, help="the checkpoint of this step (default: the latest complete one)")
-
-    add_flags(sub.add_parser("dashboard", help="serve the web dashboard of every sweep (results database or local mode's)"),
-              DashboardSettings)
-
-    # The services' flags are their settings' own knobs (shared/settings.py), each also a SPOTSWEEP_* variable.
-    add_flags(sub.add_parser("planner", help="run the planner service"), PROCESSES["planner"])
-    add_flags(sub.add_parser("collector", help="run the collector service"), PROCESSES["collector"])
-    add_flags(sub.add_parser("agent", help="run an agent on this node"), PROCESSES["agent"])
-
+    for name, cmd in COMMANDS.items():
+        cmd.args(sub.add_parser(name, help=cmd.help))
     # Only listed here: main() hands `train ...` to the trainer's own parser before this one runs.
     sub.add_parser("train", help="train a built-in model under the trial contract (needs torch): "
                                  "spotsweep train tinylm --help", add_help=False)
@@ -171,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     log.configure(args.log_level or ("WARNING" if args.cmd in ("run", "resume") else "INFO"))
     try:
-        return _dispatch(args, _settings(args))
+        return COMMANDS[args.cmd].run(args, _settings(args))
     except SpecError as e:
         for field, message in e.errors:
             _error(f"{field}: {message}" if field else message)
@@ -223,86 +154,224 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load(PROCESSES.get("run" if args.cmd == "resume" else args.cmd, Settings), args)
 
 
-def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
-    cmd = args.cmd
-    if cmd in ("planner", "collector", "agent"):
-        return _service(args, settings)
-    from spotsweep.commands import sweeps as commands
+def _local_args(p: argparse.ArgumentParser) -> None:
+    """run's and resume's flags beside their first argument."""
+    p.add_argument("--workers", type=_positive, default=2, help="trials at once (default 2)")
+    p.add_argument("--csv", type=Path)
+    port = default(DashboardSettings, "dashboard_port")
+    p.add_argument("--dashboard", nargs="?", const=port, type=_port, metavar="PORT",
+                   help=f"serve the dashboard on 127.0.0.1:PORT (default {port}) while the sweep runs")
+    add_flags(p, LocalSettings)
 
-    if cmd in ("validate", "run", "submit"):
-        spec = commands.load(args.spec)
-        for warning in commands.warnings(spec):
-            print(f"warning: {warning}", file=sys.stderr)
-    if cmd == "validate":
-        print(commands.describe(spec))
+
+def _spec_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", type=Path)
+
+
+def _spec(args: argparse.Namespace) -> SweepSpec:
+    """The spec file of run, submit and validate, its warnings printed."""
+    spec = sweeps.load(args.spec)
+    for warning in sweeps.warnings(spec):
+        print(f"warning: {warning}", file=sys.stderr)
+    return spec
+
+
+def _sweep_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep", help="the sweep's id, or its name (the newest sweep of that name)")
+
+
+def _trial_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trial", help="a trial id, or a trial name (within --sweep)")
+    p.add_argument("--sweep", help="the sweep (id, or name: its newest sweep) whose trial name TRIAL is")
+
+
+@command("run", "run a sweep on this machine, no services needed", lambda p: (_spec_arg(p), _local_args(p)))
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from spotsweep.services.local import run as local
+
+    assert isinstance(settings, LocalSettings)
+    return local.run(_spec(args), settings, args.workers, args.csv, dashboard=args.dashboard)
+
+
+@command("resume", "finish a local sweep whose `spotsweep run` was interrupted or killed",
+         lambda p: (p.add_argument("sweep"), _local_args(p)))
+def _resume(args: argparse.Namespace, settings: Settings) -> int:
+    from spotsweep.services.local import resume
+
+    assert isinstance(settings, LocalSettings)
+    return resume.resume(args.sweep, settings, args.workers, args.csv, dashboard=args.dashboard)
+
+
+def _submit_args(p: argparse.ArgumentParser) -> None:
+    _spec_arg(p)
+    p.add_argument("--wait", action="store_true", help="follow the sweep; exit 0 only if every trial completed")
+    p.add_argument("--timeout", type=float, help="with --wait: give up after S seconds (exit 124)")
+
+
+@command("submit", "post a sweep to the planner queue", _submit_args)
+def _submit(args: argparse.Namespace, settings: Settings) -> int:
+    spec = _spec(args)
+    if args.wait and settings.database_url is None:  # checked before posting: nothing is left running unwatched
+        raise PermanentError("submit --wait follows the sweep in the planner's results database: set "
+                             "SPOTSWEEP_DATABASE_URL to it (unset, --wait would watch local mode's embedded "
+                             "database, which a submitted sweep never reaches)")
+    sweep_id = sweeps.submit(spec, settings)
+    print(sweep_id)
+    if not args.wait:
         return ExitCode.OK
-    if cmd == "schema":
-        print(json.dumps(commands.schemas(), indent=2))
-        return ExitCode.OK
-    if cmd == "run":
-        from spotsweep.services.local import run as local
+    code = sweeps.wait(sweep_id, settings, args.timeout)
+    print(sweep_id)
+    return code
 
-        assert isinstance(settings, LocalSettings)
-        return local.run(spec, settings, args.workers, args.csv, dashboard=args.dashboard)
-    if cmd == "resume":
-        from spotsweep.services.local import resume
 
-        assert isinstance(settings, LocalSettings)
-        return resume.resume(args.sweep, settings, args.workers, args.csv, dashboard=args.dashboard)
-    if cmd == "submit":
-        if args.wait and settings.database_url is None:  # checked before posting: nothing is left running unwatched
-            raise PermanentError("submit --wait follows the sweep in the planner's results database: set "
-                                 "SPOTSWEEP_DATABASE_URL to it (unset, --wait would watch local mode's embedded "
-                                 "database, which a submitted sweep never reaches)")
-        sweep_id = commands.submit(spec, settings)
-        print(sweep_id)
-        if not args.wait:
-            return ExitCode.OK
-        code = commands.wait(sweep_id, settings, args.timeout)
-        print(sweep_id)
-        return code
-    if cmd == "extend":
-        budget = {k: v for k, v in (("max_trials", args.max_trials), ("max_steps", args.max_steps),
-                                    ("max_gpu_hours", args.max_gpu_hours), ("max_cost", args.max_cost),
-                                    ("wall_time", args.wall_time)) if v is not None}
-        if not args.trials and not budget:
-            raise PermanentError("extend: give --trials and/or a budget (--max-trials, --max-steps, --max-gpu-hours, "
-                                 "--max-cost, --wall-time)")
-        print(commands.extend(args.sweep, settings, args.trials or 0, budget))
-        return ExitCode.OK
-    if cmd == "cancel":
-        print(commands.cancel(args.sweep, settings))
-        return ExitCode.OK
-    if cmd == "migrate":
-        print(commands.migrate(settings))
-        return ExitCode.OK
-    if cmd == "status":
-        return commands.status(args.sweep, settings, args.json, limit=None if args.all else args.limit)
-    if cmd == "dashboard":
-        from spotsweep.services.reporter.web import serve
+@command("validate", "check a spec (exit 0 or 2)", _spec_arg)
+def _validate(args: argparse.Namespace, settings: Settings) -> int:
+    print(sweeps.describe(_spec(args)))
+    return ExitCode.OK
 
-        assert isinstance(settings, DashboardSettings)
-        _say_when_listening(settings.dashboard_host, settings.dashboard_port)
-        return serve(settings, settings.dashboard_host, settings.dashboard_port)
-    if cmd == "export":
-        return commands.export_tensorboard(args.sweep, settings, args.dir)
-    if cmd in ("logs", "checkpoint"):
-        from spotsweep.commands import artifacts as artifacts_cli
 
-        if cmd == "logs":
-            return artifacts_cli.logs(args.trial, args.sweep, args.attempt, args.follow, settings)
-        return artifacts_cli.checkpoint(args.trial, args.sweep, args.out, args.step, settings)
-    if cmd == "ls":
-        from spotsweep.commands import listing
+def _status_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep", nargs="?")
+    p.add_argument("--json", action="store_true")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=_positive, default=STATUS_LIMIT, metavar="N",
+                       help=f"the newest N sweeps (default {STATUS_LIMIT})")
+    shown.add_argument("--all", action="store_true", help="every sweep")
 
-        return listing.list_trials(args.filter, settings, args.json)
-    if cmd == "top":
-        from spotsweep.commands import top
 
-        return top.main(settings, args.sweep, args.once, args.json)
-    if cmd == "report":
-        return commands.report(args.sweep, settings, args.csv, args.top, args.metrics, args.html)
-    raise AssertionError(cmd)  # argparse refuses unknown commands
+@command("status", "sweeps and their trial counts, newest first", _status_args)
+def _status(args: argparse.Namespace, settings: Settings) -> int:
+    return sweeps.status(args.sweep, settings, args.json, limit=None if args.all else args.limit)
+
+
+def _ls_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--filter", action="append", default=[], metavar="KEY=GLOB", help="name=, state= or sweep= (repeatable)")
+    p.add_argument("--json", action="store_true")
+
+
+@command("ls", "list trials", _ls_args)
+def _ls(args: argparse.Namespace, settings: Settings) -> int:
+    from spotsweep.commands import listing
+
+    return listing.list_trials(args.filter, settings, args.json)
+
+
+def _top_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sweep", help="only this sweep (id or name)")
+    p.add_argument("--once", action="store_true", help="print one table and exit")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON and exit")
+
+
+@command("top", "live view of the running trials: agent, GPU, memory, step, last metric, ETA", _top_args)
+def _top(args: argparse.Namespace, settings: Settings) -> int:
+    from spotsweep.commands import top
+
+    return top.main(settings, args.sweep, args.once, args.json)
+
+
+BUDGET_FLAGS = {"max_trials": _positive, "max_steps": _positive, "max_gpu_hours": float, "max_cost": float,
+                "wall_time": str}  # extend's budget flags, each a budget key: --max-trials sets budget.max_trials
+
+
+def _extend_args(p: argparse.ArgumentParser) -> None:
+    _sweep_arg(p)
+    p.add_argument("--trials", type=_positive, help="configurations to add (each runs `repeats` times)")
+    for key, kind in BUDGET_FLAGS.items():
+        p.add_argument(f"--{key.replace('_', '-')}", type=kind,
+                       help=f"new budget.{key}" + (" (seconds, or 30m, 12h, 1d)" if key == "wall_time" else ""))
+
+
+@command("extend", "more trials or a larger budget for a running or finished sweep", _extend_args)
+def _extend(args: argparse.Namespace, settings: Settings) -> int:
+    budget = {k: getattr(args, k) for k in BUDGET_FLAGS if getattr(args, k) is not None}
+    if not args.trials and not budget:
+        raise PermanentError("extend: give --trials and/or a budget (--max-trials, --max-steps, --max-gpu-hours, "
+                             "--max-cost, --wall-time)")
+    print(sweeps.extend(args.sweep, settings, args.trials or 0, budget))
+    return ExitCode.OK
+
+
+@command("cancel", "cancel a sweep", _sweep_arg)
+def _cancel(args: argparse.Namespace, settings: Settings) -> int:
+    print(sweeps.cancel(args.sweep, settings))
+    return ExitCode.OK
+
+
+@command("schema", "print the JSON Schemas of the spec and the messages")
+def _schema(args: argparse.Namespace, settings: Settings) -> int:
+    print(json.dumps(sweeps.schemas(), indent=2))
+    return ExitCode.OK
+
+
+@command("migrate", "apply the results database's pending schema migrations (the planner and the collector do it "
+         "when they start; readers never do)")
+def _migrate(args: argparse.Namespace, settings: Settings) -> int:
+    print(sweeps.migrate(settings))
+    return ExitCode.OK
+
+
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep", help="a sweep id, or a name (its newest sweep)")
+    p.add_argument("--csv", type=Path)
+    p.add_argument("--html", type=Path, metavar="FILE",
+                   help="write the dashboard's sweep page as one self-contained HTML file (works offline)")
+    p.add_argument("--top", type=int)
+    p.add_argument("--metrics", type=_names, metavar="NAME,NAME",
+                   help="metric columns beside the objective (default: the first 8 by name; --csv then writes only these)")
+
+
+@command("report", "leaderboard, CSV and offline HTML report of a sweep", _report_args)
+def _report(args: argparse.Namespace, settings: Settings) -> int:
+    return sweeps.report(args.sweep, settings, args.csv, args.top, args.metrics, args.html)
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    tb = p.add_subparsers(dest="format", required=True, metavar="FORMAT").add_parser(
+        "tensorboard", help="one TensorBoard run per trial: scalars by step, params and final metrics in the HParams plugin")
+    tb.add_argument("sweep", help="a sweep id, or a name (its newest sweep)")
+    tb.add_argument("dir", type=Path, help="an empty or new folder; then: tensorboard --logdir DIR")
+
+
+@command("export", "write a sweep's results for another tool", _export_args)
+def _export(args: argparse.Namespace, settings: Settings) -> int:
+    return sweeps.export_tensorboard(args.sweep, settings, args.dir)
+
+
+def _logs_args(p: argparse.ArgumentParser) -> None:
+    _trial_args(p)
+    p.add_argument("--attempt", type=_positive, help="this attempt's logs (default: the newest attempt with logs)")
+    p.add_argument("--follow", "-f", action="store_true", help="print what the trial writes until it ends "
+                                                                "(the store is at most SPOTSWEEP_LOG_UPLOAD_SECONDS behind)")
+
+
+@command("logs", "a trial's stdout and stderr, from the artifact store (also after its node is gone)", _logs_args)
+def _logs(args: argparse.Namespace, settings: Settings) -> int:
+    from spotsweep.commands import artifacts
+
+    return artifacts.logs(args.trial, args.sweep, args.attempt, args.follow, settings)
+
+
+def _checkpoint_args(p: argparse.ArgumentParser) -> None:
+    _trial_args(p)
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to download into")
+    p.add_argument("--step", type=_step, help="the checkpoint of this step (default: the latest complete one)")
+
+
+@command("checkpoint", "download a trial's latest complete checkpoint (or one step's)", _checkpoint_args)
+def _checkpoint(args: argparse.Namespace, settings: Settings) -> int:
+    from spotsweep.commands import artifacts
+
+    return artifacts.checkpoint(args.trial, args.sweep, args.out, args.step, settings)
+
+
+@command("dashboard", "serve the web dashboard of every sweep (results database or local mode's)",
+         lambda p: add_flags(p, DashboardSettings))
+def _dashboard(args: argparse.Namespace, settings: Settings) -> int:
+    from spotsweep.services.reporter.web import serve
+
+    assert isinstance(settings, DashboardSettings)
+    _say_when_listening(settings.dashboard_host, settings.dashboard_port)
+    return serve(settings, settings.dashboard_host, settings.dashboard_port)
 
 
 def _say_when_listening(host: str, port: int) -> None:
@@ -325,19 +394,26 @@ def _say_when_listening(host: str, port: int) -> None:
     threading.Thread(target=wait, name="dashboard-address", daemon=True).start()
 
 
-def _service(args: argparse.Namespace, settings: Settings) -> int:
-    """A long-running service; each imports only what it runs (an agent on a GPU
-    node never loads the planner's Optuna, NumPy and SciPy: ~30 MiB and an
-    OpenBLAS thread less)."""
-    if args.cmd == "planner":
-        from spotsweep.services.planner.main import main as planner_main
+# The services' flags are their settings' own knobs (shared/settings.py), each also a SPOTSWEEP_* variable.
+# Each imports only what it runs (an agent on a GPU node never loads the planner's Optuna, NumPy and SciPy:
+# ~30 MiB and an OpenBLAS thread less).
+@command("planner", "run the planner service", lambda p: add_flags(p, PROCESSES["planner"]))
+def _planner(args: argparse.Namespace, settings: Settings) -> int:
+    from spotsweep.services.planner.main import main as planner_main
 
-        assert isinstance(settings, PlannerSettings)
-        return planner_main(settings)
-    if args.cmd == "collector":
-        from spotsweep.services.collector.main import main as collector_main
+    assert isinstance(settings, PlannerSettings)
+    return planner_main(settings)
 
-        return collector_main(settings)
+
+@command("collector", "run the collector service", lambda p: add_flags(p, PROCESSES["collector"]))
+def _collector(args: argparse.Namespace, settings: Settings) -> int:
+    from spotsweep.services.collector.main import main as collector_main
+
+    return collector_main(settings)
+
+
+@command("agent", "run an agent on this node", lambda p: add_flags(p, PROCESSES["agent"]))
+def _agent(args: argparse.Namespace, settings: Settings) -> int:
     from spotsweep.services.agent.main import main as agent_main
 
     assert isinstance(settings, AgentSettings)

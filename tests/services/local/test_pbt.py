@@ -46,12 +46,12 @@ def test_pbt_exploits_resume_from_the_donor_and_lineage_says_so(tmp_path: Path, 
     spec = {"name": "pbt-local", "command": ["python", "-c", SCRIPT.replace("{", "{{").replace("}", "}}"), "{lr}",
                                               "{steps}"],
             "metric": {"name": "loss"}, "space": {"lr": [0.05, 0.1, 0.2, 0.4]}, "max_concurrent": 4,
-            "strategy": {"type": "pbt", "population": 4, "interval": {"param": "steps", "every": 2, "max": 6},
+            "strategy": {"type": "pbt", "population": 4, "interval": {"param": "steps", "every": 2, "max": 8},
                          "quantile": 0.5, "mutations": {"lr": {"values": [0.05, 0.1, 0.2, 0.4]}},
                          "resample_probability": 0.0, "seed": 1},
             "trial_name": "m{index}", "resources": {"gpus": 0}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
-    run = cli("run", "spec.yaml", "--workers", "2", "--csv", "out.csv", home=tmp_path / "home", cwd=tmp_path,
+    run = cli("run", "spec.yaml", "--workers", "4", "--csv", "out.csv", home=tmp_path / "home", cwd=tmp_path,
               database_url=database_url)
     assert run.returncode == 0, run.stderr[-3000:]
     results = list(csv.DictReader((tmp_path / "out.csv").open()))
@@ -70,7 +70,7 @@ def test_pbt_exploits_resume_from_the_donor_and_lineage_says_so(tmp_path: Path, 
     for name, segs in by_trial.items():
         assert [s["segment"] for s in segs] == list(range(1, len(segs) + 1)), name
         assert segs[0]["start_step"] == 0 and segs[0]["end_step"] == 2 and segs[0]["from_trial_id"] is None
-        assert segs[-1]["end_step"] == 6, name  # every trial trains to max
+        assert segs[-1]["end_step"] == 8, name  # every trial trains to max
         for before, after in zip(segs, segs[1:]):
             assert after["start_step"] == before["end_step"] and after["attempt"] == before["attempt"] + 1
             assert before["value"] is not None  # the value it ended with is recorded
