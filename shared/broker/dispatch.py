@@ -188,7 +188,7 @@ def run_handler(handler: Handler, delivery: Delivery, retry: Backoff = DEFAULT_R
             log_if_slow(handler, time.perf_counter() - started, slow_after, outcome)
 
 
-def guarded(handler: Handler, name: str = "handler", backoff: Backoff = Backoff()) -> Handler:
+def guarded(handler: Handler, name: str = "handler", backoff: Backoff = DEFAULT_RETRY) -> Handler:
     """``handler`` run the way a consumer's worker runs it: retried in place,
     then settled by the dispatcher's one policy (``name`` is kept for callers;
     log lines name the delivery's queue)."""
