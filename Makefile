@@ -30,13 +30,15 @@ test: setup lint
 	@if [ "$$(id -u)" = 0 ]; then deploy/container-runtime.sh; else echo "make test: not root: the container tests run where docker and podman do"; fi
 	$(BIN)/pytest
 
-# mypy checks the installed layout (spotsweep.shared...), which the editable
-# install only provides through an import hook mypy does not follow.
+# mypy and lint-imports (the import contracts in pyproject.toml) check the installed
+# layout (spotsweep.shared...), which the editable install only provides through an
+# import hook neither follows.
 lint: setup
 	$(BIN)/ruff check .
 	rm -rf build/typecheck build/lib  # build/lib: setuptools would copy a moved module's stale copy from it
 	$(BIN)/pip install --quiet --no-deps --target build/typecheck .
 	cd build/typecheck && ../../$(BIN)/mypy spotsweep --config-file ../../pyproject.toml --python-executable ../../$(BIN)/python
+	cd build/typecheck && PYTHONPATH=. ../../$(BIN)/lint-imports --config ../../pyproject.toml --no-cache
 
 # unit: no service reachable is needed (tests/conftest.py marks each test by the
 # fixtures it uses); integration: every test that needs RabbitMQ, PostgreSQL or S3.

@@ -3,8 +3,8 @@
 :func:`retrying` retries a call that raises :class:`RetryableError` with
 exponential backoff and full jitter. The dispatcher
 (:mod:`spotsweep.shared.broker.dispatch`) runs every handler under it and
-settles what still fails by the one settle policy; :func:`guarded` applies
-that same path to one call (handler tests, which run a handler directly).
+settles what still fails by the one settle policy (its :func:`~spotsweep.shared.broker.dispatch.guarded`
+applies that same path to one call: handler tests, which run a handler directly).
 """
 
 from __future__ import annotations
@@ -14,13 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from typing import TYPE_CHECKING
-
 from spotsweep.shared import log
 from spotsweep.shared.errors import RetryableError
-
-if TYPE_CHECKING:  # the broker's dispatcher imports this module
-    from spotsweep.shared.broker.port import Delivery, Handler
 
 _log = log.get("spotsweep.middleware")
 # One jitter source for the process: seeding a Random from the OS on every call
@@ -54,14 +49,3 @@ def retrying(fn: Callable[[], object], backoff: Backoff = Backoff(), rng: random
             time.sleep(pause)
     raise AssertionError("unreachable")
 
-
-def guarded(handler: Handler, name: str = "handler", backoff: Backoff = Backoff()) -> Handler:
-    """``handler`` run the way a consumer's worker runs it: retried in place,
-    then settled by the dispatcher's one policy (``name`` is kept for callers;
-    log lines name the delivery's queue)."""
-    from spotsweep.shared.broker.dispatch import run_handler  # the dispatcher imports this module
-
-    def wrapper(delivery: Delivery) -> None:
-        run_handler(handler, delivery, backoff)
-
-    return wrapper

@@ -18,10 +18,10 @@ is ignored.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from spotsweep.services.planner.flags import preemption_flags
+from spotsweep.services.planner.flags import LIVE_FLAGS, preemption_flags
 from spotsweep.services.planner.search.rungs import Action, StepDecision
 from spotsweep.services.planner.untrusted import pg_text
 from spotsweep.shared.messages import StopReason, TrialFinished, TrialLost, TrialStarted
@@ -225,6 +225,20 @@ def prune(trial: TrialView, reason: str, metrics: dict[str, float], rungs: dict[
 def record_rungs(trial: TrialView, rungs: dict[int, float]) -> Decision:
     """A running trial passed successive-halving rungs and goes on: keep the values decided at them."""
     return Decision(update=TrialUpdate(trial.state, trial.attempt, trial.failures, trial.preemptions, rungs=rungs))
+
+
+def live(trial: TrialView, flags: list[str], decision: Decision) -> Decision:
+    """``decision`` about a running trial's progress, also raising the agent's ``flags``
+    (only known anomaly names: the event's body is untrusted)."""
+    raised = tuple(dict.fromkeys(f for f in flags if f in LIVE_FLAGS))
+    if not raised:
+        return decision
+    u = decision.update
+    if u is None:
+        u = TrialUpdate(trial.state, trial.attempt, trial.failures, trial.preemptions, flags=raised)
+    else:
+        u = replace(u, flags=tuple(dict.fromkeys((*(u.flags or ()), *raised))))
+    return replace(decision, update=u)
 
 
 def _started(sweep: SweepState, trial: TrialView, event: TrialStarted) -> Decision:

@@ -17,9 +17,9 @@ import math
 from dataclasses import dataclass, replace
 
 from spotsweep.services.planner.decide import (
-    Decision, RunEnd, SweepState, TrialView, counted_run, decide, prune, record_rungs,
+    Decision, RunEnd, SweepState, TrialView, counted_run, decide, live, prune, record_rungs,
 )
-from spotsweep.services.planner import exploit, flags
+from spotsweep.services.planner import exploit
 from spotsweep.services.planner.launch import retry_policy
 from spotsweep.services.planner.search import Action, Search, StepDecision
 from spotsweep.services.planner.search.history import objective_values
@@ -111,7 +111,7 @@ def _progress(uow: UnitOfWork, row: Row, view: TrialView, event: TrialProgress, 
     """Record a running trial's objective points and anomaly flags; let early stopping judge each point."""
     if view.state != TrialState.RUNNING or event.attempt != view.attempt or event.run_id != (view.run_id or ""):
         return Decision(reason="progress of a run that is not the trial's current one")
-    return flags.live(view, event.flags, _judged(uow, row, view, event, spec, search) if event.points else Decision())
+    return live(view, event.flags, _judged(uow, row, view, event, spec, search) if event.points else Decision())
 
 
 def _judged(uow: UnitOfWork, row: Row, view: TrialView, event: TrialProgress, spec: SweepSpec, search: Search) -> Decision:

@@ -1,8 +1,8 @@
-"""The anomaly flags the planner stores: pure decisions.
+"""The anomaly flags the planner stores: the names and the preemption rule.
 
 The agent raises ``nan``, ``stalled``, ``diverging`` and ``idle_gpu`` while a
 run goes on (:mod:`spotsweep.services.agent.anomalies`) and sends each as it
-rises on a ``trial.progress`` event; :func:`live` turns those into an update
+rises on a ``trial.progress`` event; :func:`~.decide.live` turns those into an update
 of the trial's ``flags``. The planner itself sees preemptions:
 :func:`preemption_flags` adds ``preempted_often`` from
 :data:`PREEMPTED_OFTEN` preemptions on. Flags are merged into
@@ -11,12 +11,6 @@ nothing), next to what the agent skipped or cut (``skipped_lines``, ...).
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # decide.py imports this module
-    from spotsweep.services.planner.decide import Decision, TrialView
 
 PREEMPTED_OFTEN = 3  # `preempted_often` from this many preemptions on
 LIVE_FLAGS = frozenset({"nan", "stalled", "diverging", "idle_gpu"})  # what a progress event may raise
@@ -28,18 +22,3 @@ def preemption_flags(flags: tuple[str, ...] | None, preemptions: int) -> tuple[s
         return flags
     return tuple(dict.fromkeys((*(flags or ()), "preempted_often")))
 
-
-def live(trial: TrialView, flags: list[str], decision: Decision) -> Decision:
-    """``decision`` about a running trial's progress, also raising the agent's ``flags``
-    (only known anomaly names: the event's body is untrusted)."""
-    from spotsweep.services.planner.decide import TrialUpdate
-
-    raised = tuple(dict.fromkeys(f for f in flags if f in LIVE_FLAGS))
-    if not raised:
-        return decision
-    u = decision.update
-    if u is None:
-        u = TrialUpdate(trial.state, trial.attempt, trial.failures, trial.preemptions, flags=raised)
-    else:
-        u = replace(u, flags=tuple(dict.fromkeys((*(u.flags or ()), *raised))))
-    return replace(decision, update=u)

@@ -188,6 +188,16 @@ def run_handler(handler: Handler, delivery: Delivery, retry: Backoff = DEFAULT_R
             log_if_slow(handler, time.perf_counter() - started, slow_after, outcome)
 
 
+def guarded(handler: Handler, name: str = "handler", backoff: Backoff = DEFAULT_RETRY) -> Handler:
+    """``handler`` run the way a consumer's worker runs it: retried in place,
+    then settled by the dispatcher's one policy (``name`` is kept for callers;
+    log lines name the delivery's queue)."""
+    def wrapper(delivery: Delivery) -> None:
+        run_handler(handler, delivery, backoff)
+
+    return wrapper
+
+
 def log_if_slow(handler: Handler, elapsed: float, slow_after: float | None, outcome: str) -> None:
     """One warning for a delivery that took over ``slow_after`` seconds: which
     handler (the queue and ids are bound by the caller), how long against what

@@ -33,9 +33,9 @@ import optuna
 from optuna.trial import TrialState as OptunaState
 from optuna.trial import create_trial
 
-from spotsweep.services.planner.search.distributions import distributions, from_optuna, to_optuna
 from spotsweep.services.planner.search.history import TrialRecord
 from spotsweep.services.planner.search.model import Suggestion, derived_seed
+from spotsweep.shared.optuna_space import distributions, from_optuna, to_optuna
 from spotsweep.shared.space import config_params
 from spotsweep.shared.spec import RandomStrategy, SweepSpec
 from spotsweep.shared.spec_search import budget_of

@@ -37,9 +37,9 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState as OptunaState
 from optuna.trial import create_trial
 
-from spotsweep.services.planner.search.distributions import distributions, from_optuna, to_optuna
 from spotsweep.services.planner.search.history import TrialRecord
 from spotsweep.shared.errors import SpecError
+from spotsweep.shared.optuna_space import distributions, from_optuna, to_optuna
 from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.space import sampler_of
 from spotsweep.shared.spec_search import MODEL_TYPES

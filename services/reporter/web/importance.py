@@ -2,7 +2,7 @@
 
 The completed trials become Optuna trials (``optuna.trial.create_trial``
 with the distributions the planner samples from,
-:mod:`spotsweep.services.planner.search.distributions`). Two methods:
+:mod:`spotsweep.shared.optuna_space`). Two methods:
 
 ``fanova`` (the default): the functional ANOVA of Hutter et al. (ICML 2014).
 Main effects are Optuna's own ``FanovaImportanceEvaluator`` (public API,
@@ -39,7 +39,7 @@ import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from spotsweep.services.planner.search.distributions import distributions, to_optuna
+from spotsweep.shared.optuna_space import distributions, to_optuna
 from spotsweep.shared.nonfinite import finite
 from spotsweep.shared.spec import Param
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from spotsweep.services.planner.decide import Decision, TrialUpdate, TrialView
-from spotsweep.services.planner.flags import live, preemption_flags
+from spotsweep.services.planner.decide import Decision, TrialUpdate, TrialView, live
+from spotsweep.services.planner.flags import preemption_flags
 from spotsweep.shared.messages import TrialProgress
 from spotsweep.shared.states import TrialState
 

@@ -10,10 +10,11 @@ import pytest
 
 from spotsweep.services.planner.handlers import PlannerDeps, handle_event, handle_sweep_message, publish_pending
 from spotsweep.shared import topology
+from spotsweep.shared.broker.dispatch import guarded
 from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.errors import DecodeError, RetryableError
 from spotsweep.shared.messages import TrialFinished, TrialMessage, TrialStarted, decode, encode
-from spotsweep.shared.middleware import Backoff, guarded
+from spotsweep.shared.middleware import Backoff
 
 SPEC: dict[str, Any] = {
     "name": "grid",

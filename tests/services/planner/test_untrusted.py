@@ -12,9 +12,9 @@ import pytest
 
 from spotsweep.services.planner import handlers, service
 from spotsweep.services.planner.bodies import decoded_body, submission_id
+from spotsweep.shared.broker.dispatch import guarded
 from spotsweep.shared.errors import DecodeError
 from spotsweep.shared.limits import ERROR_CHARS
-from spotsweep.shared.middleware import guarded
 
 SPEC: dict[str, Any] = {
     "name": "untrusted",

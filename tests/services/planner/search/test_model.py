@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from spotsweep.services.planner.search import ModelSearch, TrialRecord
-from spotsweep.services.planner.search.distributions import distributions, from_optuna, to_optuna
+from spotsweep.shared.optuna_space import distributions, from_optuna, to_optuna
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec import SweepSpec, parse_spec
 from spotsweep.shared.states import TrialState

@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 import pytest
 
-from spotsweep.services.planner.search.distributions import distributions
+from spotsweep.shared.optuna_space import distributions
 from spotsweep.services.reporter.web.importance import as_json, importance, study_trials
 from spotsweep.shared.spec import parse_spec
 
