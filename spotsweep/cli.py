@@ -185,7 +185,17 @@ def _trial_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", help="the sweep (id, or name: its newest sweep) whose trial name TRIAL is")
 
 
-@command("run", "run a sweep on this machine, no services needed", lambda p: (_spec_arg(p), _local_args(p)))
+def _run_args(p: argparse.ArgumentParser) -> None:
+    _spec_arg(p)
+    _local_args(p)
+
+
+def _resume_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep")
+    _local_args(p)
+
+
+@command("run", "run a sweep on this machine, no services needed", _run_args)
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     from spotsweep.services.local import run as local
 
@@ -193,8 +203,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     return local.run(_spec(args), settings, args.workers, args.csv, dashboard=args.dashboard)
 
 
-@command("resume", "finish a local sweep whose `spotsweep run` was interrupted or killed",
-         lambda p: (p.add_argument("sweep"), _local_args(p)))
+@command("resume", "finish a local sweep whose `spotsweep run` was interrupted or killed", _resume_args)
 def _resume(args: argparse.Namespace, settings: Settings) -> int:
     from spotsweep.services.local import resume
 
@@ -269,7 +278,7 @@ def _top(args: argparse.Namespace, settings: Settings) -> int:
     return top.main(settings, args.sweep, args.once, args.json)
 
 
-BUDGET_FLAGS = {"max_trials": _positive, "max_steps": _positive, "max_gpu_hours": float, "max_cost": float,
+BUDGET_FLAGS: dict[str, Callable[[str], object]] = {"max_trials": _positive, "max_steps": _positive, "max_gpu_hours": float, "max_cost": float,
                 "wall_time": str}  # extend's budget flags, each a budget key: --max-trials sets budget.max_trials
 
 
