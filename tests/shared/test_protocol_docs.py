@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import typing
 from pathlib import Path
@@ -28,7 +29,8 @@ def quoted(pattern: str) -> set[str]:
 
 
 def test_every_queue_and_exchange_the_doc_names_exists() -> None:
-    named = {n for n in quoted(r"spotsweep\.[a-z.]+[a-z]") if not n.startswith("spotsweep.trials.")}
+    named = {n for n in quoted(r"spotsweep\.[a-z.]+[a-z]")
+             if not n.startswith("spotsweep.trials.") and importlib.util.find_spec(".".join(n.split(".")[:2])) is None}  # not a module
     assert named - NAMES == set()
 
 
