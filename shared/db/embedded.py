@@ -38,7 +38,7 @@ def embedded_url(data_dir: Path) -> str:
         data_dir.mkdir(parents=True, exist_ok=True)
         # Watched before it starts: a kill in between still stops it.
         _watchdogs.setdefault(data_dir, pg_watchdog.start(data_dir))
-        with pgserver.PostgresServer._lock:
+        with pg_watchdog.locked():
             # Users killed earlier never left pgserver's list, and pgserver stops
             # the server only when its last listed user exits: forget them.
             pg_watchdog.prune(data_dir)

@@ -24,14 +24,42 @@ nothing left to do.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 HANDLES = ".handle_pids.json"  # pgserver's list of the processes using a data directory
+_held = threading.Lock()
+_fd: list[int] = []  # the lock file, opened once and never closed
+
+
+@contextmanager
+def locked() -> Iterator[None]:
+    """The lock pgserver's own start and cleanup take around the handle list and pg_ctl:
+    fasteners' ``fcntl.lockf`` on its public ``PostgresServer.lock_path``. Another process's
+    pgserver excludes us only through that very lock (a ``flock`` would not conflict with a
+    ``lockf`` on Linux). POSIX record locks belong to the process, not the thread: a thread
+    lock orders this process's users, and the file stays open (closing any descriptor of it
+    would drop every lock this process holds on it)."""
+    from pgserver import PostgresServer
+
+    with _held:
+        if not _fd:
+            path = Path(PostgresServer.lock_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _fd.append(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        fcntl.lockf(_fd[0], fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.lockf(_fd[0], fcntl.LOCK_UN)
 
 
 def start(data_dir: Path) -> int:
@@ -58,7 +86,7 @@ def live(pid: int) -> bool:
 
 def prune(data_dir: Path, gone: int | None = None) -> list[int]:
     """Drop ``gone`` and every dead process from the handle list; return the live ones.
-    The caller holds pgserver's lock."""
+    The caller holds :func:`locked`."""
     path = data_dir / HANDLES
     try:
         pids = [int(p) for p in json.loads(path.read_text())]
@@ -75,7 +103,7 @@ def stop_if_unused(data_dir: Path, owner: int) -> bool:
     import pgserver.postgres_server as pgs
     from pgserver.utils import PostmasterInfo
 
-    with pgs.PostgresServer._lock:  # the lock pgserver's own start and cleanup take
+    with locked():
         if prune(data_dir, owner):
             return False
         info = PostmasterInfo.read_from_pgdata(data_dir)
