@@ -22,6 +22,7 @@ import builtins
 import copy
 import io
 import os
+import re
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
@@ -172,7 +173,8 @@ class S3ArtifactStore(ArtifactStore):
         except (ServerError, InvalidResponseError) as e:
             # Neither carries an S3 error code, only an HTTP status (a proxy's
             # HTML error page, say). The body may be large: leave it out.
-            status = e.status_code if isinstance(e, ServerError) else int(getattr(e, "_code", 0) or 0)
+            code = re.search(r"Response code: (\d+)", str(e))  # InvalidResponseError says it only in its message
+            status = e.status_code if isinstance(e, ServerError) else int(code[1]) if code else 0
             self._fail(op, key, f"HTTP {status}", status >= 500 or status == 429, e)
         except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as e:
             scheme = "https" if self.secure else "http"
