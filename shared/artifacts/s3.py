@@ -22,17 +22,21 @@ import builtins
 import copy
 import io
 import os
+import re
 import tempfile
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
+from xml.sax.saxutils import escape
 
 import urllib3
 from minio import Minio
 from minio.commonconfig import CopySource
-from minio.datatypes import Part
 from minio.error import InvalidResponseError, S3Error, ServerError
+from minio.xml import findtext
 from urllib3.util import Retry, Timeout
 from pydantic import SecretStr
 
@@ -77,27 +81,6 @@ def parse_endpoint(endpoint: str, secure: bool | None) -> tuple[str, bool]:
     return host, secure
 
 
-class _Client(Minio):
-    """minio's client, told a part's SHA-256 when the caller has it already (the checkpoint
-    transfer hashes every part for its MANIFEST): minio would hash each part's bytes again
-    to sign them over HTTP, and take their MD5 over HTTPS, where the part goes as
-    UNSIGNED-PAYLOAD without one (TLS guards it on the way, as boto3 does). On 2 cores
-    that second hash was a tenth of a large checkpoint's upload time."""
-
-    _GIVEN = "x-spotsweep-sha256"  # never sent: replaced by the payload hash below
-
-    def _build_headers(self, host: str, headers: Any = None, body: bytes | None = None,
-                       creds: Any = None) -> Any:
-        given = (headers or {}).pop(self._GIVEN, None)
-        if given is None or not body:
-            return super()._build_headers(host, headers, body, creds)
-        built, date = super()._build_headers(host, headers, None, creds)  # no body: nothing hashed
-        built["Content-Length"] = str(len(body))
-        if creds:
-            built["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD" if self._base_url.is_https else given
-        return built, date
-
-
 def _ca_certs() -> str:
     """The certificates minio's default pool trusts: ``SSL_CERT_FILE``, else certifi's bundle."""
     import certifi
@@ -131,8 +114,9 @@ class S3ArtifactStore(ArtifactStore):
                                               cert_reqs="CERT_REQUIRED", ca_certs=_ca_certs())
         elif http_client.connection_pool_kw.get("maxsize", 1) < POOL_SIZE:
             http_client.connection_pool_kw["maxsize"] = POOL_SIZE
+        self._http = http_client
         try:
-            self._client = _Client(
+            self._client = Minio(
                 self.endpoint,
                 access_key=_reveal(access_key),
                 secret_key=_reveal(secret_key),
@@ -189,7 +173,8 @@ class S3ArtifactStore(ArtifactStore):
         except (ServerError, InvalidResponseError) as e:
             # Neither carries an S3 error code, only an HTTP status (a proxy's
             # HTML error page, say). The body may be large: leave it out.
-            status = e.status_code if isinstance(e, ServerError) else int(getattr(e, "_code", 0) or 0)
+            code = re.search(r"Response code: (\d+)", str(e))  # InvalidResponseError says it only in its message
+            status = e.status_code if isinstance(e, ServerError) else int(code[1]) if code else 0
             self._fail(op, key, f"HTTP {status}", status >= 500 or status == 429, e)
         except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as e:
             scheme = "https" if self.secure else "http"
@@ -339,27 +324,42 @@ class S3ArtifactStore(ArtifactStore):
                 response.release_conn()
         return int(total) if total.isdigit() else offset + got
 
-    # minio has no public call for one part at a time (its put_object runs the whole
-    # upload itself, which a draining agent could not abandon between parts): these
-    # use the client's own request methods for the S3 calls of the same names.
+    # minio has no public call for one part at a time (its put_object runs the whole upload
+    # itself, which a draining agent could not abandon between parts): these send the S3
+    # calls of the same names to URLs its public get_presigned_url signs (SigV4 in the query,
+    # an unsigned payload, as boto3 sends parts over TLS): no part is hashed again to sign
+    # it, the SHA-256 the checkpoint transfer took for its MANIFEST included. Not retried by
+    # urllib3 (its retry warning logs the URL, which names the access key): the transfer
+    # retries each call.
+
+    def _presigned(self, method: str, key: str, query: dict[str, Any], body: bytes | None = None) -> Any:
+        url = self._client.get_presigned_url(method, self.bucket, key, timedelta(hours=1), extra_query_params=query)
+        response = self._http.request(method, url, body=body, retries=False,
+                                      headers={"Content-Type": "application/octet-stream"})
+        if b"<Error>" in response.data[:512]:  # Complete can fail in a 200
+            raise S3Error.fromxml(response)
+        if response.status >= 300:
+            raise ServerError(f"HTTP {response.status}", response.status)
+        return response
 
     def start_multipart(self, key: str) -> str:
         with self._translate("create multipart upload", key):
-            return self._client._create_multipart_upload(self.bucket, key, {})
+            return findtext(ET.fromstring(self._presigned("POST", key, {"uploads": ""}).data), "UploadId", True) or ""
 
     def put_part(self, key: str, upload_id: str, number: int, data: bytes, sha256: bytes | None = None) -> str:
-        headers: Any = {_Client._GIVEN: sha256.hex()} if sha256 is not None else None
         with self._translate(f"upload part {number}", key):
-            return self._client._upload_part(self.bucket, key, data, headers, upload_id, number)
+            response = self._presigned("PUT", key, {"partNumber": str(number), "uploadId": upload_id}, data)
+            return str(response.headers.get("ETag", "")).strip('"')
 
     def complete_multipart(self, key: str, upload_id: str, etags: builtins.list[str]) -> None:
+        parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>\"{escape(e)}\"</ETag></Part>" for n, e in enumerate(etags, 1))
         with self._translate("complete multipart upload", key):
-            self._client._complete_multipart_upload(self.bucket, key, upload_id,
-                                                    [Part(n, etag) for n, etag in enumerate(etags, 1)])
+            self._presigned("POST", key, {"uploadId": upload_id},
+                            f"<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>".encode())
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         with self._translate("abort multipart upload", key):
-            self._client._abort_multipart_upload(self.bucket, key, upload_id)
+            self._presigned("DELETE", key, {"uploadId": upload_id})
 
     def exists(self, key: str) -> bool:
         try:
