@@ -61,22 +61,25 @@ def _names(text: str) -> list[str]:
     return names
 
 
+Args = Callable[[argparse.ArgumentParser], None]  # adds a subcommand's arguments
+Run = Callable[[argparse.Namespace, Settings], int]  # runs it; returns the exit code
+
+
 @dataclass(frozen=True)
 class Command:
     """One subcommand: its help, its arguments and what it runs (declared together, below)."""
 
     help: str
-    args: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace, Settings], int]
+    args: Args
+    run: Run
 
 
 COMMANDS: dict[str, Command] = {}
 
 
-def command(name: str, help: str, args: Callable[[argparse.ArgumentParser], None] = lambda p: None
-            ) -> Callable[[Callable[[argparse.Namespace, Settings], int]], Callable[[argparse.Namespace, Settings], int]]:
+def command(name: str, help: str, args: Args = lambda p: None) -> Callable[[Run], Run]:
     """Declare the subcommand ``name``: the decorated function runs it; ``args`` adds its arguments."""
-    def register(run: Callable[[argparse.Namespace, Settings], int]) -> Callable[[argparse.Namespace, Settings], int]:
+    def register(run: Run) -> Run:
         COMMANDS[name] = Command(help, args, run)
         return run
     return register
@@ -278,8 +281,9 @@ def _top(args: argparse.Namespace, settings: Settings) -> int:
     return top.main(settings, args.sweep, args.once, args.json)
 
 
-BUDGET_FLAGS: dict[str, Callable[[str], object]] = {"max_trials": _positive, "max_steps": _positive, "max_gpu_hours": float, "max_cost": float,
-                "wall_time": str}  # extend's budget flags, each a budget key: --max-trials sets budget.max_trials
+# extend's budget flags, each a budget key: --max-trials sets budget.max_trials
+BUDGET_FLAGS: dict[str, Callable[[str], object]] = {"max_trials": _positive, "max_steps": _positive,
+                                                    "max_gpu_hours": float, "max_cost": float, "wall_time": str}
 
 
 def _extend_args(p: argparse.ArgumentParser) -> None:
