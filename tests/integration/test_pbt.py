@@ -66,9 +66,8 @@ def test_pbt_survives_a_preemption_and_a_planner_restart(cluster: Cluster, datab
     # Hold the runs after their next step, so that one is surely mid-run: preempt its agent, then kill the planner.
     gate.touch()
     # An exploit's run has reported from its donor's step before the preemption, so the end can check where it began.
-    exploit_ran = ("SELECT count(*) FROM pbt_segments s WHERE s.sweep_id = %s AND s.from_trial_id IS NOT NULL AND"
-                   " s.copied_at IS NOT NULL AND"
-                   " EXISTS (SELECT 1 FROM metric_points p WHERE p.trial_id = s.trial_id AND p.attempt = s.attempt)")
+    exploit_ran = copied + (" AND EXISTS (SELECT 1 FROM metric_points p WHERE p.trial_id = pbt_segments.trial_id"
+                            " AND p.attempt = pbt_segments.attempt)")
     assert wait_for(database_url, exploit_ran, (sweep_id,), lambda n: n >= 1) >= 1, cluster.logs()
     mid_run = ("SELECT count(*) FROM trials t WHERE t.sweep_id = %s AND t.state = 'running' AND EXISTS"
                " (SELECT 1 FROM metric_points p WHERE p.trial_id = t.trial_id AND p.attempt = t.attempt"
