@@ -21,9 +21,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -67,6 +67,14 @@ class DeliveryLost(RetryableError):
         super().__init__("the broker connection was lost: the trial was stopped and will be redelivered")
         self.run_id = run_id
         self.duration = duration  # seconds the process ran: timeout.total counts lost runs too
+
+
+class _NotStarted(Exception):
+    """A set-up step failed: the attempt ends before (or as) its process starts, with this failure kind."""
+
+    def __init__(self, failure: Failure, error: str) -> None:
+        super().__init__(error)
+        self.failure: Failure = failure
 
 
 # Started on first use; kills every trial's process group if this agent dies (see .watchdog).
@@ -210,9 +218,58 @@ def run_trial(
         return _run(msg, store, Confirms(publish), config, control, gpu, redelivered, losses, run_id, paths, user, held)
 
 
+@contextmanager
+def _refusing(what: str) -> Iterator[None]:
+    """A PermanentError in the block is the spec's: set-up step ``what`` cannot be done, the attempt did not start."""
+    try:
+        yield
+    except PermanentError as e:
+        raise _NotStarted("refused", f"{what}, so the attempt did not start: {e}") from e
+
+
+def _image(msg: TrialMessage, config: RunnerConfig) -> tuple[str, str] | None:
+    """The trial's (image, id) under a container runtime, pulled; None in process mode."""
+    try:
+        return container.image_for(msg, config.runtime)
+    except ImageUnavailable as e:
+        raise _NotStarted("image", str(e)) from e
+    except PermanentError as e:
+        raise _NotStarted("refused", str(e)) from e
+
+
+def _stage(msg: TrialMessage, store: ArtifactStore, config: RunnerConfig, paths: Paths, cwd: Path,
+           user: TrialUser | None, held: ExitStack) -> float | None:
+    """Link the trial's inputs into its folder (held until the run ends); the seconds that took, None
+    without inputs. Staged before the process starts: not the trial's running time (that starts at Popen)."""
+    if not msg.inputs:
+        return None
+    began = time.monotonic()
+    with _refusing("the trial's inputs cannot be staged"):
+        if cwd != paths.run:
+            raise PermanentError("inputs are linked into a run's own folder; this one runs in its workdir in place")
+        held.enter_context(inputs.staged(msg, store, config.workdir / "inputs", cwd, config.input_cache_bytes, user))
+    return round(time.monotonic() - began, 3)
+
+
+def _venv(msg: TrialMessage, config: RunnerConfig, cwd: Path, user: TrialUser | None, held: ExitStack) -> Path | None:
+    """setup.pip's virtualenv, held (shared) until the run ends: no eviction while the trial runs in it."""
+    if msg.setup_pip is None:
+        return None
+    try:
+        return held.enter_context(pyenv.lease(config.workdir / "pyenvs", cwd / msg.setup_pip, cwd,
+                                              config.pip_envs_bytes, no_build=user is not None))
+    except pyenv.NoInstaller as e:
+        raise _NotStarted("agent", str(e)) from e
+    except (PermanentError, OSError) as e:
+        raise _NotStarted("refused", f"setup.pip: the trial's environment cannot be built from {msg.setup_pip!r}, "
+                                     f"so the attempt did not start: {e}") from e
+
+
 def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControls,
          gpu: str | None, redelivered: bool, losses: int, run_id: str, paths: Paths,
-         user: TrialUser | None = None, held: ExitStack | None = None) -> TrialFinished | None:
+         user: TrialUser | None, held: ExitStack) -> TrialFinished | None:
+    """Set the run up (image, code, checkpoint, inputs, venv), then start and supervise it (:func:`_started`);
+    a set-up step that fails ends the attempt before its process starts."""
     def end(outcome: Result, **fields: Any) -> TrialFinished:
         return TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, outcome=outcome, **fields)
@@ -222,60 +279,30 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
     if msg.inputs or msg.setup_pip is not None or config.runtime is not None:  # set-up that may take minutes: said
         send(TrialStaging(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                           run_id=run_id))
-    try:
-        image = container.image_for(msg, config.runtime)
-    except ImageUnavailable as e:
-        return end("failed", failure="image", error=str(e))
-    except PermanentError as e:
-        return end("failed", failure="refused", error=str(e))
-    try:
-        cwd = code_cache.working_dir(store, config.workdir / "code", msg.workdir_sha256, config.code_dir, paths.run,
-                                     config.code_caps)
-    except PermanentError as e:
-        return end("failed", failure="refused", error=f"the trial's code (workdir) cannot be set up, so the attempt did "
-                                                   f"not start: {e}")
     restored: dict[str, float] = {}
-    try:
-        resume = uploads.restore(store, msg, paths.checkpoint, restored, redelivered)
-    except PermanentError as e:
-        # Not run from scratch: that would drop the progress the checkpoint
-        # holds without anyone noticing. The attempt fails with the reason,
-        # for a person to look at the store (retries meet the same checkpoint).
-        return end("failed", failure="refused", error=f"the trial's checkpoint cannot be restored, so the attempt did not "
-                                                   f"start: {e}")
-    if user is not None and resume is not None:
-        chown_tree(paths.checkpoint, user)  # the restored checkpoint is the trial's, as its workspace is
-    if user is not None and cwd == paths.run and msg.workdir_sha256 is not None:
-        chown_tree(paths.run, user)  # so is its copy of the code
-    staged: float | None = None
-    if msg.inputs:  # staged before the process starts: not the trial's running time (its duration starts at Popen)
-        staged = time.monotonic()
-        try:
-            if cwd != paths.run:
-                raise PermanentError("inputs are linked into a run's own folder; this one runs in its workdir in place")
-            staging = inputs.staged(msg, store, config.workdir / "inputs", cwd, config.input_cache_bytes, user)
-            (held if held is not None else ExitStack()).enter_context(staging)
-            staged = round(time.monotonic() - staged, 3)
-        except PermanentError as e:
-            return end("failed", failure="refused", error=f"the trial's inputs cannot be staged, so the attempt did "
-                                                       f"not start: {e}")
-    venv = None
-    if msg.setup_pip is not None:
-        try:  # held (shared) until the run ends: no eviction while the trial runs in it
-            venv = (held or ExitStack()).enter_context(pyenv.lease(
-                config.workdir / "pyenvs", cwd / msg.setup_pip, cwd, config.pip_envs_bytes, no_build=user is not None))
-        except pyenv.NoInstaller as e:
-            return end("failed", failure="agent", error=str(e))
-        except (PermanentError, OSError) as e:
-            return end("failed", failure="refused", error=f"setup.pip: the trial's environment cannot be built from "
-                                                       f"{msg.setup_pip!r}, so the attempt did not start: {e}")
-    env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user, run_id, venv)
     cgroup = None
-    if msg.memory is not None and config.cgroups is not None and image is None:  # a container has the runtime's
-        cgroup = config.cgroups.make(run_id, msg.memory, user.uid if user is not None else None)
     try:
+        image = _image(msg, config)
+        with _refusing("the trial's code (workdir) cannot be set up"):
+            cwd = code_cache.working_dir(store, config.workdir / "code", msg.workdir_sha256, config.code_dir,
+                                         paths.run, config.code_caps)
+        # Not run from scratch when the checkpoint cannot be restored: that would drop the progress it holds
+        # unnoticed. The attempt fails with the reason, for a person to look at the store (retries meet it too).
+        with _refusing("the trial's checkpoint cannot be restored"):
+            resume = uploads.restore(store, msg, paths.checkpoint, restored, redelivered)
+        if user is not None and resume is not None:
+            chown_tree(paths.checkpoint, user)  # the restored checkpoint is the trial's, as its workspace is
+        if user is not None and cwd == paths.run and msg.workdir_sha256 is not None:
+            chown_tree(paths.run, user)  # so is its copy of the code
+        staged = _stage(msg, store, config, paths, cwd, user, held)
+        venv = _venv(msg, config, cwd, user, held)
+        env = _environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user, run_id, venv)
+        if msg.memory is not None and config.cgroups is not None and image is None:  # a container has the runtime's
+            cgroup = config.cgroups.make(run_id, msg.memory, user.uid if user is not None else None)
         return _started(msg, store, send, config, control, redelivered, losses, run_id, paths, user,
                         Launch(env, cwd, venv, cgroup, image), resume, restored, end, staged)
+    except _NotStarted as e:
+        return end("failed", failure=e.failure, error=str(e))
     finally:
         if cgroup is not None:
             cgroup.remove()
@@ -294,6 +321,58 @@ def _spawn(launch: Launch, msg: TrialMessage, config: RunnerConfig, paths: Paths
     return config.runtime.start(name, launch.image[0], msg, env, cwd, paths.root, user, out, err)
 
 
+def _launched(launch: Launch, msg: TrialMessage, config: RunnerConfig, paths: Paths, user: TrialUser | None,
+              name: str, out: BinaryIO, err: BinaryIO) -> tuple[subprocess.Popen[bytes], int | None]:
+    """Spawn the process and take charge of it: (the process, the pid whose tree is sampled, None: its own).
+    Raises :class:`_NotStarted` when it cannot start."""
+    if config.reap_orphans:
+        REAPER.adopt()  # orphans below the agent come to it, not to init: what a trial leaves is found (orphans.py)
+    try:
+        proc = _spawn(launch, msg, config, paths, user, name, out, err)
+    except OSError as e:
+        # A command that is not there or not runnable is the spec's (any submitter can name one);
+        # a fork that fails (no memory, no processes left) is the node's.
+        kind: Failure = "refused" if e.errno in _NOT_RUNNABLE else "agent"
+        raise _NotStarted(kind, f"cannot start {msg.argv[0]!r}: {e.strerror or e}") from e
+    REAPER.started(proc.pid)
+    if launch.cgroup is not None:
+        launch.cgroup.join(proc.pid)  # in case its own preexec_fn could not (its user may not write the file)
+    runtime = config.runtime if launch.image is not None else None
+    if runtime is None:
+        return proc, None
+    on_kill(proc.pid, lambda: runtime.kill(name))
+    return proc, runtime.pid(name)  # the container's init: its tree is the trial's (the client is not)
+
+
+def _pruned(store: ArtifactStore, msg: TrialMessage, streams: dict[str, tuple[Path, BinaryIO]], redelivered: bool,
+            resume: int | None, send: Confirms) -> None:
+    """A run the planner pruned is over for good: its logs stay, its checkpoints go."""
+    uploads.logs(store, msg, streams, msg.limits.log_bytes)
+    if not uploads.nothing_stored(msg, redelivered, resume, send.checkpoints):
+        uploads.retain(store, msg, pruned=True)
+
+
+def _verdict(outcome: Outcome, rc: int | None, err: BinaryIO, msg: TrialMessage, launch: Launch,
+             runtime: container.Runtime | None, container_oom: bool) -> tuple[Result, Failure | None, str | None]:
+    """:func:`_classify` with what the memory cgroup or the container runtime knows of the process's end."""
+    container_oom = container_oom or (runtime is not None and container.oom_unsaid(msg, outcome.reason, rc))
+    over = outcome.over_memory or container_oom or (launch.cgroup is not None and launch.cgroup.oom_killed())
+    result, failure, error = _classify(outcome, rc, lambda: _tail_text(err), msg, over)
+    if runtime is not None and failure == "exit":
+        failure = runtime.failure(rc) or failure
+    return result, failure, error
+
+
+def _screened(outcome: Outcome, cut: str | None) -> dict[str, list[Any]]:
+    """The final event's flags and warnings from the run's metric screen (a truncated log noted)."""
+    screen = outcome.screen
+    if screen is None:
+        return {"flags": [], "warnings": []}
+    if cut is not None:
+        screen.note("log_truncated", cut)
+    return {"flags": screen.flags(outcome.final), "warnings": screen.warnings()}
+
+
 def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: RunnerConfig, control: RunControls,
              redelivered: bool, losses: int, run_id: str, paths: Paths, user: TrialUser | None, launch: Launch,
              resume: int | None, restored: dict[str, float], end: Callable[..., TrialFinished],
@@ -301,36 +380,21 @@ def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Ru
     """Start the process (in its memory cgroup or its container, when it has one), supervise it, upload its logs,
     classify its end."""
     ids = {"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt, "run_id": run_id}
-    out_path, err_path = paths.stdout, paths.stderr
-    env, cgroup, runtime = launch.env, launch.cgroup, config.runtime if launch.image is not None else None
+    runtime = config.runtime if launch.image is not None else None
     name = f"spotsweep-{run_id}"
-    with out_path.open("w+b") as out, err_path.open("w+b") as err:
-        if config.reap_orphans:
-            REAPER.adopt()  # orphans below the agent come to it, not to init: what a trial leaves is found (orphans.py)
-        try:
-            proc = _spawn(launch, msg, config, paths, user, name, out, err)
-        except OSError as e:
-            # A command that is not there or not runnable is the spec's (any submitter can name one);
-            # a fork that fails (no memory, no processes left) is the node's.
-            kind: Failure = "refused" if e.errno in _NOT_RUNNABLE else "agent"
-            return end("failed", failure=kind, error=f"cannot start {msg.argv[0]!r}: {e.strerror or e}")
-        REAPER.started(proc.pid)
-        if cgroup is not None:
-            cgroup.join(proc.pid)  # in case its own preexec_fn could not (its user may not write the file)
-        sampled = None
-        if runtime is not None:
-            on_kill(proc.pid, lambda: runtime.kill(name))
-            sampled = runtime.pid(name)  # the container's init: its tree is the trial's (the client is not)
-        run_marks = marks(env, TOKEN_VAR.encode(), b"SPOTSWEEP_RUN_ID")
+    with paths.stdout.open("w+b") as out, paths.stderr.open("w+b") as err:
+        proc, sampled = _launched(launch, msg, config, paths, user, name, out, err)
+        run_marks = marks(launch.env, TOKEN_VAR.encode(), b"SPOTSWEEP_RUN_ID")
         started = time.monotonic()
         start = TrialStarted(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, agent=config.agent_id,
                              run_id=run_id, resume_step=resume, redelivered=redelivered, losses=losses, staging=staged,
                              image=" ".join(launch.image) if launch.image is not None else None)
-        streams: dict[str, tuple[Path, BinaryIO]] = {"stdout": (out_path, out), "stderr": (err_path, err)}
+        streams: dict[str, tuple[Path, BinaryIO]] = {"stdout": (paths.stdout, out), "stderr": (paths.stderr, err)}
+        own_limit = launch.cgroup is None and runtime is None  # else the cgroup's or the container's limit holds
         with LogShipper(store, msg, streams, config.log_upload_seconds):  # the store has the logs while the trial runs
             try:
                 outcome = _supervised(proc, start, msg, store, send, config, control, paths, restored, run_marks,
-                                      None if cgroup is not None or runtime is not None else msg.memory, sampled)
+                                      msg.memory if own_limit else None, sampled)
             finally:
                 on_kill(proc.pid, None)
                 container_oom = runtime is not None and runtime.finish(name)  # (docker's OOMKilled)
@@ -339,28 +403,18 @@ def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Ru
             raise DeliveryLost(run_id, round(duration, 3))
         if outcome.reason == "stopped":
             _log.info("run stopped by the planner", reason=outcome.stop_reason, **ids)
-            if outcome.stop_reason == "pruned":  # over for good: its logs stay, its checkpoints go
-                uploads.logs(store, msg, streams, msg.limits.log_bytes)
-                if not uploads.nothing_stored(msg, redelivered, resume, send.checkpoints):
-                    uploads.retain(store, msg, pruned=True)
+            if outcome.stop_reason == "pruned":
+                _pruned(store, msg, streams, redelivered, resume, send)
             return None
         logs_uri, cut = uploads.logs(store, msg, streams, msg.limits.log_bytes)
         # A node going away spends its notice on the logs and the report, not on pruning (a few
         # requests behind what an abandoned upload still sends): the next attempt's commits and end prune.
         if not uploads.nothing_stored(msg, redelivered, resume, send.checkpoints) and not control.preempt.is_set():
             uploads.retain(store, msg)
-        container_oom = container_oom or (runtime is not None and container.oom_unsaid(msg, outcome.reason, proc.returncode))
-        over = outcome.over_memory or container_oom or (cgroup is not None and cgroup.oom_killed())
-        result, failure, error = _classify(outcome, proc.returncode, lambda: _tail_text(err), msg, over)
-        if runtime is not None and failure == "exit":
-            failure = runtime.failure(proc.returncode) or failure
-    screen = outcome.screen
-    if cut is not None and screen is not None:
-        screen.note("log_truncated", cut)
+        result, failure, error = _verdict(outcome, proc.returncode, err, msg, launch, runtime, container_oom)
     _log.info("trial ended", outcome=result, exit_code=proc.returncode, failure=failure, **ids)
     return end(result, exit_code=proc.returncode, error=error, failure=failure, metrics=outcome.final,
-               last_step=outcome.last_step, logs_uri=logs_uri, duration=round(duration, 3),
-               flags=screen.flags(outcome.final) if screen else [], warnings=screen.warnings() if screen else [])
+               last_step=outcome.last_step, logs_uri=logs_uri, duration=round(duration, 3), **_screened(outcome, cut))
 
 
 def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMessage, store: ArtifactStore,
