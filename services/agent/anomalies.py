@@ -96,20 +96,34 @@ class Watch:
 def decide(watch: Watch, event: Event) -> Watch:
     """``watch`` after ``event``; a flag once raised stays (set semantics)."""
     if isinstance(event, Silence):
-        if "stalled" not in watch.flags and stalled(event.seconds, watch.stall_timeout):
-            return _raise(watch, "stalled", f"no line in the metrics file for {event.seconds:.0f} s (half of "
-                                            f"timeout.stall = {watch.stall_timeout:g} s kills the trial)")
-        return watch
+        return _silence(watch, event)
     if isinstance(event, Sample):
-        util = event.values.get("sys/gpu_util")
-        if util is None:
-            return watch
-        since = idle_since(watch.idle_from, event.at, util)
-        watch = replace(watch, idle_from=since)
-        if "idle_gpu" not in watch.flags and since is not None and event.at - since >= IDLE_GPU_SECONDS:
-            watch = _raise(watch, "idle_gpu", f"GPU utilisation under {IDLE_GPU_PERCENT:g}% for "
-                                              f"{event.at - since:.0f} s")
+        return _sample(watch, event)
+    return _points(watch, event)
+
+
+def _silence(watch: Watch, event: Silence) -> Watch:
+    """``stalled`` once the trial has been silent for half its stall timeout."""
+    if "stalled" not in watch.flags and stalled(event.seconds, watch.stall_timeout):
+        return _raise(watch, "stalled", f"no line in the metrics file for {event.seconds:.0f} s (half of "
+                                        f"timeout.stall = {watch.stall_timeout:g} s kills the trial)")
+    return watch
+
+
+def _sample(watch: Watch, event: Sample) -> Watch:
+    """``idle_gpu`` once GPU utilisation has stayed low for IDLE_GPU_SECONDS."""
+    util = event.values.get("sys/gpu_util")
+    if util is None:
         return watch
+    since = idle_since(watch.idle_from, event.at, util)
+    watch = replace(watch, idle_from=since)
+    if "idle_gpu" not in watch.flags and since is not None and event.at - since >= IDLE_GPU_SECONDS:
+        watch = _raise(watch, "idle_gpu", f"GPU utilisation under {IDLE_GPU_PERCENT:g}% for {event.at - since:.0f} s")
+    return watch
+
+
+def _points(watch: Watch, event: Points) -> Watch:
+    """``nan`` for a non-finite metric, ``diverging`` for an objective far off its best; the best kept."""
     for name, number in event.values.items():
         if "nan" not in watch.flags and not name.startswith(SYS_PREFIX) and not math.isfinite(number):
             watch = _raise(watch, "nan", f"metric {name[:80]!r} was {number} at step {event.step}")
