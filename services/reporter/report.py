@@ -87,22 +87,32 @@ def build(db: Database, sweep_id: str, metrics: Sequence[str] = (), most: int = 
     spec = sweep["spec"] or {}
     metric = (spec.get("metric") or {}).get("name", "")
     mode = (spec.get("metric") or {}).get("mode", "min")
-    seen = {k for r in rows for k in r["params"]}
-    space = list(spec.get("space", {}))  # the spec's order (stored as json, not jsonb, to keep it)
-    params = [k for k in space if k in seen] + sorted(seen - set(space))
     reported: set[str] = set().union(*((r["metrics"] or {}).keys() for r in rows))
     every_metric = sorted(reported, key=lambda k: (k != metric, k))
-    ranked = [r for r in rows if r["state"] == "completed" and metric_float((r["metrics"] or {}).get(metric)) is not None]
-    ranked.sort(key=lambda r: rank_key(r["metrics"][metric], mode))
-    ranked_ids = {r["trial_id"] for r in ranked}
-    unranked = [r for r in rows if r["trial_id"] not in ranked_ids]
+    ranked, unranked = _ranking(rows, metric, mode)
     configs = by_config(rows, metric, mode) if int(spec.get("repeats") or 1) > 1 else []
     pricing = spec.get("pricing")
     cost = cost_of(every, int((spec.get("resources") or {}).get("gpus", 1)), pricing) if pricing else None
     budget = budget_line(caps_of(spec.get("budget")), spent_of(sweep, sweep["now"]))
-    return Report(sweep["sweep_id"], sweep["name"], sweep["state"], metric, mode, params,
+    return Report(sweep["sweep_id"], sweep["name"], sweep["state"], metric, mode, _params(rows, spec),
                   _shown(every_metric, metric, metrics, most), ranked, unranked, configs, cost, every_metric, budget,
                   lineage.lines([*ranked, *unranked], segments))
+
+
+def _params(rows: list[dict[str, Any]], spec: dict[str, Any]) -> list[str]:
+    """The param columns: the spec's space in its order (stored as json, not jsonb, to keep it), then any
+    other param a trial had, by name."""
+    seen = {k for r in rows for k in r["params"]}
+    space = list(spec.get("space", {}))
+    return [k for k in space if k in seen] + sorted(seen - set(space))
+
+
+def _ranking(rows: list[dict[str, Any]], metric: str, mode: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the trials that completed with a finite objective, best first; every other trial, in order)."""
+    ranked = [r for r in rows if r["state"] == "completed" and metric_float((r["metrics"] or {}).get(metric)) is not None]
+    ranked.sort(key=lambda r: rank_key(r["metrics"][metric], mode))
+    ranked_ids = {r["trial_id"] for r in ranked}
+    return ranked, [r for r in rows if r["trial_id"] not in ranked_ids]
 
 
 def _shown(every: list[str], objective: str, chosen: Sequence[str], most: int) -> list[str]:
@@ -136,27 +146,10 @@ def metric_columns(report: Report, metrics: Sequence[str] | None = None) -> list
 
 
 def print_leaderboard(report: Report, out: Console | None = None, top: int | None = None) -> None:
+    """The ranked trials (the ``top`` first) as a table fit to the console's width, then what it leaves
+    out, the per-config table, cost, budget, lineage, the trials without results and the warnings."""
     out = out or console()
-    arrow = "↓" if report.mode == "min" else "↑"
-    table = Table(title=Text(printable(f"{report.sweep_name} ({report.sweep_id}) — {report.sweep_state}, "
-                                       f"ranked by {cap_text(report.metric, 200)} {arrow}")))
-    ranked = report.ranked[:top] if top else report.ranked
-    rows = [[str(i), shown(r["trial_name"]), *(shown(r["params"].get(p)) for p in report.params),
-             *(shown((r["metrics"] or {}).get(m)) for m in report.metrics), str(r["attempts"])]
-            for i, r in enumerate(ranked, 1)]
-    names = ["#", "trial", *map(shown, report.params), *map(shown, metric_columns(report)), "attempts"]
-    objective = 2 + len(report.params) + (report.metrics.index(report.metric) if report.metric in report.metrics else -99)
-    columns = [measured(name, [row[i] for row in rows], required=i in (0, 1, objective, len(names) - 1),
-                        cap=max(TRIAL_MIN, out.width // 3) if i == 1 else None) for i, name in enumerate(names)]
-    kept, dropped = fit(columns, out.width)
-    for i in kept:
-        if i == 1:  # a long name wraps onto more lines; it is never cut
-            table.add_column("trial", overflow="fold", min_width=min(columns[1].width, TRIAL_MIN))
-        else:
-            table.add_column(cell(names[i]), justify="right", no_wrap=True,
-                             style="bold" if i == objective else None)
-    for row in rows:
-        table.add_row(*(Text(row[i]) for i in kept))
+    table, dropped = _leaderboard(report, out.width, top)
     out.print(table)
     if dropped:
         out.print(Text(f"not shown at {out.width} columns: {', '.join(dropped)} (a wider terminal, --metrics, or --csv)"))
@@ -178,6 +171,31 @@ def print_leaderboard(report: Report, out: Console | None = None, top: int | Non
         for trial in report.unranked:
             out.print(Text(f"  {shown(trial['trial_name'])}: {_why(trial, report.metric)}"))
     print_warnings([*report.ranked, *report.unranked], out)
+
+
+def _leaderboard(report: Report, width: int, top: int | None) -> tuple[Table, list[str]]:
+    """(the ranked trials' table in ``width`` columns, the names of the columns it had no room for); the
+    rank, trial, objective and attempts columns always stay."""
+    arrow = "↓" if report.mode == "min" else "↑"
+    table = Table(title=Text(printable(f"{report.sweep_name} ({report.sweep_id}) — {report.sweep_state}, "
+                                       f"ranked by {cap_text(report.metric, 200)} {arrow}")))
+    rows = [[str(i), shown(r["trial_name"]), *(shown(r["params"].get(p)) for p in report.params),
+             *(shown((r["metrics"] or {}).get(m)) for m in report.metrics), str(r["attempts"])]
+            for i, r in enumerate(report.ranked[:top] if top else report.ranked, 1)]
+    names = ["#", "trial", *map(shown, report.params), *map(shown, metric_columns(report)), "attempts"]
+    objective = 2 + len(report.params) + (report.metrics.index(report.metric) if report.metric in report.metrics else -99)
+    columns = [measured(name, [row[i] for row in rows], required=i in (0, 1, objective, len(names) - 1),
+                        cap=max(TRIAL_MIN, width // 3) if i == 1 else None) for i, name in enumerate(names)]
+    kept, dropped = fit(columns, width)
+    for i in kept:
+        if i == 1:  # a long name wraps onto more lines; it is never cut
+            table.add_column("trial", overflow="fold", min_width=min(columns[1].width, TRIAL_MIN))
+        else:
+            table.add_column(cell(names[i]), justify="right", no_wrap=True,
+                             style="bold" if i == objective else None)
+    for row in rows:
+        table.add_row(*(Text(row[i]) for i in kept))
+    return table, dropped
 
 
 def print_warnings(rows: Sequence[dict[str, Any]], out: Console) -> None:
