@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from psycopg.rows import tuple_row
+
 from spotsweep.services.reporter.values import metric_float
 from spotsweep.services.reporter.web import queries
 from spotsweep.shared.db import Database
@@ -48,7 +50,7 @@ class Exported:
 
 def _writer(logdir: Path) -> Any:
     try:
-        from tensorboardX import SummaryWriter
+        from tensorboardX import SummaryWriter  # deferred: tensorboardX is optional (the `results` extra)
     except ImportError as e:
         raise PermanentError("export tensorboard needs tensorboardX: pip install 'spotsweep[results]'") from e
     return SummaryWriter(logdir=str(logdir), flush_secs=30)
@@ -71,26 +73,27 @@ def hparam_values(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]
     (not a bool) in every trial stays a number, all-bools stay bools, anything
     else (mixed kinds, lists) becomes text, so a column has one type."""
     names = sorted({k for r in rows for k in (r.get("params") or {})})
-    kinds: dict[str, type] = {}
-    for name in names:
-        values = [(r.get("params") or {}).get(name) for r in rows]
-        present = [v for v in values if v is not None]
-        if present and all(isinstance(v, bool) for v in present):
-            kinds[name] = bool
-        elif present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
-            kinds[name] = float
-        else:
-            kinds[name] = str
+    kinds = {name: _kind([v for r in rows if (v := (r.get("params") or {}).get(name)) is not None]) for name in names}
     out = {}
     for r in rows:
         params = r.get("params") or {}
-        out[r["trial_id"]] = {k: kinds[k](params[k]) if kinds[k] is not str else str(params[k])
-                              for k in names if params.get(k) is not None}
+        out[r["trial_id"]] = {k: kinds[k](params[k]) for k in names if params.get(k) is not None}
     return out
+
+
+def _kind(present: Sequence[Any]) -> type:
+    """One param's HParams type from the values the trials gave it: bool when all are bools, float when all
+    are numbers (not bools), else str."""
+    if present and all(isinstance(v, bool) for v in present):
+        return bool
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return float
+    return str
 
 
 def _session_end(state: str) -> Any:
     """The HParams session-end summary with the trial's status (tensorboardX's protos)."""
+    # deferred: tensorboardX is optional (the `results` extra)
     from tensorboardX.proto.api_pb2 import Status
     from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData, SessionEndInfo
     from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
@@ -103,7 +106,7 @@ def _session_end(state: str) -> Any:
 
 def _points(db: Database, sweep_id: str) -> Iterator[tuple[str, Iterable[tuple[Any, ...]]]]:
     """Every point of the sweep, attempts merged, streamed by a server-side cursor, grouped by trial."""
-    with db.transaction() as conn, conn.cursor(name="spotsweep_export", row_factory=_tuples) as cur:
+    with db.transaction() as conn, conn.cursor(name="spotsweep_export", row_factory=tuple_row) as cur:
         cur.itersize = 10_000
         cur.execute("SELECT DISTINCT ON (trial_id, name, step) trial_id, name, step, value, recorded_at FROM metric_points"
                     " WHERE sweep_id = %s ORDER BY trial_id, name, step, attempt DESC", (sweep_id,))
@@ -111,15 +114,9 @@ def _points(db: Database, sweep_id: str) -> Iterator[tuple[str, Iterable[tuple[A
             yield trial_id, rows
 
 
-def _tuples(cursor: Any) -> Any:
-    from psycopg.rows import tuple_row
-
-    return tuple_row(cursor)
-
-
 def export(db: Database, sweep: str, out: Path) -> Exported:
     """Write ``sweep`` (an id, or the newest sweep of that name) under ``out`` as TensorBoard runs."""
-    from tensorboardX.summary import hparams
+    from tensorboardX.summary import hparams  # deferred: tensorboardX is optional (the `results` extra)
 
     # tensorboardX warns once per NaN or infinite value; a diverged trial is data here, written as it is.
     logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
