@@ -47,12 +47,14 @@ class Run:
     note: str = ""  # why a lost run was lost
 
 
+Key = tuple[str, int, str]  # (trial id, attempt, run id)
+
+
 def runs(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
     """One run per (trial, attempt, run id) that has a start or an end, by
     start; a run with no end that a later start superseded ends ``lost``."""
-    rows = list(rows)
-    starts: dict[tuple[str, int, str], Mapping[str, Any]] = {}
-    ends: dict[tuple[str, int, str], Mapping[str, Any]] = {}
+    starts: dict[Key, Mapping[str, Any]] = {}
+    ends: dict[Key, Mapping[str, Any]] = {}
     for row in rows:
         key = (row["trial_id"], int(row["attempt"] or 0), row.get("run_id") or "")
         if row["kind"] == "trial.started":
@@ -62,22 +64,27 @@ def runs(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
     out = []
     for key in starts.keys() | ends.keys():
         start, end = starts.get(key), ends.get(key)
-        if start is None:
-            assert end is not None
-            begun = end["time"] - timedelta(seconds=float(end.get("duration") or 0.0))
-        else:
-            begun = start["time"]
-        some = start or end
-        assert some is not None
-        agent = (start or {}).get("agent") or (end or {}).get("agent") or "?"
-        run = Run(key[0], some["trial_name"], key[1], key[2], agent, begun, None, "running",
-                  float((start or {}).get("staging") or 0.0))
-        out.append(_ended(run, end, some) if end is not None else _vanished(run, starts.values(), some))
+        run = _begun(key, start, end)
+        out.append(_ended(run, end) if end is not None else _vanished(run, starts.values(), start or {}))
     out.sort(key=lambda r: (r.start, r.trial_id, r.attempt, r.run_id))
     return out
 
 
-def _ended(run: Run, end: Mapping[str, Any], some: Mapping[str, Any]) -> Run:
+def _begun(key: Key, start: Mapping[str, Any] | None, end: Mapping[str, Any] | None) -> Run:
+    """The run ``key`` as it started, from its start, else its end (whose start the journal lacks: it
+    starts ``duration`` seconds before the end)."""
+    some = start or end
+    assert some is not None
+    if start is None:
+        begun = some["time"] - timedelta(seconds=float(some.get("duration") or 0.0))
+    else:
+        begun = start["time"]
+    agent = (start or {}).get("agent") or (end or {}).get("agent") or "?"
+    return Run(key[0], some["trial_name"], key[1], key[2], agent, begun, None, "running",
+               float((start or {}).get("staging") or 0.0))
+
+
+def _ended(run: Run, end: Mapping[str, Any]) -> Run:
     """``run`` ended by its journalled end: an outcome, or a loss with its reason."""
     if end["kind"] != "trial.lost":
         return replace(run, end=end["time"], outcome=end.get("outcome") or "ended")
