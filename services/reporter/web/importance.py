@@ -91,13 +91,25 @@ def usable_params(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]],
         try:
             params = to_optuna(space, row.get("params") or {})
             kept = {k: params[k] for k in dists}
-            if not all(d._contains(d.to_internal_repr(kept[k])) for k, d in dists.items()):
+            if not all(_inside(d, kept[k]) for k, d in dists.items()):
                 continue
         except (KeyError, ValueError, TypeError):
             continue
         params_out.append(kept)
         values.append(value)
     return params_out, values
+
+
+def _inside(d: BaseDistribution, value: Any) -> bool:
+    """Whether ``value`` is one ``d`` gives, as Optuna's ``create_trial`` checks it: a choice (``to_internal_repr``
+    raises ValueError for any other), or a number in the range and on its step."""
+    x = d.to_internal_repr(value)
+    if isinstance(d, IntDistribution):
+        return d.low <= x <= d.high and (x - d.low) % d.step == 0
+    if isinstance(d, FloatDistribution):
+        k = (x - d.low) / d.step if d.step is not None else 0.0
+        return d.low <= x <= d.high and abs(k - round(k)) < 1e-8
+    return True
 
 
 def _decades(dists: Mapping[str, BaseDistribution],
@@ -218,32 +230,45 @@ def importance(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], me
     if len(usable) > MAX_TRIALS:  # sampled before building trials: create_trial validates each one
         usable = random.Random(seed).sample(usable, MAX_TRIALS)
     params, values = usable_params(space, usable, metric, varied)
-    empty = Importance(metric, trials=len(values), method=method)
-    if len(values) < MIN_TRIALS:
-        reason = f"{len(values)} completed trial(s) with a finite {metric!r}; importance needs at least {MIN_TRIALS}"
-        return Importance(**{**empty.__dict__, "reason": reason})
-    if not varied:
-        return Importance(**{**empty.__dict__, "reason": "no parameter of the space takes more than one value"})
-    if len(set(values)) == 1:
-        return Importance(**{**empty.__dict__, "reason": f"every trial has the same {metric!r}: nothing to explain"})
-    fixed = [(k, 0.0) for k in dists if k not in varied]
+    reason = _untold(values, varied, metric)
+    if reason is not None:
+        return Importance(metric, trials=len(values), method=method, reason=reason)
     names = list(varied)
     dec, params = _decades(varied, params)
-    caution = None
-    if len(values) < max(RELIABLE, 5 * len(names)):
-        caution = (f"only {len(values)} completed trials for {len(names)} varied parameter(s): shares from so few are "
-                   f"rough (they move with the forest's seed); {max(RELIABLE, 5 * len(names))} or more read better")
-    if method == "ped-anova":
-        shares, pairs = _optuna(method, dec, params, values, mode, seed), []
-    else:
-        main_shares, pair_shares = _fanova(_Space(dec), params, values, seed)
-        total = sum(main_shares)
-        shares = (_optuna(method, dec, params, values, mode, seed) if len(values) <= EXACT_TRIALS
-                  else {n: v / total if total > 0 else 0.0 for n, v in zip(names, main_shares)})
-        pairs = sorted((((names[a], names[b]), min(1.0, v)) for (a, b), v in pair_shares.items() if v >= NOISE),
-                       key=lambda p: -p[1])
+    enough = max(RELIABLE, 5 * len(names))
+    caution = None if len(values) >= enough else (
+        f"only {len(values)} completed trials for {len(names)} varied parameter(s): shares from so few are "
+        f"rough (they move with the forest's seed); {enough} or more read better")
+    shares, pairs = _shares(method, dec, params, values, mode, seed)
     main = sorted(((n, min(1.0, max(0.0, shares.get(n, 0.0)))) for n in names), key=lambda p: -p[1])
+    fixed = [(k, 0.0) for k in dists if k not in varied]
     return Importance(metric, main + fixed, pairs, len(values), method, caution=caution)
+
+
+def _untold(values: list[float], varied: Mapping[str, BaseDistribution], metric: str) -> str | None:
+    """Why the trials' ``values`` cannot tell the parameters' importance; None when they can."""
+    if len(values) < MIN_TRIALS:
+        return f"{len(values)} completed trial(s) with a finite {metric!r}; importance needs at least {MIN_TRIALS}"
+    if not varied:
+        return "no parameter of the space takes more than one value"
+    if len(set(values)) == 1:
+        return f"every trial has the same {metric!r}: nothing to explain"
+    return None
+
+
+def _shares(method: str, dists: Mapping[str, BaseDistribution], params: list[dict[str, Any]], values: list[float],
+            mode: str, seed: int) -> tuple[dict[str, float], list[tuple[tuple[str, str], float]]]:
+    """(each parameter's main effect, the pairs' interactions above NOISE, strongest first) by ``method``."""
+    if method == "ped-anova":
+        return _optuna(method, dists, params, values, mode, seed), []
+    names = list(dists)
+    main_shares, pair_shares = _fanova(_Space(dists), params, values, seed)
+    total = sum(main_shares)
+    shares = (_optuna(method, dists, params, values, mode, seed) if len(values) <= EXACT_TRIALS
+              else {n: v / total if total > 0 else 0.0 for n, v in zip(names, main_shares)})
+    pairs = sorted((((names[a], names[b]), min(1.0, v)) for (a, b), v in pair_shares.items() if v >= NOISE),
+                   key=lambda p: -p[1])
+    return shares, pairs
 
 
 def as_json(result: Importance) -> dict[str, Any]:

@@ -144,3 +144,19 @@ def test_ped_anova_gives_main_effects() -> None:
     result = importance(SPACE, sample(300, known), "loss", method="ped-anova")
     assert result.method == "ped-anova" and result.interactions == []
     assert result.params[0][0] in {"a", "lr", "e", "f"}
+
+
+def test_trials_whose_params_lie_outside_the_space_are_left_out() -> None:
+    # As after an `extend` changed the space: past a range's end, off an int's step, past an int's end.
+    space = parse_spec({
+        "name": "imp", "command": ["x"], "metric": {"name": "loss"},
+        "space": {"x": {"type": "uniform", "low": 0, "high": 1}, "k": {"type": "int", "low": 0, "high": 8, "step": 2}},
+        "strategy": {"type": "random", "trials": 100},
+    }).space
+    rows = [{"trial_id": str(i), "state": "completed", "params": {"x": i / 20, "k": 2 * (i % 5)}, "metrics": {"loss": i}}
+            for i in range(20)]
+    strays = [{"x": 1.5, "k": 2}, {"x": 0.5, "k": 3}, {"x": 0.5, "k": 10}, {"x": -0.1, "k": 0}]
+    rows += [{"trial_id": f"s{i}", "state": "completed", "params": p, "metrics": {"loss": 100.0}}
+             for i, p in enumerate(strays)]
+    assert importance(space, rows, "loss").trials == 20
+    assert importance(space, rows[:20] + [{**rows[0], "trial_id": "in"}], "loss").trials == 21
