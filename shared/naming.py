@@ -65,46 +65,58 @@ def check_template(template: str, samples: Mapping[str, Sequence[Any]], max_char
         fields = list(_fields(template))
     except ValueError as e:
         return [f"malformed template {template!r}: {e} (write {{{{ and }}}} for literal braces)"]
-    problems: list[str] = []
     known = ", ".join(sorted(samples))
-    for field, format_spec in fields:
-        if field == "" or field.isdigit():
-            problems.append(f"positional placeholder {{{field}}} in {template!r}; name a parameter (known: {known})")
-        elif not field.isidentifier() and not field.replace("-", "_").isidentifier():
-            # Attribute and index access ({lr.real}, {lr[0]}) reach into objects: refused.
-            problems.append(f"placeholder {{{field}}} must be a plain parameter name")
-        elif field not in samples:
-            problems.append(f"placeholder {{{field}}} names no parameter (known: {known})")
-        elif format_spec and "{" not in format_spec:
-            wide = [int(n) for n in _NUMBER.findall(format_spec) if int(n) > MAX_WIDTH]
-            if wide:
-                problems.append(f"width or precision {wide[0]} in {{{field}:{format_spec}}} is too large (at most {MAX_WIDTH})")
-                continue
-            for value in samples[field]:
-                try:
-                    format(value, format_spec)
-                except (ValueError, TypeError) as e:
-                    problems.append(f"cannot format {field}={value!r} with {format_spec!r}: {e}")
-                    break
+    problems = [why for field, format_spec in fields
+                if (why := _field_problem(template, field, format_spec, samples, known)) is not None]
     if problems:
         return problems
-    # Render for real with every sample value of each field (the others at
-    # their first): conversions (!r, !s) and nested specs ({x:{w}}) are
-    # checked by the same code that renders trials.
+    why = _render_problem(template, samples, max_chars)
+    return [why] if why is not None else []
+
+
+def _field_problem(template: str, field: str, format_spec: str, samples: Mapping[str, Sequence[Any]],
+                   known: str) -> str | None:
+    """Why one placeholder of ``template`` is refused (not a parameter's name, a width past MAX_WIDTH, a
+    spec that cannot format a sample value); None when it is fine."""
+    if field == "" or field.isdigit():
+        return f"positional placeholder {{{field}}} in {template!r}; name a parameter (known: {known})"
+    if not field.isidentifier() and not field.replace("-", "_").isidentifier():
+        # Attribute and index access ({lr.real}, {lr[0]}) reach into objects: refused.
+        return f"placeholder {{{field}}} must be a plain parameter name"
+    if field not in samples:
+        return f"placeholder {{{field}}} names no parameter (known: {known})"
+    if not format_spec or "{" in format_spec:
+        return None
+    wide = [int(n) for n in _NUMBER.findall(format_spec) if int(n) > MAX_WIDTH]
+    if wide:
+        return f"width or precision {wide[0]} in {{{field}:{format_spec}}} is too large (at most {MAX_WIDTH})"
+    for value in samples[field]:
+        try:
+            format(value, format_spec)
+        except (ValueError, TypeError) as e:
+            return f"cannot format {field}={value!r} with {format_spec!r}: {e}"
+    return None
+
+
+def _render_problem(template: str, samples: Mapping[str, Sequence[Any]], max_chars: int) -> str | None:
+    """Why ``template`` cannot be rendered, or renders past ``max_chars``; None when it renders.
+
+    Rendered for real with every sample value of each field (the others at their first): conversions
+    (!r, !s) and nested specs ({x:{w}}) are checked by the same code that renders trials."""
     first = {k: v[0] for k, v in samples.items() if v}
     try:
         longest = len(_FORMATTER.vformat(template, (), first))
     except (ValueError, TypeError, KeyError, IndexError) as e:
-        return [f"cannot render {template!r}: {e}"]
+        return f"cannot render {template!r}: {e}"
     for field, values in samples.items():
         for value in values:
             try:
                 longest = max(longest, len(_FORMATTER.vformat(template, (), {**first, field: value})))
             except (ValueError, TypeError, KeyError, IndexError) as e:
-                return [f"cannot render {template!r} with {field}={value!r}: {e}"]
+                return f"cannot render {template!r} with {field}={value!r}: {e}"
     if longest > max_chars:
-        return [f"renders to {longest} characters (at most {max_chars}): {template[:80]!r}"]
-    return problems
+        return f"renders to {longest} characters (at most {max_chars}): {template[:80]!r}"
+    return None
 
 
 def render(template: str, values: Mapping[str, Any], field: str = "command") -> str:
