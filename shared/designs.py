@@ -30,6 +30,8 @@ import math
 import random
 import threading
 
+from spotsweep.shared.permutation import IndexPermutation
+
 Design = tuple[tuple[int, ...], ...]
 _REPAIR_TRIES = 10_000  # swaps tried to make one duplicate row distinct
 _IMPROVE_PER_ROW = 30  # local-search swaps per row (bounded, so a design stays fast to build)
@@ -129,30 +131,44 @@ def _make_distinct(design: list[list[int]], rng: random.Random, start: int = 0,
                 break
             if sizes and rng.random() < 0.5:
                 j = rng.randrange(dims)
-                base = n // sizes[j]
-                if counts[j][row[j]] == base + 1:
-                    lower = [level for level in range(sizes[j]) if counts[j][level] == base]
-                    if lower:
-                        level = rng.choice(lower)
-                        counts[j][row[j]] -= 1
-                        counts[j][level] += 1
-                        row[j] = level
-                continue
-            j, s = rng.randrange(dims), rng.randrange(start, n)
-            other = design[s]
-            if s == r or other[j] == row[j]:
-                continue
-            new_row = (*row[:j], other[j], *row[j + 1:])
-            new_other = (*other[:j], row[j], *other[j + 1:])
-            if s < r:  # the other row is already in seen: it must stay distinct
-                if new_other in seen or new_other == new_row:
-                    continue
-                seen.discard(tuple(other))
-                seen.add(new_other)
-            row[j], other[j] = other[j], row[j]
+                _relevel(row, j, counts[j], n // sizes[j], rng)
+            else:
+                _swap_with_any(design, seen, r, start, rng)
         else:
             raise RuntimeError("could not make the subset's rows distinct")  # for a new design, not reached while n <= grid / 2
         seen.add(tuple(row))
+
+
+def _relevel(row: list[int], j: int, counts: list[int], base: int, rng: random.Random) -> None:
+    """Move ``row``'s entry in column ``j`` from a level used ``base + 1`` times to a random one used ``base``
+    times (``counts``: the column's uses per level, kept up to date); the column stays balanced."""
+    if counts[row[j]] != base + 1:
+        return
+    lower = [level for level, used in enumerate(counts) if used == base]
+    if lower:
+        level = rng.choice(lower)
+        counts[row[j]] -= 1
+        counts[level] += 1
+        row[j] = level
+
+
+def _swap_with_any(design: list[list[int]], seen: set[tuple[int, ...]], r: int, start: int,
+                   rng: random.Random) -> None:
+    """Swap a random column's entry of row ``r`` with a random row's at or after ``start``; not when that row
+    is an earlier one (in ``seen``, kept up to date) that would then equal another."""
+    row = design[r]
+    j, s = rng.randrange(len(row)), rng.randrange(start, len(design))
+    other = design[s]
+    if s == r or other[j] == row[j]:
+        return
+    if s < r:  # the other row is already in seen: it must stay distinct
+        new_row = (*row[:j], other[j], *row[j + 1:])
+        new_other = (*other[:j], row[j], *other[j + 1:])
+        if new_other in seen or new_other == new_row:
+            return
+        seen.discard(tuple(other))
+        seen.add(new_other)
+    row[j], other[j] = other[j], row[j]
 
 
 def _even_out_pairs(design: list[list[int]], sizes: tuple[int, ...], rng: random.Random, start: int = 0) -> None:
@@ -175,14 +191,7 @@ def _even_out_pairs(design: list[list[int]], sizes: tuple[int, ...], rng: random
         a, b = row[j], other[j]
         if a == b:
             continue
-        delta = 0.0
-        for k in range(dims):
-            u, v = row[k], other[k]
-            if k == j or u == v:
-                continue
-            t = counts[(j, k)]
-            delta += weight[(j, k)] * (2 * (t[b][u] + t[a][v] - t[a][u] - t[b][v]) + 4)
-        if delta >= 0:
+        if _swap_cost(counts, weight, row, other, j) >= 0:
             continue
         new_row = (*row[:j], b, *row[j + 1:])
         new_other = (*other[:j], a, *other[j + 1:])
@@ -190,20 +199,42 @@ def _even_out_pairs(design: list[list[int]], sizes: tuple[int, ...], rng: random
             continue
         seen -= {tuple(row), tuple(other)}
         seen |= {new_row, new_other}
-        for k in range(dims):
-            u, v = row[k], other[k]
-            if k == j or u == v:
-                continue
-            jk, kj = counts[(j, k)], counts[(k, j)]
-            jk[a][u] -= 1
-            jk[b][v] -= 1
-            jk[b][u] += 1
-            jk[a][v] += 1
-            kj[u][a] -= 1
-            kj[v][b] -= 1
-            kj[u][b] += 1
-            kj[v][a] += 1
+        _count_swap(counts, row, other, j)
         row[j], other[j] = b, a
+
+
+PairCounts = dict[tuple[int, int], list[list[int]]]  # (j, k) -> count of (level in j, level in k) over the rows
+
+
+def _swap_cost(counts: PairCounts, weight: dict[tuple[int, int], float], row: list[int], other: list[int],
+               j: int) -> float:
+    """How much swapping the two rows' entries in column ``j`` changes the weighted sum of squared pair counts
+    (negative: the design gets closer to an orthogonal array)."""
+    a, b = row[j], other[j]
+    delta = 0.0
+    for k, (u, v) in enumerate(zip(row, other)):
+        if k == j or u == v:
+            continue
+        t = counts[(j, k)]
+        delta += weight[(j, k)] * (2 * (t[b][u] + t[a][v] - t[a][u] - t[b][v]) + 4)
+    return delta
+
+
+def _count_swap(counts: PairCounts, row: list[int], other: list[int], j: int) -> None:
+    """Update the pair counts for the swap of the two rows' entries in column ``j`` (before it is made)."""
+    a, b = row[j], other[j]
+    for k, (u, v) in enumerate(zip(row, other)):
+        if k == j or u == v:
+            continue
+        jk, kj = counts[(j, k)], counts[(k, j)]
+        jk[a][u] -= 1
+        jk[b][v] -= 1
+        jk[b][u] += 1
+        jk[a][v] += 1
+        kj[u][a] -= 1
+        kj[v][b] -= 1
+        kj[u][b] += 1
+        kj[v][a] += 1
 
 
 def sobol_point(dims: int, seed: int, index: int) -> list[float]:
@@ -260,8 +291,6 @@ class _SobolCells:
             self._cells.append(cell)
 
     def _fill(self, count: int) -> None:
-        from spotsweep.shared.permutation import IndexPermutation
-
         order = IndexPermutation(self.total, f"sobol-fill:{self.seed}")
         for i in range(self.total):
             if len(self._cells) >= count:
