@@ -192,7 +192,21 @@ def prune_checkpoints(
     if anchor is None:
         return []
     keys = _folders(store, prefix)
+    doomed = _doomed(store, prefix, keys, anchor, latest, keep, protect)
+    for folder in doomed:
+        manifest = f"{prefix}{folder}/{MANIFEST}"
+        if manifest in keys[folder]:
+            store.delete(manifest)  # first: no restore picks the folder while its files go
+        for key in keys[folder]:
+            if key != manifest:
+                store.delete(key)
+    return sorted(doomed, key=_folder_order)
 
+
+def _doomed(store: ArtifactStore, prefix: str, keys: dict[str, list[str]], anchor: str, latest: str | None,
+            keep: int, protect: Collection[str]) -> list[str]:
+    """The folders :func:`prune_checkpoints` deletes, by its rules: of the intact ones older than ``anchor``,
+    all but ``keep - 1`` (``latest`` and ``protect`` aside); the damaged ones below the oldest folder kept."""
     def intact(folder: str) -> bool:
         return _listed_whole(store, prefix, folder, keys)
 
@@ -213,15 +227,7 @@ def prune_checkpoints(
     if not kept:
         return []  # nothing known good to measure "old" against
     oldest_kept = min(_folder_order(f)[0] for f in kept)
-    doomed += [f for f in damaged if _folder_order(f)[0] < oldest_kept]
-    for folder in doomed:
-        manifest = f"{prefix}{folder}/{MANIFEST}"
-        if manifest in keys[folder]:
-            store.delete(manifest)
-        for key in keys[folder]:
-            if key != manifest:
-                store.delete(key)
-    return sorted(doomed, key=_folder_order)
+    return doomed + [f for f in damaged if _folder_order(f)[0] < oldest_kept]
 
 
 # -- reading ------------------------------------------------------------------
