@@ -93,15 +93,12 @@ def _kind(present: Sequence[Any]) -> type:
 
 def _session_end(state: str) -> Any:
     """The HParams session-end summary with the trial's status (tensorboardX's protos)."""
-    # deferred: tensorboardX is optional (the `results` extra)
-    from tensorboardX.proto.api_pb2 import Status
-    from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData, SessionEndInfo
-    from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboardX.proto import api_pb2, plugin_hparams_pb2 as hp, summary_pb2 as pb  # deferred: optional tensorboardX
 
-    info = SessionEndInfo(status=Status.Value(_STATUS.get(state, "STATUS_UNKNOWN")))
-    content = HParamsPluginData(session_end_info=info, version=0).SerializeToString()
-    meta = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="hparams", content=content))
-    return Summary(value=[Summary.Value(tag="_hparams_/session_end_info", metadata=meta)])
+    info = hp.SessionEndInfo(status=api_pb2.Status.Value(_STATUS.get(state, "STATUS_UNKNOWN")))
+    content = hp.HParamsPluginData(session_end_info=info, version=0).SerializeToString()
+    meta = pb.SummaryMetadata(plugin_data=pb.SummaryMetadata.PluginData(plugin_name="hparams", content=content))
+    return pb.Summary(value=[pb.Summary.Value(tag="_hparams_/session_end_info", metadata=meta)])
 
 
 def _points(db: Database, sweep_id: str) -> Iterator[tuple[str, Iterable[tuple[Any, ...]]]]:
