@@ -16,7 +16,7 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from spotsweep.shared.spec import Choice, IntRange, LogUniform, Param, Uniform
+from spotsweep.shared.spec_params import Choice, IntRange, LogUniform, Param, Uniform
 
 
 def distribution(param: Param) -> BaseDistribution:

@@ -48,46 +48,19 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from spotsweep.shared.designs import balanced_subset, extend_subset, sobol_cells, sobol_point
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.permutation import IndexPermutation
-from spotsweep.shared.spec import GRID_CONTINUOUS, Choice, IntRange, LogUniform, Param, SweepSpec, Uniform
+from spotsweep.shared.spec_models import SweepSpec
+from spotsweep.shared.spec_params import Choice, IntRange, LogUniform, Param, grid_size, int_count, levels, sample, value_at
 from spotsweep.shared.spec_search import enumerable
 
 
 class NeedsHistory(SpecError):
     """The strategy suggests params from the results so far: ask the search package."""
-
-
-def _int_count(param: IntRange) -> int:
-    return (param.high - param.low) // param.step + 1
-
-
-def _size(key: str, param: Param) -> int:
-    if isinstance(param, Choice):
-        return len(param.values)
-    if isinstance(param, IntRange):
-        return _int_count(param)
-    raise SpecError([(f"space.{key}", GRID_CONTINUOUS.format(kind=param.type))])
-
-
-def _value_at(param: Param, i: int) -> Any:
-    if isinstance(param, Choice):
-        return param.values[i]
-    assert isinstance(param, IntRange)  # _size refused the continuous kinds
-    return param.low + i * param.step
-
-
-def grid_size(space: Mapping[str, Param]) -> int:
-    """Number of grid points: the product of choice counts and int-range sizes.
-
-    An empty space has one point (no parameters). A continuous parameter has
-    no grid: SpecError naming it.
-    """
-    return math.prod(_size(key, param) for key, param in space.items())
 
 
 def configs(spec: SweepSpec) -> int:
@@ -107,25 +80,13 @@ def total_trials(spec: SweepSpec) -> int:
 
 
 def _grid_params(spec: SweepSpec, config: int) -> dict[str, Any]:
-    sizes = [(key, param, _size(key, param)) for key, param in spec.space.items()]
+    sizes = [(key, param, levels(key, param)) for key, param in spec.space.items()]
     params: dict[str, Any] = {}
     # Last key varies fastest: peel digits from the right.
     for key, param, size in reversed(sizes):
         config, digit = divmod(config, size)
-        params[key] = _value_at(param, digit)
+        params[key] = value_at(param, digit)
     return {key: params[key] for key in spec.space}  # back in the order written
-
-
-def _sample(rng: random.Random, param: Param) -> Any:
-    if isinstance(param, Choice):
-        return param.values[rng.randrange(len(param.values))]
-    if isinstance(param, IntRange):
-        return param.low + param.step * rng.randrange(_int_count(param))
-    if isinstance(param, LogUniform):
-        value = math.exp(rng.uniform(math.log(param.low), math.log(param.high)))
-        return min(max(value, param.low), param.high)  # exp(log(x)) can round past a bound
-    assert isinstance(param, Uniform)
-    return rng.uniform(param.low, param.high)
 
 
 @functools.lru_cache(maxsize=64)
@@ -147,7 +108,7 @@ def _random_params(spec: SweepSpec, seed: int, config: int) -> dict[str, Any]:
     # A str seed is hashed with SHA-512 by random.seed: stable across processes
     # and Python runs (unlike hash()), and distinct per (seed, config).
     rng = random.Random(f"spotsweep:{seed}:{config}")
-    return {key: _sample(rng, param) for key, param in spec.space.items()}
+    return {key: sample(rng, param) for key, param in spec.space.items()}
 
 
 def _unit(param: Param, u: float) -> Any:
@@ -155,7 +116,7 @@ def _unit(param: Param, u: float) -> Any:
     if isinstance(param, Choice):
         return param.values[min(int(u * len(param.values)), len(param.values) - 1)]
     if isinstance(param, IntRange):
-        count = _int_count(param)
+        count = int_count(param)
         return param.low + param.step * min(int(u * count), count - 1)
     if isinstance(param, LogUniform):
         value = math.exp(math.log(param.low) + u * (math.log(param.high) - math.log(param.low)))
@@ -165,9 +126,9 @@ def _unit(param: Param, u: float) -> Any:
 
 def _sobol_params(spec: SweepSpec, seed: int, config: int) -> dict[str, Any]:
     if enumerable(spec):  # finite: the config-th distinct cell the stream visits, never a repeated config
-        sizes = tuple(_size(key, param) for key, param in spec.space.items())
-        levels = sobol_cells(sizes, seed).cell(config)
-        return {key: _value_at(param, level) for (key, param), level in zip(spec.space.items(), levels)}
+        sizes = tuple(levels(key, param) for key, param in spec.space.items())
+        cell = sobol_cells(sizes, seed).cell(config)
+        return {key: value_at(param, level) for (key, param), level in zip(spec.space.items(), cell)}
     point = sobol_point(len(spec.space), seed, config)
     return {key: _unit(param, u) for (key, param), u in zip(spec.space.items(), point)}
 
@@ -185,11 +146,11 @@ def _extended_subset(sizes: tuple[int, ...], stages: tuple[int, ...], seed: int)
 
 
 def _subset_params(spec: SweepSpec, trials: int, seed: int, config: int) -> dict[str, Any]:
-    sizes = tuple(_size(key, param) for key, param in spec.space.items())
+    sizes = tuple(levels(key, param) for key, param in spec.space.items())
     extends = tuple(getattr(spec.strategy, "extends", ()) or ())
     design = _extended_subset(sizes, (*extends, trials), seed) if extends else balanced_subset(sizes, trials, seed)
     row = design[config]
-    return {key: _value_at(param, level) for (key, param), level in zip(spec.space.items(), row)}
+    return {key: value_at(param, level) for (key, param), level in zip(spec.space.items(), row)}
 
 
 _DESIGNS: dict[str, Callable[[SweepSpec, int, int], dict[str, Any]]] = {

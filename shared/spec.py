@@ -20,42 +20,36 @@ objectives (``metric: [a, b]``) is read as ``metric: a`` plus ``objectives``.
 keys is the grid order, so store the dump as ``json``/text, not ``jsonb``
 (which reorders keys).
 
-The models live in :mod:`.spec_models`, the loading and error translation in
-:mod:`.spec_load`; import them from here.
+The models live in :mod:`.spec_models` (the space's parameter types in
+:mod:`.spec_params`), the loading and error translation in :mod:`.spec_load`;
+import them from here.
 """
 
 from __future__ import annotations
 
+from spotsweep.shared.spec_base import Finite
 from spotsweep.shared.spec_load import load_spec, load_spec_file, parse_spec, yaml_load
 from spotsweep.shared.spec_models import (
     BUILTINS,
-    GRID_CONTINUOUS,
-    PARAM_TYPES,
     STRATEGY_TYPES,
-    Choice,
-    ChoiceValue,
-    Finite,
-    GridStrategy,
-    IntRange,
-    LogUniform,
     Metric,
-    Param,
-    RandomStrategy,
     Resources,
     Retries,
     Strategy,
     SweepSpec,
-    Uniform,
     spec_json_schema,
 )
+from spotsweep.shared.spec_params import PARAM_TYPES, Choice, ChoiceValue, IntRange, LogUniform, Param, Uniform
 from spotsweep.shared.spec_search import (
     AshaStrategy,
     Budget,
     BudgetParam,
+    GridStrategy,
     HyperbandStop,
     MedianStop,
     ModelStrategy,
     Pricing,
+    RandomStrategy,
     Smoke,
     SubsetStrategy,
 )
@@ -71,7 +65,6 @@ __all__ = [
     "Smoke",
     "SubsetStrategy",
     "BUILTINS",
-    "GRID_CONTINUOUS",
     "PARAM_TYPES",
     "STRATEGY_TYPES",
     "Choice",

@@ -21,7 +21,10 @@ from pydantic import BaseModel, ValidationError
 
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.limits import MAX_TOTAL_TRIALS
-from spotsweep.shared.spec_models import PARAM_TYPES, SweepSpec, _Problems
+from spotsweep.shared.space import total_trials
+from spotsweep.shared.spec_base import _Problems
+from spotsweep.shared.spec_models import SweepSpec
+from spotsweep.shared.spec_params import PARAM_TYPES
 from spotsweep.shared.spec_search import stop_types, strategy_types
 
 
@@ -41,8 +44,6 @@ def parse_spec(data: object) -> SweepSpec:
 def _countable(spec: SweepSpec) -> None:
     """Refuse a sweep larger than the planner and the database can count
     (``sweeps.total_trials`` is a bigint; trial indexes stay exact in a double)."""
-    from spotsweep.shared.space import total_trials  # space builds on the spec models: imported when used
-
     total = total_trials(spec)
     if total > MAX_TOTAL_TRIALS:
         where = "strategy.trials" if getattr(spec.strategy, "trials", None) else "space"

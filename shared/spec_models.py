@@ -14,14 +14,12 @@ the strategy's own checks run through its hooks, not a switch on its type.
 
 from __future__ import annotations
 
-import math
-
 import re
 import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BeforeValidator, Field
 from pydantic import SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 from pydantic.fields import FieldInfo
 
@@ -29,13 +27,12 @@ from spotsweep.shared.inputs import Inputs
 from spotsweep.shared.limits import TRIAL_NAME_CHARS, Limits
 from spotsweep.shared.naming import check_template
 from spotsweep.shared.quantity import cpu_cores, memory_bytes
-from spotsweep.shared.spec_base import Duration, Finite, _Model, _Problems
+from spotsweep.shared.spec_base import Duration, _Model, _Problems
+from spotsweep.shared.spec_params import Choice, IntRange, Param
 from spotsweep.shared.spec_search import (
-    GRID_CONTINUOUS as GRID_CONTINUOUS,  # re-exported by spec.py
     Budget,
     GridStrategy,
     Pricing,
-    RandomStrategy as RandomStrategy,  # re-exported by spec.py
     Smoke,
     StopModel,
     StrategyModel,
@@ -55,87 +52,9 @@ _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def _scalar(value: object) -> object:
-    if not isinstance(value, (bool, int, float, str)):
-        raise ValueError(f"must be a number, string or bool (got {value!r})")
-    if isinstance(value, float) and not math.isfinite(value):
-        # a param must survive JSON (PostgreSQL, argv, SPOTSWEEP_PARAMS)
-        raise ValueError(f"must be a finite number (got {value!r})")
-    return value
-
-
-# bool first: smart-mode unions keep the input's exact type (True stays bool, 1 stays int).
-ChoiceValue = Annotated[Union[StrictBool, StrictInt, StrictFloat, StrictStr], BeforeValidator(_scalar)]
-
-
 class Metric(_Model):
     name: str = Field(min_length=1)
     mode: Literal["min", "max"] = "min"
-
-
-class Choice(_Model):
-    """A set of values; ``[a, b]`` in a spec is short for ``{type: choice, values: [a, b]}``."""
-
-    type: Literal["choice"] = "choice"
-    values: list[ChoiceValue]
-
-    @field_validator("values")
-    @classmethod
-    def _not_empty(cls, values: list[Any]) -> list[Any]:
-        if not values:
-            raise ValueError("must not be empty")
-        return values
-
-
-class _Range(_Model):
-    @model_validator(mode="after")
-    def _ordered(self) -> _Range:
-        low, high = self.low, self.high  # type: ignore[attr-defined]
-        if low >= high:
-            raise _Problems([(("low",), f"must be less than high (got low={low}, high={high})")])
-        return self
-
-
-class Uniform(_Range):
-    type: Literal["uniform"] = "uniform"
-    low: Finite
-    high: Finite
-
-
-class LogUniform(_Range):
-    type: Literal["loguniform"] = "loguniform"
-    low: Finite
-    high: Finite
-
-    @field_validator("low")
-    @classmethod
-    def _positive(cls, low: float) -> float:
-        if low <= 0:
-            raise ValueError(f"must be greater than 0 for loguniform (got {low})")
-        return low
-
-
-class IntRange(_Range):
-    """Integers ``low, low+step, ...`` up to ``high`` inclusive."""
-
-    type: Literal["int"] = "int"
-    low: int
-    high: int
-    step: int = Field(default=1, ge=1)
-
-
-def _short_form(value: object) -> object:
-    if isinstance(value, list):
-        if not value:
-            raise ValueError("must list at least one value")
-        return {"type": "choice", "values": value}
-    if not isinstance(value, (Mapping, BaseModel)):
-        raise ValueError(f"must be a list of values or a mapping with a type (got {value!r})")
-    return value
-
-
-Param = Annotated[Union[Choice, Uniform, LogUniform, IntRange], Field(discriminator="type"), BeforeValidator(_short_form)]
-PARAM_TYPES = ("choice", "uniform", "loguniform", "int")
 
 
 if TYPE_CHECKING:  # the registered plugin models, as mypy sees them

@@ -28,7 +28,7 @@ from typing import Any
 from spotsweep.shared.spec_search.asha import AshaStrategy
 from spotsweep.shared.spec_search.checks import budget_of, search_problems, smoke_param, stop_of, summary
 from spotsweep.shared.spec_search.common import Budget, BudgetParam, Pricing, Smoke, enumerable, max_brackets
-from spotsweep.shared.spec_search.grid import GRID_CONTINUOUS, GridStrategy
+from spotsweep.shared.spec_search.grid import GridStrategy
 from spotsweep.shared.spec_search.hyperband import HyperbandStop
 from spotsweep.shared.spec_search.median import MedianStop
 from spotsweep.shared.spec_search.model import MODEL_TYPES, ModelStrategy
@@ -60,7 +60,6 @@ EarlyStop: Any = stop_union()
 
 __all__ = [
     "EARLY_STOP_TYPES",
-    "GRID_CONTINUOUS",
     "MODEL_TYPES",
     "STRATEGY_TYPES",
     "AshaStrategy",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import BeforeValidator, Field, model_validator
 
 from spotsweep.shared.spec_base import Duration, Finite, _Model, _Problems
+from spotsweep.shared.spec_params import grid_size
 
 if TYPE_CHECKING:
     from spotsweep.shared.spec_models import SweepSpec
@@ -54,8 +55,6 @@ def finite_size(spec: SweepSpec) -> int | None:
     int range), else None."""
     if not enumerable(spec):
         return None
-    from spotsweep.shared.space import grid_size  # space imports the spec models
-
     return grid_size(spec.space)
 
 

@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from spotsweep.shared.errors import SpecError
+from spotsweep.shared.spec_params import GRID_CONTINUOUS, Param, grid_size
 from spotsweep.shared.spec_search.registry import Problems, StrategyModel
 
 if TYPE_CHECKING:
-    from spotsweep.shared.spec_models import Param, SweepSpec
-
-GRID_CONTINUOUS = "{kind} range cannot be enumerated by strategy grid; use strategy random or list the values"
+    from spotsweep.shared.spec_models import SweepSpec
 
 
 class GridStrategy(StrategyModel):
@@ -35,8 +34,6 @@ class GridStrategy(StrategyModel):
         return self.seed if shuffled else None
 
     def configs(self, spec: SweepSpec) -> int:
-        from spotsweep.shared.space import grid_size  # space imports the spec models
-
         size = grid_size(spec.space)
         return size if self.max_trials is None else min(size, self.max_trials)
 
@@ -47,8 +44,6 @@ class GridStrategy(StrategyModel):
 
     def grown(self, spec: SweepSpec, more: int) -> dict[str, Any]:
         """``max_trials`` raised, up to the grid's size."""
-        from spotsweep.shared.space import grid_size  # space imports the spec models
-
         size = grid_size(spec.space)
         current = self.max_trials or size
         if current >= size:

@@ -13,12 +13,14 @@ from the space); otherwise it goes on with its own checkpoint and params.
 
 from __future__ import annotations
 
+import random
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from spotsweep.shared.spec_base import Finite, _Model, _Problems
+from spotsweep.shared.spec_params import sample
 from spotsweep.shared.spec_search.common import BudgetParam
 from spotsweep.shared.spec_search.registry import Problems, StopModel, StrategyModel
 
@@ -93,12 +95,8 @@ class PbtStrategy(StrategyModel):
         """Member ``config``'s first params: independent draws from the space
         (seeded by ``seed`` and ``config``; members may coincide: explore
         takes them apart)."""
-        import random
-
-        from spotsweep.shared.space import _sample  # space imports the spec models
-
         rng = random.Random(f"spotsweep:pbt:{self.seed}:{config}")
-        return {key: _sample(rng, param) for key, param in spec.space.items()}
+        return {key: sample(rng, param) for key, param in spec.space.items()}
 
     def stop(self) -> PbtStop:
         return self.implied_stop

@@ -30,7 +30,8 @@ from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec_base import _Model
 
 if TYPE_CHECKING:
-    from spotsweep.shared.spec_models import Param, SweepSpec
+    from spotsweep.shared.spec_models import SweepSpec
+    from spotsweep.shared.spec_params import Param
     from spotsweep.shared.spec_search.common import BudgetParam
 
 Problems = list[tuple[tuple[str | int, ...], str]]

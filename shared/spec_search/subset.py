@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from spotsweep.shared.spec_params import grid_size
 from spotsweep.shared.spec_search.common import continuous_problems, once_each
 from spotsweep.shared.spec_search.registry import Problems, StrategyModel
 
@@ -29,16 +30,12 @@ class SubsetStrategy(StrategyModel):
         return continuous_problems(spec, "subset")
 
     def configs(self, spec: SweepSpec) -> int:
-        from spotsweep.shared.space import grid_size  # space imports the spec models
-
         return min(self.trials, grid_size(spec.space))
 
     def warnings(self, spec: SweepSpec) -> list[str]:
         return once_each(spec, self.trials)
 
     def describe(self, spec: SweepSpec) -> str:
-        from spotsweep.shared.space import grid_size  # space imports the spec models
-
         return f" ({self.configs(spec)} of {grid_size(spec.space)} grid points, balanced)"
 
     def grown(self, spec: SweepSpec, more: int) -> dict[str, Any]:

@@ -13,7 +13,8 @@ import pytest
 
 from spotsweep.commands import sweeps as commands
 from spotsweep.shared.permutation import IndexPermutation
-from spotsweep.shared.space import grid_size, params_at, total_trials
+from spotsweep.shared.space import params_at, total_trials
+from spotsweep.shared.spec_params import grid_size
 from spotsweep.shared.spec import SweepSpec, parse_spec
 
 SPACE: dict[str, Any] = {"lr": [1e-4, 3e-4, 1e-3], "batch": [32, 64, 128], "layers": {"type": "int", "low": 4, "high": 8}}

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from spotsweep.shared.errors import SpecError
-from spotsweep.shared.space import grid_size, params_at, total_trials
+from spotsweep.shared.space import params_at, total_trials
+from spotsweep.shared.spec_params import grid_size
 from spotsweep.shared.spec import SweepSpec, parse_spec
 
 SPACE: dict[str, Any] = {

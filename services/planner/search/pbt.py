@@ -141,7 +141,7 @@ def explore(config: PbtConfig, params: dict[str, Any], rng: random.Random) -> di
         param = config.space.get(key)
         mutation = config.mutations[key]
         if param is not None and rng.random() < config.resample_probability:
-            from spotsweep.shared.space import _sample  # the space's own draws
+            from spotsweep.shared.spec_params import sample as _sample  # the space's own draws
 
             out[key] = _sample(rng, param)
         elif mutation.factor is not None:
