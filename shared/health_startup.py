@@ -65,8 +65,7 @@ def database_check(url: str, options: Mapping[str, str] | None = None, query: Ca
                    timeout: int = 5) -> Check:
     """Ready while a new connection to PostgreSQL answers (``query``, default ``SELECT 1``);
     a new one each time, so a connection stuck in a partition never hides the loss."""
-
-    from spotsweep.shared.db import Database
+    from spotsweep.shared.db import Database  # deferred: psycopg, which the agent (no database) never loads
 
     def check() -> None:
         db = Database(url, connect_timeout=timeout, options=options)

@@ -86,13 +86,12 @@ def pg_options(settings: Settings) -> dict[str, str]:
 def s3_http_client(ca_file: Path) -> urllib3.PoolManager:
     """minio's HTTP pool, with the certificate verified against ``ca_file``
     (timeouts and retries as minio's own default pool has them)."""
-    import urllib3
-    from urllib3.util import Retry, Timeout
+    import urllib3  # deferred: 50 ms, for the processes that reach S3 alone
 
     _context(ca_file, "SPOTSWEEP_S3_CA_FILE")  # a clear error now, not urllib3's on the first request
-    return urllib3.PoolManager(timeout=Timeout(connect=300, read=300), maxsize=10, cert_reqs="CERT_REQUIRED",
+    return urllib3.PoolManager(timeout=urllib3.Timeout(connect=300, read=300), maxsize=10, cert_reqs="CERT_REQUIRED",
                                ca_certs=str(ca_file),
-                               retries=Retry(total=5, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]))
+                               retries=urllib3.Retry(total=5, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]))
 
 
 def _context(ca_file: Path | None, variable: str) -> ssl.SSLContext:

@@ -15,11 +15,14 @@ from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
+import torch
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from spotsweep.trainer.config import BUDGET, SPEED, TRAJECTORY, EarlyStopConfig, Threshold, TrainConfig
 from spotsweep.trainer.errors import SetupError
+from spotsweep.trainer.loop import Diverged, StopRequest, fit
+from spotsweep.trainer.models import tinylm_task
 from spotsweep.trainer.models.tinylm_config import TinyLMConfig
 
 MODELS = ("tinylm",)
@@ -139,8 +142,6 @@ def configs(args: argparse.Namespace) -> tuple[TrainConfig, Any]:
 
 def main(argv: list[str]) -> int:
     """``argv`` is what follows ``spotsweep train``."""
-    from spotsweep.trainer.loop import StopRequest
-
     stop = StopRequest().install()  # first: a SIGTERM during start-up still gets a checkpoint at step 1
     if not argv or argv[0] in ("-h", "--help"):
         print(f"usage: spotsweep train MODEL [flags]; models: {', '.join(MODELS)} "
@@ -164,12 +165,7 @@ def main(argv: list[str]) -> int:
     return _run(train, model, args, stop)
 
 
-def _run(train: TrainConfig, model: Any, args: argparse.Namespace, stop: Any) -> int:
-    import torch
-
-    from spotsweep.trainer.loop import Diverged, fit
-    from spotsweep.trainer.models import tinylm_task
-
+def _run(train: TrainConfig, model: TinyLMConfig, args: argparse.Namespace, stop: StopRequest) -> int:
     try:
         result = fit(train, lambda: tinylm_task.build(model, train, args.data, args.data_dir, args.eval_windows),
                      stop=stop)

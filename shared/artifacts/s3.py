@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from xml.sax.saxutils import escape
 
+import certifi
 import urllib3
 from minio import Minio
 from minio.commonconfig import CopySource
@@ -83,8 +84,6 @@ def parse_endpoint(endpoint: str, secure: bool | None) -> tuple[str, bool]:
 
 def _ca_certs() -> str:
     """The certificates minio's default pool trusts: ``SSL_CERT_FILE``, else certifi's bundle."""
-    import certifi
-
     return os.environ.get("SSL_CERT_FILE") or certifi.where()
 
 

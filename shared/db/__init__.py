@@ -87,6 +87,6 @@ class Database:
 
     def check(self) -> None:
         """Raise :class:`~.migrator.SchemaNotReady` unless the schema is current: readers never migrate."""
-        from spotsweep.shared.db import migrator
+        from spotsweep.shared.db import migrator  # here: yoyo, as in migrate()
 
         migrator.check(self.url, self.options)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from spotsweep.shared.db import Database, pg_watchdog
 from spotsweep.shared.errors import RetryableError
+from spotsweep.shared.tls import pg_options
 
 if TYPE_CHECKING:
     from spotsweep.shared.settings import Settings
@@ -31,10 +32,7 @@ def embedded_url(data_dir: Path) -> str:
         # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset (any
         # container or CI job); the fallback it picks is fine.
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-        try:
-            import pgserver
-        except ImportError as e:  # pragma: no cover - a dependency of the package
-            raise RetryableError("embedded PostgreSQL needs the pgserver package (pip install pgserver)") from e
+        import pgserver  # deferred: local mode's alone; a command with SPOTSWEEP_DATABASE_URL never loads it
         data_dir.mkdir(parents=True, exist_ok=True)
         # Watched before it starts: a kill in between still stops it.
         _watchdogs.setdefault(data_dir, pg_watchdog.start(data_dir))
@@ -53,8 +51,6 @@ def configured(settings: Settings, database_url: str | None = None) -> Database:
     """The results database: ``database_url``, else ``SPOTSWEEP_DATABASE_URL``, else the embedded
     one under ``SPOTSWEEP_HOME`` (local mode's). Here rather than in local mode's module, which
     loads the planner, agent and collector: ``ls`` and ``status`` would pay for importing them."""
-    from spotsweep.shared.tls import pg_options
-
     if database_url is None and settings.database_url is not None:
         database_url = settings.database_url.get_secret_value()
     if database_url is None:

@@ -48,7 +48,7 @@ def locked() -> Iterator[None]:
     ``lockf`` on Linux). POSIX record locks belong to the process, not the thread: a thread
     lock orders this process's users, and the file stays open (closing any descriptor of it
     would drop every lock this process holds on it)."""
-    from pgserver import PostgresServer
+    from pgserver import PostgresServer  # deferred: 90 ms for the embedded database alone (embedded.py imports us)
 
     with _held:
         if not _fd:
@@ -76,7 +76,7 @@ def start(data_dir: Path) -> int:
 
 def live(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
-    import psutil
+    import psutil  # deferred: only where the embedded database runs (pgserver loads it there anyway)
 
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -100,13 +100,12 @@ def prune(data_dir: Path, gone: int | None = None) -> list[int]:
 
 def stop_if_unused(data_dir: Path, owner: int) -> bool:
     """After ``owner`` exited: stop the server unless another live process uses it. True if stopped."""
-    import pgserver.postgres_server as pgs
-    from pgserver.utils import PostmasterInfo
+    from pgserver import postgres_server as pgs, utils as pg_utils  # deferred, as in locked()
 
     with locked():
         if prune(data_dir, owner):
             return False
-        info = PostmasterInfo.read_from_pgdata(data_dir)
+        info = pg_utils.PostmasterInfo.read_from_pgdata(data_dir)
         if info is None or not info.is_running():
             return False  # the owner's atexit stopped it, or it never started
         user = "pgserver" if os.geteuid() == 0 else None  # pgserver runs the server as this user under root

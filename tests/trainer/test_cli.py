@@ -120,15 +120,11 @@ def test_argparse_errors_and_unknown_models(capsys: pytest.CaptureFixture[str]) 
 
 def test_cuda_oom_ends_with_torchs_message_on_one_last_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    import torch
-
-    from spotsweep.trainer import loop
-
     def out_of_memory(*args: object, **kwargs: object) -> None:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity\n"
                                      "of 79.15 GiB of which 3.19 MiB is free.")
 
-    monkeypatch.setattr(loop, "fit", out_of_memory)  # no GPU here: the point is the CLI's translation
+    monkeypatch.setattr(cli, "fit", out_of_memory)  # no GPU here: the point is the CLI's translation
     assert cli.main(["tinylm", "--data-dir", str(tmp_path)]) == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 3.19 MiB is free."
