@@ -27,19 +27,9 @@ import them from here.
 
 from __future__ import annotations
 
-from spotsweep.shared.spec_base import Finite
-from spotsweep.shared.spec_load import load_spec, load_spec_file, parse_spec, yaml_load
-from spotsweep.shared.spec_models import (
-    BUILTINS,
-    STRATEGY_TYPES,
-    Metric,
-    Resources,
-    Retries,
-    Strategy,
-    SweepSpec,
-    spec_json_schema,
-)
-from spotsweep.shared.spec_params import PARAM_TYPES, Choice, ChoiceValue, IntRange, LogUniform, Param, Uniform
+from spotsweep.shared.spec_load import load_spec, load_spec_file, parse_spec
+from spotsweep.shared.spec_models import Metric, Resources, Retries, SweepSpec, spec_json_schema
+from spotsweep.shared.spec_params import Choice, IntRange, LogUniform, Param, Uniform
 from spotsweep.shared.spec_search import (
     AshaStrategy,
     Budget,
@@ -58,32 +48,25 @@ __all__ = [
     "AshaStrategy",
     "Budget",
     "BudgetParam",
-    "HyperbandStop",
-    "MedianStop",
-    "ModelStrategy",
-    "Pricing",
-    "Smoke",
-    "SubsetStrategy",
-    "BUILTINS",
-    "PARAM_TYPES",
-    "STRATEGY_TYPES",
     "Choice",
-    "ChoiceValue",
-    "Finite",
     "GridStrategy",
+    "HyperbandStop",
     "IntRange",
     "LogUniform",
+    "MedianStop",
     "Metric",
+    "ModelStrategy",
     "Param",
+    "Pricing",
     "RandomStrategy",
     "Resources",
     "Retries",
-    "Strategy",
+    "Smoke",
+    "SubsetStrategy",
     "SweepSpec",
     "Uniform",
     "load_spec",
     "load_spec_file",
     "parse_spec",
     "spec_json_schema",
-    "yaml_load",
 ]

@@ -41,7 +41,6 @@ from spotsweep.shared.spec_search import (
     search_problems,
     smoke_param,
     stop_union,
-    strategy_types,
     strategy_union,
 )
 
@@ -63,7 +62,6 @@ if TYPE_CHECKING:  # the registered plugin models, as mypy sees them
 else:  # the discriminated unions of the registered plugins (rebuilt by _rebuild on registration)
     Strategy = strategy_union()
     EarlyStop = stop_union()
-STRATEGY_TYPES = strategy_types()  # the built-in ones; strategy_types() also lists those registered later
 
 
 class Retries(_Model):

@@ -23,8 +23,6 @@ says how to add a strategy or a stopper.
 
 from __future__ import annotations
 
-from typing import Any
-
 from spotsweep.shared.spec_search.asha import AshaStrategy
 from spotsweep.shared.spec_search.checks import budget_of, search_problems, smoke_param, stop_of, summary
 from spotsweep.shared.spec_search.common import Budget, BudgetParam, Pricing, Smoke, enumerable, max_brackets
@@ -54,18 +52,11 @@ for _strategy in (GridStrategy, RandomStrategy, SubsetStrategy, ModelStrategy, A
 for _stop in (HyperbandStop, MedianStop):
     register_stop(_stop)
 
-STRATEGY_TYPES = strategy_types()  # the built-in ones; strategy_types() also lists those registered later
-EARLY_STOP_TYPES = stop_types()
-EarlyStop: Any = stop_union()
-
 __all__ = [
-    "EARLY_STOP_TYPES",
     "MODEL_TYPES",
-    "STRATEGY_TYPES",
     "AshaStrategy",
     "Budget",
     "BudgetParam",
-    "EarlyStop",
     "GridStrategy",
     "HyperbandStop",
     "MedianStop",
