@@ -26,6 +26,7 @@ from spotsweep.shared.db import Row
 from spotsweep.shared.messages import Envelope, json_safe
 from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.states import IN_FLIGHT, TrialState
+DAY = 86400.0  # how long a cancel waits for its sweep (store's ``interval '1 day'``)
 
 
 class MemoryDb:
@@ -35,6 +36,7 @@ class MemoryDb:
         self.sweeps: dict[str, dict[str, Any]] = {}
         self.trials: dict[str, dict[str, Any]] = {}
         self.events: dict[str, Envelope] = {}  # the journal, by message id
+        self.early_cancels: dict[str, float] = {}  # sweep id -> when its cancel came
 
 
 class MemorySweeps:
@@ -49,6 +51,40 @@ class MemorySweeps:
             "total_trials": total, "next_index": 0, "priority": priority, "created_at": time.time(),
             "finished_at": None, "search_attrs": None, "note": None, "spec_version": 0}
         return True
+
+    def insert_rejected(self, sweep_id: str, name: str, error: str) -> None:
+        if self.insert(sweep_id, {}, name, 0, 0):
+            self.db.sweeps[sweep_id].update(spec=None, state="rejected", error=pg_text(error), finished_at=time.time())
+
+    def fill_tombstone(self, sweep_id: str, spec: dict[str, Any], name: str, total: int) -> None:
+        row = self.db.sweeps[sweep_id]
+        if row["spec"] is None and row["state"] == "cancelled":
+            row.update(spec=copy.deepcopy(spec), name=name, total_trials=total)
+
+    def extend(self, sweep_id: str, spec: dict[str, Any], total: int) -> None:
+        row = self.db.sweeps[sweep_id]
+        row.update(spec=copy.deepcopy(spec), total_trials=total, spec_version=row["spec_version"] + 1, note=None,
+                   state="running", finished_at=None)
+
+    def cancel(self, sweep_id: str) -> int | None:
+        if sweep_id not in self.db.sweeps:
+            return None
+        self.finish(sweep_id, "cancelled")
+        return self._end_trials(sweep_id, "cancelled by user")
+
+    def remember_early_cancel(self, sweep_id: str) -> bool:
+        now = time.time()
+        kept = self.db.early_cancels
+        for old in [s for s, at in kept.items() if at < now - DAY]:
+            del kept[old]
+        if sweep_id in kept or len(kept) >= store.EARLY_CANCELS:
+            return False
+        kept[sweep_id] = now
+        return True
+
+    def take_early_cancel(self, sweep_id: str) -> bool:
+        at = self.db.early_cancels.pop(sweep_id, None)
+        return at is not None and at >= time.time() - DAY
 
     def lock(self, sweep_id: str) -> Row | None:
         row = self.db.sweeps.get(sweep_id)
@@ -71,13 +107,19 @@ class MemorySweeps:
     def fail(self, sweep_id: str, error: str) -> None:
         error = pg_text(error)
         self.finish(sweep_id, "failed", error)
-        for row in self.db.trials.values():
-            if row["sweep_id"] == sweep_id and TrialState(row["state"]) in (*IN_FLIGHT, TrialState.PAUSED):
-                row.update(state="cancelled", finished_at=time.time(), error="the sweep failed: " + error)
+        self._end_trials(sweep_id, "the sweep failed: " + error)
 
     def spec(self, sweep_id: str) -> tuple[dict[str, Any], int] | None:
         row = self.db.sweeps.get(sweep_id)
         return None if row is None or row["spec"] is None else (copy.deepcopy(row["spec"]), int(row["spec_version"]))
+
+    def _end_trials(self, sweep_id: str, error: str) -> int:
+        """Cancel the sweep's trials not yet ended (in flight or paused), with ``error``; how many."""
+        ending = [row for row in self.db.trials.values()
+                  if row["sweep_id"] == sweep_id and TrialState(row["state"]) in (*IN_FLIGHT, TrialState.PAUSED)]
+        for row in ending:
+            row.update(state="cancelled", finished_at=time.time(), error=error)
+        return len(ending)
 
 
 class MemoryTrials:

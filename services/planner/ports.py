@@ -49,6 +49,24 @@ class SweepRepository(Protocol):
     def spec(self, sweep_id: str) -> tuple[dict[str, Any], int] | None:
         """The sweep's spec and its version; None without one."""
 
+    def insert_rejected(self, sweep_id: str, name: str, error: str) -> None:
+        """A sweep that never ran, with the reason (nothing written when the id exists)."""
+
+    def fill_tombstone(self, sweep_id: str, spec: dict[str, Any], name: str, total: int) -> None:
+        """Give its spec to a sweep cancelled before it came (:func:`.store.fill_tombstone`)."""
+
+    def extend(self, sweep_id: str, spec: dict[str, Any], total: int) -> None:
+        """The next spec version; an ended sweep runs again."""
+
+    def cancel(self, sweep_id: str) -> int | None:
+        """Cancel the sweep and its trials not yet ended; how many trials, or None (nothing written) without the sweep."""
+
+    def remember_early_cancel(self, sweep_id: str) -> bool:
+        """Keep a cancel of a sweep not seen yet (a day); False when too many are kept."""
+
+    def take_early_cancel(self, sweep_id: str) -> bool:
+        """Whether a cancel of this sweep came before it (and forget it)."""
+
 
 class TrialRepository(Protocol):
     def insert(self, sweep_id: str, trials: list[store.NewTrial], advance: bool = True) -> None:
@@ -107,6 +125,24 @@ class PgSweeps:
 
     def spec(self, sweep_id: str) -> tuple[dict[str, Any], int] | None:
         return store.get_spec(self.conn, sweep_id)
+
+    def insert_rejected(self, sweep_id: str, name: str, error: str) -> None:
+        store.insert_rejected(self.conn, sweep_id, name, error)
+
+    def fill_tombstone(self, sweep_id: str, spec: dict[str, Any], name: str, total: int) -> None:
+        store.fill_tombstone(self.conn, sweep_id, spec, name, total)
+
+    def extend(self, sweep_id: str, spec: dict[str, Any], total: int) -> None:
+        store.extend_sweep(self.conn, sweep_id, spec, total)
+
+    def cancel(self, sweep_id: str) -> int | None:
+        return store.cancel_sweep(self.conn, sweep_id)
+
+    def remember_early_cancel(self, sweep_id: str) -> bool:
+        return store.remember_early_cancel(self.conn, sweep_id)
+
+    def take_early_cancel(self, sweep_id: str) -> bool:
+        return store.take_early_cancel(self.conn, sweep_id)
 
 
 class PgTrials:

@@ -173,3 +173,76 @@ def test_outcomes_count_regular_trials_and_name_the_first_error(repos: Repos) ->
     assert out.counts == {"failed": 3, "pending": 1}  # the smoke trial is not counted
     assert out.first_error == "oom"
     assert trials.outcomes("nope-000000a0").counts == {}
+
+
+def test_a_rejected_sweep_is_recorded_once_without_a_spec(repos: Repos) -> None:
+    sweeps, _ = repos
+    sweeps.insert_rejected(SID, "p", "bad\x00spec")
+    sweeps.insert_rejected(SID, "again", "other")  # exists: unchanged
+    assert not sweeps.insert(SID, SPEC.to_json_dict(), "p", 4, 2)
+    row = sweeps.lock(SID)
+    assert row is not None and (row["name"], row["state"], row["error"], row["has_spec"]) == (
+        "p", "rejected", "bad\ufffdspec", False)
+    assert row["finished_at"] is not None and sweeps.spec(SID) is None
+
+
+def test_a_cancel_ends_the_sweep_and_its_trials_not_yet_ended(repos: Repos) -> None:
+    sweeps, trials = _with_trials(repos)
+    trials.update(_tid(0), TrialUpdate(TrialState.COMPLETED, 1, 0, 0, metrics={"loss": 1.0}, finished=True))
+    trials.update(_tid(1), TrialUpdate(TrialState.RUNNING, 1, 0, 0, started=True, run_id="r"))
+    assert sweeps.cancel(SID) == 2
+    assert sweeps.cancel(SID) == 0  # again: nothing left to cancel, the sweep stays cancelled
+    assert sweeps.cancel("nope-000000a0") is None and sweeps.lock("nope-000000a0") is None
+    row = sweeps.lock(SID)
+    assert row is not None and row["state"] == "cancelled" and row["finished_at"] is not None
+    regular, _ = trials.history(SID, SPEC)
+    assert [(r.state, r.error) for r in regular] == [(TrialState.COMPLETED, None),
+                                                    (TrialState.CANCELLED, "cancelled by user"),
+                                                    (TrialState.CANCELLED, "cancelled by user")]
+
+
+def test_a_cancel_that_came_first_is_taken_once(repos: Repos) -> None:
+    sweeps, _ = repos
+    assert not sweeps.take_early_cancel(SID)
+    assert sweeps.remember_early_cancel(SID)
+    assert not sweeps.remember_early_cancel(SID)  # kept already
+    assert sweeps.take_early_cancel(SID)
+    assert not sweeps.take_early_cancel(SID)
+
+
+def _tombstone(sweeps: SweepRepository, sweep_id: str) -> None:
+    """A cancelled sweep without a spec, as a planner before schema version 3 left one."""
+    if isinstance(sweeps, PgSweeps):
+        sweeps.conn.execute("INSERT INTO sweeps (sweep_id, name, state, finished_at) VALUES (%s, %s, 'cancelled', now())",
+                            (sweep_id, sweep_id))
+    else:
+        assert isinstance(sweeps, MemorySweeps) and sweeps.insert(sweep_id, {}, sweep_id, 0, 0)
+        sweeps.db.sweeps[sweep_id].update(spec=None, state="cancelled")
+
+
+def test_a_tombstone_gets_its_spec_and_nothing_else_does(repos: Repos) -> None:
+    sweeps, _ = _with_trials(repos)
+    sweeps.fill_tombstone(SID, {"other": 1}, "q", 9)  # has a spec: unchanged
+    assert sweeps.spec(SID) == (SPEC.to_json_dict(), 0)
+    rejected, tomb = "rej-000000a0", "tomb-000000a0"
+    sweeps.insert_rejected(rejected, "r", "no spec")
+    sweeps.fill_tombstone(rejected, SPEC.to_json_dict(), "r", 4)  # rejected, not cancelled: unchanged
+    assert sweeps.spec(rejected) is None
+    _tombstone(sweeps, tomb)
+    sweeps.fill_tombstone(tomb, SPEC.to_json_dict(), "t", 4)
+    row = sweeps.lock(tomb)
+    assert row is not None and (row["state"], row["name"], row["total_trials"]) == ("cancelled", "t", 4)
+    assert sweeps.spec(tomb) == (SPEC.to_json_dict(), 0)
+
+
+def test_an_extension_bumps_the_version_and_runs_an_ended_sweep_again(repos: Repos) -> None:
+    sweeps, _ = _with_trials(repos)
+    sweeps.cap(SID, 3, "budget")
+    sweeps.finish(SID)
+    bigger = {**SPEC.to_json_dict(), "name": "p2"}
+    sweeps.extend(SID, bigger, 8)
+    row = sweeps.lock(SID)
+    assert row is not None
+    assert (row["state"], row["finished_at"], row["note"], row["total_trials"], row["spec_version"]) == (
+        "running", None, None, 8, 1)
+    assert sweeps.spec(SID) == (bigger, 1)
