@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spotsweep.services.planner.bodies import extension
 from spotsweep.shared.broker.port import Outgoing
 
 
@@ -45,8 +46,6 @@ def waiting(home: Path, sweep_id: str) -> list[Path]:
 def take(home: Path, sweep_id: str, publish: Callable[[Outgoing], None]) -> int:
     """Publish the waiting extensions as ``spotsweep extend`` posts them to a cluster's planner,
     each file removed once published; returns how many."""
-    from spotsweep.services.planner.handlers import extension
-
     paths = waiting(home, sweep_id)
     for path in paths:
         data = json.loads(path.read_text())

@@ -23,7 +23,9 @@ typed one the CLI posts (a JSON body with ``kind`` ``sweep.submit``,
 ``sweep.cancel`` or ``sweep.extend`` and the envelope), and the untyped one of
 older CLIs and plain AMQP clients (a spec as the body; header ``kind: cancel``
 or ``kind: extend`` with a ``{trials, budget, version}`` body). Every refusal
-is a :class:`DecodeError`, dead-lettered with its reason.
+is a :class:`DecodeError`, dead-lettered with its reason. :func:`submission`,
+:func:`cancellation` and :func:`extension` make the typed messages, as the CLI
+(and local mode) post them.
 
 Pure functions; no I/O.
 """
@@ -39,9 +41,12 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
+from spotsweep.shared import topology
+from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.errors import DecodeError
 from spotsweep.shared.limits import JSON_DEPTH, cap_text, is_sweep_id
-from spotsweep.shared.messages import COMMAND_KINDS, CancelSweep, ExtendSweep, SubmitSweep, decode_command
+from spotsweep.shared.messages import COMMAND_KINDS, CancelSweep, ExtendSweep, SubmitSweep, decode_command, encode
+from spotsweep.shared.spec import SweepSpec
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # the spec's rule for ``name`` (shared/spec_models.py)
 REJECTED = "rejected"  # the name of a sweep whose own name could not be shown
@@ -196,3 +201,27 @@ def _untyped_extend(sweep_id: str, data: Any) -> ExtendSweep:
     except (KeyError, TypeError, AttributeError, ValidationError) as e:
         raise DecodeError(f"extend command for {sweep_id!r}: body must be {{trials, budget, version}}: "
                           f"{cap_text(str(e), 300)}") from e
+
+
+def submission(spec: SweepSpec, sweep_id: str) -> Outgoing:
+    """Submit a sweep: a typed :class:`SubmitSweep`, at the sweep's priority."""
+    body = encode(SubmitSweep(message_id=sweep_id, sweep_id=sweep_id, spec=spec.to_json_dict()))
+    return Outgoing("", topology.SWEEPS_QUEUE, body, headers={"sweep_id": sweep_id}, message_id=sweep_id,
+                    priority=spec.priority)
+
+
+def cancellation(sweep_id: str) -> Outgoing:
+    """Cancel a sweep; top priority, so it overtakes queued submissions."""
+    # The header ``kind`` too: a planner from before the typed commands still reads it.
+    return Outgoing("", topology.SWEEPS_QUEUE, encode(CancelSweep(sweep_id=sweep_id)),
+                    headers={"kind": "cancel", "sweep_id": sweep_id}, priority=topology.MAX_PRIORITY)
+
+
+def extension(sweep_id: str, version: int, trials: int = 0, budget: dict[str, Any] | None = None) -> Outgoing:
+    """Extend spec version ``version`` of a sweep by ``trials`` and/or new ``budget`` caps."""
+    message_id = f"{sweep_id}+v{version}"
+    body = encode(ExtendSweep(message_id=message_id, sweep_id=sweep_id, version=version, trials=trials,
+                              budget=budget or {}))
+    # The header ``kind`` too: a planner from before the typed commands reads the same body keys.
+    return Outgoing("", topology.SWEEPS_QUEUE, body, headers={"kind": "extend", "sweep_id": sweep_id},
+                    message_id=message_id, priority=topology.MAX_PRIORITY)

@@ -10,8 +10,8 @@ new and must still publish.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from spotsweep.services.planner.context import PlannerDeps
 from spotsweep.services.planner.decide import Decision
 from spotsweep.services.planner.outbox import publish_pending
 from spotsweep.shared import log, topology
@@ -20,8 +20,6 @@ from spotsweep.shared.errors import SpotsweepError
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.messages import CancelSweep, StopTrial, encode
 
-if TYPE_CHECKING:
-    from spotsweep.services.planner.handlers import PlannerDeps
 
 _log = log.get("spotsweep.planner")
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from spotsweep.services.planner.handlers import PlannerDeps, handle_events, handle_sweep_message, publish_pending
+from spotsweep.services.planner.context import PlannerDeps
+from spotsweep.services.planner.handlers import handle_events, handle_sweep_message, publish_pending
 from spotsweep.services.planner.policy import Policy
 from spotsweep.services.planner.reconciler import Reconciler
 from spotsweep.shared import log, metrics, topology

@@ -10,9 +10,10 @@ the planner (``trial.stop``, reason ``duplicate``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spotsweep.services.planner import store
+from spotsweep.services.planner.context import PlannerDeps
 from spotsweep.services.planner.exploit import copy_pending
 from spotsweep.services.planner.ports import PgSweeps
 from spotsweep.shared import topology
@@ -23,8 +24,6 @@ from spotsweep.shared.messages import ResumeFrom, TrialMessage, encode
 from spotsweep.shared.naming import render_argv
 from spotsweep.shared.spec import SweepSpec
 
-if TYPE_CHECKING:
-    from spotsweep.services.planner.handlers import PlannerDeps
 
 
 def resume_points(conn: Conn, rows: list[dict[str, Any]]) -> dict[str, ResumeFrom]:

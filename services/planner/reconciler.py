@@ -16,8 +16,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
+from spotsweep.services.planner.context import PlannerDeps
 from spotsweep.services.planner.orphans import lost_run
 from spotsweep.services.planner.outbox import publish_pending
 from spotsweep.services.planner.ports import PgSweeps
@@ -26,8 +26,6 @@ from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.db.journal import journal
 
-if TYPE_CHECKING:
-    from spotsweep.services.planner.handlers import PlannerDeps
 
 _log = log.get("spotsweep.planner")
 EVERY_S = 10.0

@@ -14,6 +14,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from spotsweep.services.planner.breaker import broken
+from spotsweep.services.planner.context import PlannerDeps
 from spotsweep.services.planner.effects import Effects, stop_of
 from spotsweep.services.planner.events import apply
 from spotsweep.services.planner.launch import top_up
@@ -25,7 +26,6 @@ from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.states import TrialState
 
 if TYPE_CHECKING:
-    from spotsweep.services.planner.handlers import PlannerDeps
     from spotsweep.services.planner.search import Search
 
 _log = log.get("spotsweep.planner")

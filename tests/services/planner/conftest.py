@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services.planner.handlers import PlannerDeps, handle_event, handle_sweep_message
+from spotsweep.services.planner.context import PlannerDeps
+from spotsweep.services.planner.handlers import handle_event, handle_sweep_message
 from spotsweep.shared import topology
 from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.db import Database

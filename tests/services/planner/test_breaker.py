@@ -9,7 +9,7 @@ import pytest
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.breaker import DEFAULT_MAX_FAILED_TRIALS, broken
-from spotsweep.services.planner.handlers import PlannerDeps
+from spotsweep.services.planner.context import PlannerDeps
 from spotsweep.services.planner.launch import top_up
 from spotsweep.services.planner.memory import MemoryDb, memory_unit
 from spotsweep.services.planner.service import on_events

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotsweep.services.planner.handlers import PlannerDeps, extension, handle_sweep_message
+from spotsweep.services.planner.context import PlannerDeps
+from spotsweep.services.planner.handlers import extension, handle_sweep_message
 from spotsweep.shared.messages import StopTrial, TrialMessage, TrialProgress
 
 BASE: dict[str, Any] = {
