@@ -183,33 +183,34 @@ class Asha:
         return out if out or not final else self._ranked(history, slots, final=True)
 
     def _ranked(self, history: Sequence[TrialRecord], slots: int, final: bool = False) -> list[Promotion]:
-        assert self.budget.param is not None
-        sg = sign(self.mode)
         by_rung: list[tuple[int, int]] = sorted(((r, b) for b, rungs in enumerate(self.rungs) for r in rungs[:-1]),
                                                 reverse=True)  # (rung budget, bracket), top rung first
         out: list[Promotion] = []
         for rung, bracket in by_rung:
-            seen = [r for r in history if rung in r.rungs and math.isfinite(r.rungs[rung])
-                    and self.bracket_of(r.index) == bracket]
-            keep = len(seen) // self.eta
-            following = self.rungs[bracket][self.rungs[bracket].index(rung) + 1]
-            promoted = sum(following in r.rungs or int(r.params[self.budget.param]) > rung for r in seen)
-            if final and keep == 0 and seen and not promoted:
-                keep = 1  # the rung's best goes on: no other trial ever will
-            # The quota: at most floor(n / eta) of the rung's n ever go on (the paper's rule alone lets
-            # trials promoted early, later outranked, count on top of it: its spend had no bound).
-            quota = keep - promoted
-            if quota <= 0:
-                continue
-            ranked = sorted(seen, key=lambda r: (sg * r.rungs[rung], r.index))[:keep]
-            for r in ranked:
-                if quota > 0 and r.state == TrialState.PAUSED and int(r.params[self.budget.param]) == rung:
-                    quota -= 1
-                    out.append(Promotion(r.index, rung, following, f"{r.rungs[rung]:.6g} at rung {rung} is within the "
-                                         f"best {keep} of {len(seen)} (1/{self.eta})"))
-                    if len(out) == slots:
-                        return out
+            out.extend(self._at_rung(history, rung, bracket, final))
+            if len(out) >= slots:
+                return out[:slots]
         return out
+
+    def _at_rung(self, history: Sequence[TrialRecord], rung: int, bracket: int, final: bool) -> list[Promotion]:
+        """The trials waiting at ``rung`` of ``bracket`` that go on now, best first."""
+        assert self.budget.param is not None
+        seen = [r for r in history if rung in r.rungs and math.isfinite(r.rungs[rung])
+                and self.bracket_of(r.index) == bracket]
+        keep = len(seen) // self.eta
+        following = self.rungs[bracket][self.rungs[bracket].index(rung) + 1]
+        promoted = sum(following in r.rungs or int(r.params[self.budget.param]) > rung for r in seen)
+        if final and keep == 0 and seen and not promoted:
+            keep = 1  # the rung's best goes on: no other trial ever will
+        # The quota: at most floor(n / eta) of the rung's n ever go on (the paper's rule alone lets
+        # trials promoted early, later outranked, count on top of it: its spend had no bound).
+        quota = keep - promoted
+        if quota <= 0:
+            return []
+        ranked = sorted(seen, key=lambda r: (sign(self.mode) * r.rungs[rung], r.index))[:keep]
+        waiting = [r for r in ranked if r.state == TrialState.PAUSED and int(r.params[self.budget.param]) == rung]
+        return [Promotion(r.index, rung, following, f"{r.rungs[rung]:.6g} at rung {rung} is within the "
+                          f"best {keep} of {len(seen)} (1/{self.eta})") for r in waiting[:quota]]
 
     def leftover(self, history: Sequence[TrialRecord]) -> list[TrialRecord]:
         """Trials still waiting when nothing else can run: they are pruned at their rung."""
