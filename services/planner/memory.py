@@ -16,6 +16,7 @@ from typing import Any
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import TrialUpdate, TrialView
+from spotsweep.services.planner.lineage import Segment
 from spotsweep.services.planner.outcome import Outcomes
 from spotsweep.services.planner.ports import History
 from spotsweep.services.planner.search import Usage, trial_steps
@@ -23,7 +24,7 @@ from spotsweep.services.planner.searching import Flying, Totals, record_from_row
 from spotsweep.services.planner.unit import UnitOfWork
 from spotsweep.services.planner.untrusted import FLAGS, WARNINGS, pg_text
 from spotsweep.shared.db import Row
-from spotsweep.shared.messages import Envelope, json_safe
+from spotsweep.shared.messages import CheckpointSaved, Envelope, json_safe
 from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.states import IN_FLIGHT, TrialState
 DAY = 86400.0  # how long a cancel waits for its sweep (store's ``interval '1 day'``)
@@ -37,6 +38,7 @@ class MemoryDb:
         self.trials: dict[str, dict[str, Any]] = {}
         self.events: dict[str, Envelope] = {}  # the journal, by message id
         self.early_cancels: dict[str, float] = {}  # sweep id -> when its cancel came
+        self.segments: dict[tuple[str, int], dict[str, Any]] = {}  # PBT's lineage, by trial and segment
 
 
 class MemorySweeps:
@@ -183,32 +185,91 @@ class MemoryTrials:
     def usage(self, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,
               ended: tuple[str, float | None] | None = None) -> Usage:
         rows = [r for r in self.db.trials.values() if r["sweep_id"] == sweep_id]
-        regular = [r for r in rows if r["idx"] >= 0]
+        pbt = spec.strategy.inherits_checkpoints  # PBT's exploits copied budget units rather than trained them
+        exploits = {r["trial_id"]: self._exploits(r["trial_id"]) if pbt else [] for r in rows}
         now = time.time()
-
-        def budget(r: dict[str, Any]) -> float | None:
-            value = r["params"].get(budget_param or "")
-            return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-        reached = [(r["run_seconds"], b) for r in regular if r["state"] in ("completed", "pruned")
-                   and (b := budget(r)) is not None]
         capped = spec.budget is not None and spec.budget.wall_time
-        steps = sum(trial_steps(budget(r), 0, r["last_step"], in_flight=False, started=r["started_at"] is not None)[0]
-                    for r in rows if TrialState(r["state"]) not in IN_FLIGHT)
-        totals = Totals(len(regular), sum(r["run_seconds"] for r in rows),
-                        [r["run_seconds"] for r in regular if r["state"] == "completed"], reached,
-                        _running_seconds(rows, now) if capped else 0.0, steps,
-                        [float(max(0, r["last_step"])) for r in regular if r["state"] == "completed"])
-        flying = [Flying(r["trial_id"], r["run_seconds"], {int(k): v for k, v in r["rungs"].items()}, budget(r),
-                         now - r["run_started_at"] if r["state"] == "running" and r["run_started_at"] else 0.0,
-                         float(r["last_step"]))
-                  for r in rows if TrialState(r["state"]) in IN_FLIGHT]
-        return usage_of(spec, budget_param, ended, totals, flying)
+        return usage_of(spec, budget_param, ended,
+                        _totals(rows, budget_param, exploits, _running_seconds(rows, now) if capped else 0.0),
+                        [_flying(r, budget_param, exploits[r["trial_id"]], now)
+                         for r in rows if TrialState(r["state"]) in IN_FLIGHT])
+
+    def _exploits(self, trial_id: str) -> list[tuple[float, float]]:
+        """(budget it exploited at, units copied) of each of the trial's exploits (:data:`.searching.EXPLOITS`)."""
+        return [(float(r["start_step"]), float(r["from_step"] - r["start_step"]))
+                for (t, _), r in sorted(self.db.segments.items()) if t == trial_id and r["from_step"] is not None]
 
     def journal(self, events: Sequence[Envelope], bodies: Mapping[str, bytes]) -> None:
         for e in events:
             self.db.events.setdefault(e.message_id, e)
 
+    def end_segment(self, trial_id: str, sweep_id: str, end_step: int, params: dict[str, Any], value: float) -> int:
+        if not any(t == trial_id for t, _ in self.db.segments):
+            self.add_segment(Segment(trial_id, 1, sweep_id, 1, 0, end_step, params))
+        last = max(n for t, n in self.db.segments if t == trial_id)
+        self.db.segments[trial_id, last]["value"] = value
+        return last
+
+    def add_segment(self, segment: Segment) -> None:
+        row = {**segment._asdict(), "params": copy.deepcopy(segment.params), "copied_at": None, "copy_note": None,
+               "value": None, "decided_at": time.time()}
+        self.db.segments.setdefault((segment.trial_id, segment.segment), row)
+
+    def copies_to_do(self, sweep_id: str | None) -> list[Row]:
+        def keep_all(s: str) -> bool:
+            return bool(((self.db.sweeps[s]["spec"] or {}).get("checkpoints") or {}).get("keep") == "all")
+
+        return [{k: r[k] for k in ("trial_id", "segment", "sweep_id", "from_trial_id")} | {"keep_all": keep_all(r["sweep_id"])}
+                for _, r in sorted(self.db.segments.items())
+                if r["from_trial_id"] is not None and r["copied_at"] is None
+                and self.db.trials[r["trial_id"]]["state"] == "pending" and sweep_id in (None, r["sweep_id"])]
+
+    def mark_copied(self, trial_id: str, segment: int, step: int | None, note: str | None) -> None:
+        row = self.db.segments[trial_id, segment]
+        if row["copied_at"] is None:
+            row.update(copied_at=time.time(), from_step=step, copy_note=note)
+
+    def segments(self, sweep_id: str) -> list[Row]:
+        return [copy.deepcopy(r) for _, r in sorted(self.db.segments.items()) if r["sweep_id"] == sweep_id]
+
+    def newest_checkpoints(self, trial_ids: list[str]) -> list[Row]:
+        newest: dict[str, CheckpointSaved] = {}
+        for e in self.db.events.values():  # in the order journaled: the later of two at one step wins
+            if isinstance(e, CheckpointSaved) and e.trial_id in trial_ids and (
+                    e.trial_id not in newest or e.step >= newest[e.trial_id].step):
+                newest[e.trial_id] = e
+        return [{"trial_id": t, "sweep_id": e.sweep_id, "uri": e.uri} for t, e in sorted(newest.items())]
+
+
+
+def _budget(row: dict[str, Any], param: str | None) -> float | None:
+    """The trial's budget parameter, when numeric."""
+    value = row["params"].get(param or "")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _totals(rows: list[dict[str, Any]], param: str | None, exploits: dict[str, list[tuple[float, float]]],
+            elapsed: float) -> Totals:
+    """What :func:`.searching.usage`'s first query adds up, over the rows."""
+    regular = [r for r in rows if r["idx"] >= 0]
+    reached = [(r["run_seconds"], b) for r in regular if r["state"] in ("completed", "pruned")
+               and (b := _budget(r, param)) is not None]
+    steps = 0.0
+    for r in rows:
+        if TrialState(r["state"]) not in IN_FLIGHT:
+            budget, started = _budget(r, param), r["started_at"] is not None
+            trained = trial_steps(budget, 0, r["last_step"], in_flight=False, started=started)[0]
+            steps += trained - (sum(u for _, u in exploits[r["trial_id"]]) if budget is not None and started else 0.0)
+    return Totals(len(regular), sum(r["run_seconds"] for r in rows),
+                  [r["run_seconds"] for r in regular if r["state"] == "completed"], reached, elapsed, steps,
+                  [float(max(0, r["last_step"])) for r in regular if r["state"] == "completed"])
+
+
+def _flying(row: dict[str, Any], param: str | None, exploits: list[tuple[float, float]], now: float) -> Flying:
+    """A trial in flight, as :func:`.searching.usage`'s second query reads it."""
+    ran = now - row["run_started_at"] if row["state"] == "running" and row["run_started_at"] else 0.0
+    return Flying(row["trial_id"], row["run_seconds"], {int(k): v for k, v in row["rungs"].items()},
+                  _budget(row, param), ran, float(row["last_step"]), exploits)
 
 def _running_seconds(rows: list[dict[str, Any]], now: float) -> float:
     """The length of the union of the trials' lifetimes (:func:`.searching._running_seconds`)."""

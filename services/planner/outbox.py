@@ -15,18 +15,17 @@ from typing import Any
 from spotsweep.services.planner import store
 from spotsweep.services.planner.context import PlannerDeps
 from spotsweep.services.planner.exploit import copy_pending
-from spotsweep.services.planner.ports import PgSweeps
+from spotsweep.services.planner.ports import PgSweeps, PgTrials, TrialRepository
 from spotsweep.shared import topology
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.artifacts.checkpoint_layout import _FOLDER_NAME, checkpoint_prefix
-from spotsweep.shared.db import Conn
 from spotsweep.shared.messages import ResumeFrom, TrialMessage, encode
 from spotsweep.shared.naming import render_argv
 from spotsweep.shared.spec import SweepSpec
 
 
 
-def resume_points(conn: Conn, rows: list[dict[str, Any]]) -> dict[str, ResumeFrom]:
+def resume_points(trials: TrialRepository, rows: list[dict[str, Any]]) -> dict[str, ResumeFrom]:
     """What each row's attempt resumes from (``TrialMessage.resume_from``), so the agent need not list S3.
 
     A trial no run of which has started (neither ``started_at`` nor ``run_id``, both
@@ -39,11 +38,7 @@ def resume_points(conn: Conn, rows: list[dict[str, Any]]) -> dict[str, ResumeFro
     ran = [r["trial_id"] for r in rows if r["trial_id"] not in fresh]
     if not ran:
         return known  # the common case: first attempts, no query at all
-    saved = conn.execute(
-        "SELECT DISTINCT ON (trial_id) trial_id, sweep_id, body->>'uri' AS uri FROM trial_events"
-        " WHERE kind = 'trial.checkpoint' AND trial_id = ANY(%s)"
-        " ORDER BY trial_id, (body->>'step')::numeric DESC, recorded_at DESC", (ran,)).fetchall()
-    for row in saved:
+    for row in trials.newest_checkpoints(ran):
         uri = str(row["uri"] or "").rstrip("/")
         folder = uri.rsplit("/", 1)[-1]
         if _FOLDER_NAME.match(folder) and uri.endswith("/" + checkpoint_prefix(row["sweep_id"], row["trial_id"]) + folder):
@@ -108,7 +103,7 @@ def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
             if not rows:
                 return published
             out = []
-            resume = resume_points(conn, rows)
+            resume = resume_points(PgTrials(conn), rows)
             for row in rows:
                 spec, search = deps.stored_spec(PgSweeps(conn), row["sweep_id"], row["spec_version"])
                 deps.ensure_queue(spec.resources.resource_class)

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from spotsweep.services.planner import store
+from spotsweep.services.planner import lineage, store
 from spotsweep.services.planner.decide import TrialUpdate, TrialView
+from spotsweep.services.planner.lineage import Segment
 from spotsweep.services.planner.outcome import Outcomes
 from spotsweep.services.planner.search import TrialRecord, Usage
 from spotsweep.services.planner.searching import history, usage
@@ -97,6 +98,24 @@ class TrialRepository(Protocol):
 
     def outcomes(self, sweep_id: str) -> Outcomes:
         """The sweep's regular (not smoke) trials by state, and its first failed trial's error."""
+
+    def end_segment(self, trial_id: str, sweep_id: str, end_step: int, params: dict[str, Any], value: float) -> int:
+        """PBT: the value the trial's latest segment ended with (its first written when none is); its number."""
+
+    def add_segment(self, segment: Segment) -> None:
+        """PBT: the segment a trial goes on with (once)."""
+
+    def copies_to_do(self, sweep_id: str | None) -> list[Row]:
+        """PBT: exploit copies not done of pending trials (:func:`.lineage.copies_to_do`)."""
+
+    def mark_copied(self, trial_id: str, segment: int, step: int | None, note: str | None) -> None:
+        """PBT: an exploit copy done, with the step copied or why none was (once)."""
+
+    def segments(self, sweep_id: str) -> list[Row]:
+        """PBT: the sweep's segments, by trial and segment."""
+
+    def newest_checkpoints(self, trial_ids: list[str]) -> list[Row]:
+        """Each trial's newest journaled checkpoint (``trial_id``, ``sweep_id``, ``uri``)."""
 
 
 class PgSweeps:
@@ -179,3 +198,21 @@ class PgTrials:
 
     def outcomes(self, sweep_id: str) -> Outcomes:
         return store.outcomes(self.conn, sweep_id)
+
+    def end_segment(self, trial_id: str, sweep_id: str, end_step: int, params: dict[str, Any], value: float) -> int:
+        return lineage.end_segment(self.conn, trial_id, sweep_id, end_step, params, value)
+
+    def add_segment(self, segment: Segment) -> None:
+        lineage.add_segment(self.conn, segment)
+
+    def copies_to_do(self, sweep_id: str | None) -> list[Row]:
+        return lineage.copies_to_do(self.conn, sweep_id)
+
+    def mark_copied(self, trial_id: str, segment: int, step: int | None, note: str | None) -> None:
+        lineage.mark_copied(self.conn, trial_id, segment, step, note)
+
+    def segments(self, sweep_id: str) -> list[Row]:
+        return lineage.segments(self.conn, sweep_id)
+
+    def newest_checkpoints(self, trial_ids: list[str]) -> list[Row]:
+        return lineage.newest_checkpoints(self.conn, trial_ids)

@@ -10,9 +10,11 @@ import pytest
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import TrialUpdate
+from spotsweep.services.planner.lineage import Segment
 from spotsweep.services.planner.memory import MemoryDb, MemorySweeps, MemoryTrials
 from spotsweep.services.planner.ports import PgSweeps, PgTrials, SweepRepository, TrialRepository
 from spotsweep.shared.db import Database
+from spotsweep.shared.messages import CheckpointSaved
 from spotsweep.shared.spec import parse_spec
 from spotsweep.shared.states import TrialState
 
@@ -246,3 +248,57 @@ def test_an_extension_bumps_the_version_and_runs_an_ended_sweep_again(repos: Rep
     assert (row["state"], row["finished_at"], row["note"], row["total_trials"], row["spec_version"]) == (
         "running", None, None, 8, 1)
     assert sweeps.spec(SID) == (bigger, 1)
+
+
+def test_pbt_lineage_is_recorded_once_and_each_exploit_copied_once(repos: Repos) -> None:
+    _, trials = _with_trials(repos)
+    assert trials.end_segment(_tid(0), SID, 2, {"x": 1}, 0.9) == 1  # the first segment, written as it ends
+    assert trials.end_segment(_tid(0), SID, 2, {"x": 1}, 0.5) == 1
+    exploit = Segment(_tid(0), 2, SID, 2, 2, 4, {"x": 2}, _tid(1), 2)
+    trials.add_segment(exploit)
+    trials.add_segment(exploit._replace(end_step=9))  # a redelivered decision: unchanged
+    trials.add_segment(Segment(_tid(1), 2, SID, 2, 2, 4, {"x": 2}))  # a continue: nothing to copy
+    assert trials.copies_to_do(None) == trials.copies_to_do(SID) == [
+        {"trial_id": _tid(0), "segment": 2, "sweep_id": SID, "from_trial_id": _tid(1), "keep_all": False}]
+    assert trials.copies_to_do("nope-000000a0") == []
+    trials.mark_copied(_tid(0), 2, None, "no checkpoint")
+    trials.mark_copied(_tid(0), 2, 2, None)  # done already: unchanged
+    assert trials.copies_to_do(None) == []
+    got = [(s["trial_id"], s["segment"], s["attempt"], s["end_step"], s["params"], s["value"], s["from_trial_id"],
+            s["from_step"], s["copy_note"], s["copied_at"] is not None) for s in trials.segments(SID)]
+    assert got == [(_tid(0), 1, 1, 2, {"x": 1}, 0.5, None, None, None, False),
+                   (_tid(0), 2, 2, 4, {"x": 2}, None, _tid(1), None, "no checkpoint", True),
+                   (_tid(1), 2, 2, 4, {"x": 2}, None, None, None, None, False)]
+
+
+def test_a_copy_waits_only_while_its_trial_is_pending(repos: Repos) -> None:
+    _, trials = _with_trials(repos)
+    trials.add_segment(Segment(_tid(0), 2, SID, 2, 2, 4, {"x": 2}, _tid(1), 2))
+    trials.update(_tid(0), TrialUpdate(TrialState.CANCELLED, 2, 0, 0, finished=True))
+    assert trials.copies_to_do(SID) == []
+
+
+def test_each_trials_newest_journaled_checkpoint(repos: Repos) -> None:
+    _, trials = _with_trials(repos)
+
+    def saved(i: int, step: int, uri: str) -> CheckpointSaved:
+        return CheckpointSaved(sweep_id=SID, trial_id=_tid(i), attempt=1, step=step, uri=uri)
+
+    trials.journal([saved(0, 10, "s3://b/ten"), saved(0, 20, "s3://b/twenty"), saved(0, 15, "s3://b/fifteen"),
+                    saved(1, 5, "s3://b/five")], {})
+    assert trials.newest_checkpoints([_tid(0), _tid(2)]) == [{"trial_id": _tid(0), "sweep_id": SID, "uri": "s3://b/twenty"}]
+
+
+def test_usage_does_not_count_the_steps_a_pbt_exploit_copied(repos: Repos) -> None:
+    sweeps, trials = repos
+    pbt = parse_spec({"name": "p", "command": ["true"], "metric": {"name": "loss"}, "space": {"lr": [0.1, 1.0]},
+                      "strategy": {"type": "pbt", "population": 2, "interval": {"param": "steps", "every": 2, "max": 6},
+                                   "mutations": {"lr": {"values": [0.1, 1.0]}}}})
+    assert sweeps.insert(SID, pbt.to_json_dict(), "p", 2, 0)
+    trials.insert(SID, [(i, f"p_{i}", {"lr": 0.1, "steps": 4}, {}) for i in range(2)])
+    for i, from_step in ((0, 3), (1, 5)):  # each exploited a donor at step 2
+        trials.add_segment(Segment(_tid(i), 2, SID, 2, 2, 4, {"lr": 1.0, "steps": 4}, _tid(1 - i), from_step))
+        trials.update(_tid(i), TrialUpdate(TrialState.RUNNING, 2, 0, 0, started=True, rungs={2: 0.5}))
+    trials.update(_tid(0), TrialUpdate(TrialState.COMPLETED, 2, 0, 0, finished=True))
+    # Trial 0 ended at 4 having copied 1 step; trial 1 runs from the donor's 5 (3 copied) and has trained to 2.
+    assert trials.usage(SID, pbt, budget_param="steps").steps == (4 - 1) + 2

@@ -11,6 +11,7 @@ import pytest
 
 from spotsweep.services.planner import store
 from spotsweep.services.planner.context import PlannerDeps
+from spotsweep.services.planner.exploit import copy_pending
 from spotsweep.services.planner.launch import top_up
 from spotsweep.services.planner.memory import MemoryDb, memory_unit
 from spotsweep.services.planner.service import on_events
@@ -96,3 +97,24 @@ def test_median_stopping_judges_progress_against_the_completed_trials(value: flo
     assert t2["curve"] == {"1": value}
     assert (t2["state"] == "pruned") is pruned
     assert [s.trial_id for s in effects.stops] == ([store.trial_id_for(SID, 2)] if pruned else [])
+
+
+def test_pbt_lineage_and_an_exploits_copy_run_over_the_in_memory_adapters() -> None:
+    lrs = [0.01, 0.1, 1.0]
+    spec = {"name": "m", "command": ["true", "{lr}", "{steps}"], "metric": {"name": "loss", "mode": "min"},
+            "space": {"lr": lrs}, "max_concurrent": 2,
+            "strategy": {"type": "pbt", "population": 2, "interval": {"param": "steps", "every": 2, "max": 6},
+                         "quantile": 0.5, "mutations": {"lr": {"values": lrs}}, "resample_probability": 0.0}}
+    deps, db = _planner(spec)
+    _decide(deps, _started(0, "r0"), _started(1, "r1"))
+    _decide(deps, _finished(0, 1.0, "r0"))  # alone at its interval: it continues
+    _decide(deps, _finished(1, 5.0, "r1"))  # the bottom half: it exploits trial 0
+    donor, recipient = store.trial_id_for(SID, 0), store.trial_id_for(SID, 1)
+    with deps.unit() as uow:
+        segments = [(s["trial_id"], s["segment"], s["start_step"], s["end_step"], s["value"], s["from_trial_id"])
+                    for s in uow.trials.segments(SID)]
+    assert segments == [(donor, 1, 0, 2, 1.0, None), (donor, 2, 2, 4, None, None),
+                        (recipient, 1, 0, 2, 5.0, None), (recipient, 2, 2, 4, None, donor)]
+    assert db.trials[recipient]["state"] == "pending"
+    assert copy_pending(deps) == 1  # no artifact store: it goes on from its own checkpoint, with a note
+    assert "no artifact store" in db.segments[recipient, 2]["copy_note"] and copy_pending(deps) == 0
