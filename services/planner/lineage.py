@@ -70,12 +70,6 @@ def mark_copied(conn: Conn, trial_id: str, segment: int, step: int | None, note:
                  " WHERE trial_id = %s AND segment = %s AND copied_at IS NULL", (step, note, trial_id, segment))
 
 
-def segments(conn: Conn, sweep_id: str) -> list[Row]:
-    """The sweep's segments in order (``pbt_segments``' columns; the report reads the view ``trial_segments``)."""
-    return conn.execute("SELECT * FROM pbt_segments WHERE sweep_id = %s ORDER BY trial_id, segment",
-                        (sweep_id,)).fetchall()
-
-
 def newest_checkpoints(conn: Conn, trial_ids: list[str]) -> list[Row]:
     """Each trial's newest journaled checkpoint (``trial_id``, ``sweep_id``, ``uri``); trials without one left out."""
     return conn.execute(

@@ -229,9 +229,6 @@ class MemoryTrials:
         if row["copied_at"] is None:
             row.update(copied_at=time.time(), from_step=step, copy_note=note)
 
-    def segments(self, sweep_id: str) -> list[Row]:
-        return [copy.deepcopy(r) for _, r in sorted(self.db.segments.items()) if r["sweep_id"] == sweep_id]
-
     def newest_checkpoints(self, trial_ids: list[str]) -> list[Row]:
         newest: dict[str, CheckpointSaved] = {}
         for e in self.db.events.values():  # in the order journaled: the later of two at one step wins

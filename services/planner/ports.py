@@ -111,9 +111,6 @@ class TrialRepository(Protocol):
     def mark_copied(self, trial_id: str, segment: int, step: int | None, note: str | None) -> None:
         """PBT: an exploit copy done, with the step copied or why none was (once)."""
 
-    def segments(self, sweep_id: str) -> list[Row]:
-        """PBT: the sweep's segments, by trial and segment."""
-
     def newest_checkpoints(self, trial_ids: list[str]) -> list[Row]:
         """Each trial's newest journaled checkpoint (``trial_id``, ``sweep_id``, ``uri``)."""
 
@@ -128,7 +125,7 @@ class PgSweeps:
         return store.insert_sweep(self.conn, sweep_id, spec, name, total, priority)
 
     def lock(self, sweep_id: str) -> Row | None:
-        return store.lock_sweep(self.conn, sweep_id, spec=False)
+        return store.lock_sweep(self.conn, sweep_id)
 
     def cap(self, sweep_id: str, total: int, note: str) -> None:
         store.cap_sweep(self.conn, sweep_id, total, note)
@@ -210,9 +207,6 @@ class PgTrials:
 
     def mark_copied(self, trial_id: str, segment: int, step: int | None, note: str | None) -> None:
         lineage.mark_copied(self.conn, trial_id, segment, step, note)
-
-    def segments(self, sweep_id: str) -> list[Row]:
-        return lineage.segments(self.conn, sweep_id)
 
     def newest_checkpoints(self, trial_ids: list[str]) -> list[Row]:
         return lineage.newest_checkpoints(self.conn, trial_ids)

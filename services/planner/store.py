@@ -55,16 +55,14 @@ _NO_SPEC = ("sweep_id, name, state, error, total_trials, next_index, priority, c
             " note, spec_version, spec IS NOT NULL AS has_spec")
 
 
-def get_sweep(conn: Conn, sweep_id: str, spec: bool = True) -> Row | None:
-    """The sweep row, as this transaction sees it (lock it first with :func:`lock_sweep`);
-    ``spec=False``: without the ``spec`` column (``has_spec`` says whether there is one)."""
-    return conn.execute(f"SELECT {'*' if spec else _NO_SPEC} FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
+def get_sweep(conn: Conn, sweep_id: str) -> Row | None:
+    """The sweep row, its spec included, as this transaction sees it."""
+    return conn.execute("SELECT * FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
 
 
-def lock_sweep(conn: Conn, sweep_id: str, spec: bool = True) -> Row | None:
-    """The sweep row, locked: serialises every decision about one sweep (``spec`` as for :func:`get_sweep`)."""
-    return conn.execute(f"SELECT {'*' if spec else _NO_SPEC} FROM sweeps WHERE sweep_id = %s FOR UPDATE",
-                        (sweep_id,)).fetchone()
+def lock_sweep(conn: Conn, sweep_id: str) -> Row | None:
+    """The sweep row without its spec, locked: serialises every decision about one sweep."""
+    return conn.execute(f"SELECT {_NO_SPEC} FROM sweeps WHERE sweep_id = %s FOR UPDATE", (sweep_id,)).fetchone()
 
 
 def in_flight(conn: Conn, sweep_id: str) -> tuple[int, int]:
@@ -103,11 +101,6 @@ def view_of(row: Row) -> TrialView:
 # (jsonb that may be large, decoded on every read), nor its timestamps.
 _DECIDED = ("trial_id, sweep_id, idx, trial_name, params, state, attempt, failures, preemptions, metrics, agent, losses,"
             " run_seconds, run_id, rungs, error, last_step")
-
-
-def get_trial(conn: Conn, trial_id: str) -> tuple[Row, TrialView] | None:
-    row = conn.execute(f"SELECT {_DECIDED} FROM trials WHERE trial_id = %s FOR UPDATE", (trial_id,)).fetchone()
-    return None if row is None else (row, view_of(row))
 
 
 def get_trials(conn: Conn, trial_ids: list[str]) -> dict[str, tuple[Row, TrialView]]:

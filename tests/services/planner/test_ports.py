@@ -250,6 +250,14 @@ def test_an_extension_bumps_the_version_and_runs_an_ended_sweep_again(repos: Rep
     assert sweeps.spec(SID) == (bigger, 1)
 
 
+def _segments(trials: TrialRepository) -> list[dict[str, Any]]:
+    """The lineage as stored (the report reads it through the view ``trial_segments``)."""
+    if isinstance(trials, PgTrials):
+        return trials.conn.execute("SELECT * FROM pbt_segments ORDER BY trial_id, segment").fetchall()
+    assert isinstance(trials, MemoryTrials)
+    return [row for _, row in sorted(trials.db.segments.items())]
+
+
 def test_pbt_lineage_is_recorded_once_and_each_exploit_copied_once(repos: Repos) -> None:
     _, trials = _with_trials(repos)
     assert trials.end_segment(_tid(0), SID, 2, {"x": 1}, 0.9) == 1  # the first segment, written as it ends
@@ -265,7 +273,7 @@ def test_pbt_lineage_is_recorded_once_and_each_exploit_copied_once(repos: Repos)
     trials.mark_copied(_tid(0), 2, 2, None)  # done already: unchanged
     assert trials.copies_to_do(None) == []
     got = [(s["trial_id"], s["segment"], s["attempt"], s["end_step"], s["params"], s["value"], s["from_trial_id"],
-            s["from_step"], s["copy_note"], s["copied_at"] is not None) for s in trials.segments(SID)]
+            s["from_step"], s["copy_note"], s["copied_at"] is not None) for s in _segments(trials)]
     assert got == [(_tid(0), 1, 1, 2, {"x": 1}, 0.5, None, None, None, False),
                    (_tid(0), 2, 2, 4, {"x": 2}, None, _tid(1), None, "no checkpoint", True),
                    (_tid(1), 2, 2, 4, {"x": 2}, None, None, None, None, False)]

@@ -33,11 +33,11 @@ def test_updated_matches_the_row_apply_update_writes(h: Any, first: TrialUpdate,
     h.submit(SPEC, "st-000000aa")
     trial_id = h.published(2)[0].trial_id
     with h.db.transaction() as conn:
-        row, _ = store.get_trial(conn, trial_id) or pytest.fail("no trial")
+        row, _ = store.get_trials(conn, [trial_id])[trial_id]
         for u in (first, second):  # twice: merged columns must merge on what the first left
             predicted, view = store.updated(row, u)
             store.apply_update(conn, trial_id, u)
-            row, stored_view = store.get_trial(conn, trial_id) or pytest.fail("no trial")
+            row, stored_view = store.get_trials(conn, [trial_id])[trial_id]
             assert {c: predicted[c] for c in COLUMNS} == {c: row[c] for c in COLUMNS}
             assert view == stored_view
 
@@ -52,7 +52,7 @@ def test_only_the_queued_mark_skips_the_wait_for_the_disk(h: Any) -> None:
         assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "off"
     with h.db.transaction() as conn:
         assert conn.execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == "on"
-        assert store.get_trial(conn, trial_id)[0]["state"] == "queued"  # type: ignore[index]
+        assert store.get_trials(conn, [trial_id])[trial_id][0]["state"] == "queued"
 
 
 @pytest.mark.parametrize("first", UPDATES, ids=lambda u: u.state.value)
