@@ -37,7 +37,8 @@ from typing import Any, Literal
 
 from spotsweep.services.planner.search.history import TrialRecord, sign
 from spotsweep.services.planner.search.rungs import Action, Promotion, StepDecision
-from spotsweep.shared.spec import Choice, IntRange, LogUniform, Param, SweepSpec, Uniform
+from spotsweep.shared.spec import SweepSpec
+from spotsweep.shared.spec_params import Choice, IntRange, LogUniform, Param, Uniform, sample
 from spotsweep.shared.spec_search.pbt import Mutation, PbtStop
 
 
@@ -141,9 +142,7 @@ def explore(config: PbtConfig, params: dict[str, Any], rng: random.Random) -> di
         param = config.space.get(key)
         mutation = config.mutations[key]
         if param is not None and rng.random() < config.resample_probability:
-            from spotsweep.shared.spec_params import sample as _sample  # the space's own draws
-
-            out[key] = _sample(rng, param)
+            out[key] = sample(rng, param)  # the space's own draws
         elif mutation.factor is not None:
             out[key] = _scaled(param, out.get(key), rng.choice(mutation.factor))
         elif mutation.values is not None:
