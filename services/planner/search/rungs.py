@@ -11,7 +11,7 @@ Two promotion rules (``promotion``):
   a waiting trial in the best ``floor(n / eta)`` of the ``n`` trials its rung
   has seen, and promotes it before any new config starts. A trial left out
   now may be promoted later, when more trials reached its rung; the ones
-  still waiting when nothing else can run are pruned (:meth:`Asha.leftover`).
+  still waiting when nothing else can run are pruned (the planner's top-up).
   Unlike the paper, a rung never sends on more than ``floor(n / eta)`` of
   its ``n`` in all (those promoted early and outranked since count): so a
   bracket trains at most ``sum_k floor(n_k / eta) * (r_k - r_(k-1))`` steps
@@ -211,7 +211,3 @@ class Asha:
         waiting = [r for r in ranked if r.state == TrialState.PAUSED and int(r.params[self.budget.param]) == rung]
         return [Promotion(r.index, rung, following, f"{r.rungs[rung]:.6g} at rung {rung} is within the "
                           f"best {keep} of {len(seen)} (1/{self.eta})") for r in waiting[:quota]]
-
-    def leftover(self, history: Sequence[TrialRecord]) -> list[TrialRecord]:
-        """Trials still waiting when nothing else can run: they are pruned at their rung."""
-        return [r for r in history if r.state == TrialState.PAUSED]
