@@ -36,8 +36,11 @@ from typing import IO, TYPE_CHECKING, Any
 from spotsweep.services.reporter.values import metric_float
 from spotsweep.services.reporter.web import importance as imp
 from spotsweep.services.reporter.web import present, queries
+from spotsweep.commands.trial_lookup import find_trial
 from spotsweep.shared.db import Conn, Database
+from spotsweep.shared.db.embedded import configured
 from spotsweep.shared.errors import PermanentError, SpecError
+from spotsweep.shared.settings import Settings
 from spotsweep.shared.spec import parse_spec
 
 if TYPE_CHECKING:
@@ -57,7 +60,7 @@ class UnknownSweep(PermanentError, LookupError):
 
 def _pandas() -> Any:
     try:
-        import pandas
+        import pandas  # deferred: the optional `results` extra
     except ImportError as e:  # pragma: no cover - the dev extra installs it
         raise ImportError("spotsweep.results() answers pandas DataFrames: pip install 'spotsweep[results]'") from e
     return pandas
@@ -66,9 +69,6 @@ def _pandas() -> Any:
 def results(database_url: str | None = None) -> Results:
     """The results database: ``database_url``, else ``SPOTSWEEP_DATABASE_URL``,
     else local mode's embedded database under ``SPOTSWEEP_HOME``."""
-    from spotsweep.shared.db.embedded import configured
-    from spotsweep.shared.settings import Settings
-
     settings = Settings()
     db = configured(settings, database_url)
     if database_url is None and settings.database_url is None:
@@ -191,10 +191,9 @@ class Sweep:
         from the artifact store (``SPOTSWEEP_S3_*``, else local mode's); its
         step. As ``spotsweep checkpoint`` does: a step that is not there raises
         :class:`~spotsweep.shared.artifacts.browse.NoCheckpoint` listing those there are."""
-        from spotsweep.commands.trial_lookup import find_trial
+        # Deferred, only a checkpoint needs them: the artifact store's S3 client (minio, 0.5 s to import).
         from spotsweep.shared.artifacts import open_store
-        from spotsweep.shared.artifacts.browse import download_checkpoint
-        from spotsweep.shared.settings import Settings
+        from spotsweep.shared.artifacts.browse import download_checkpoint  # the store's: see above
 
         with self._results._conn() as conn:
             row = find_trial(conn, trial, self.sweep_id)

@@ -30,6 +30,7 @@ import math
 import numbers
 import os
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,8 +187,6 @@ def heartbeat() -> None:
     ``timeout.stall`` between reports (a long evaluation, data preparation);
     any metric or checkpoint line counts as a heartbeat too.
     """
-    import time
-
     _emit(_format({"heartbeat": round(time.time(), 3)}))
 
 

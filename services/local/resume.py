@@ -27,6 +27,7 @@ from spotsweep.services.planner import store as planner_store
 from spotsweep.services.planner.orphans import requeue_orphans
 from spotsweep.services.reporter.safe import printable
 from spotsweep.shared.db import Database
+from spotsweep.shared.db.embedded import configured
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.limits import cap_text
 from spotsweep.shared.runtime import ExitCode
@@ -69,7 +70,7 @@ def resume(sweep_id: str, settings: LocalSettings, workers: int, csv: Path | Non
            dashboard: int | None = None) -> int:
     """Finish an interrupted local sweep; a sweep that already ended is said so (exit 0)."""
     console = console or Console(stderr=True)
-    db = local.database(settings)
+    db = configured(settings)
     db.migrate()  # local mode's database is this user's: brought up to date, as `run` does
     row = _sweep(db, sweep_id, settings)
     _ran_here(sweep_id, settings)
@@ -104,7 +105,7 @@ def _resuming(sweep_id: str, waiting: int, stopped: int, running: int) -> str:
 
 def cancel(sweep_id: str, settings: Settings) -> str:
     """Cancel a sweep in local mode's database (no RabbitMQ): what the planner does on a cancel."""
-    db = local.database(settings)
+    db = configured(settings)
     db.migrate()
     before = _sweep(db, sweep_id, settings)["state"]
     if before != "running":

@@ -43,7 +43,7 @@ from spotsweep.shared.db.embedded import configured
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.limits import cap_text
 from spotsweep.shared.runtime import ExitCode
-from spotsweep.shared.settings import LocalSettings, Settings
+from spotsweep.shared.settings import LocalSettings
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec import SweepSpec
 
@@ -52,16 +52,11 @@ GRACE = 30.0  # seconds a running trial gets to checkpoint after Ctrl-C (then SI
 AFTER_GRACE = 15.0  # for the stopped trials' uploads and reports past the grace
 
 
-def database(settings: Settings) -> Database:
-    """The configured PostgreSQL, or the embedded one under ``SPOTSWEEP_HOME``."""
-    return configured(settings)
-
-
 def run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None, console: Console | None = None,
         dashboard: int | None = None) -> int:
     """Run a sweep on this machine; with ``dashboard`` (a port) serve the dashboard meanwhile."""
     console = console or Console(stderr=True)
-    db = database(settings)
+    db = configured(settings)  # the configured PostgreSQL, or the embedded one under SPOTSWEEP_HOME
     sweep_id = new_sweep_id(spec.name)
     with sweep_lock(settings.home, sweep_id):
         stop_dashboard = serve_dashboard(db, dashboard, console)
@@ -91,7 +86,7 @@ def say_concurrency(spec: SweepSpec, workers: int, console: Console) -> None:
 def serve_dashboard(db: Database, port: int | None, console: Console) -> Callable[[], None]:
     if port is None:
         return lambda: None
-    from spotsweep.services.reporter.web.main import DEFAULT_HOST, serve_in_background
+    from spotsweep.services.reporter.web.main import DEFAULT_HOST, serve_in_background  # deferred: Starlette, uvicorn
 
     db.migrate()  # the dashboard may be asked for a page before the planner has migrated
     stop = serve_in_background(db, DEFAULT_HOST, port)

@@ -23,6 +23,7 @@ from typing import Any
 from spotsweep.shared import log, topology
 from spotsweep.shared.broker.port import Broker
 from spotsweep.shared.db import Database
+from spotsweep.shared.db.embedded import configured
 from spotsweep.shared.errors import SpotsweepError
 from spotsweep.shared.middleware import Backoff
 from spotsweep.shared.quantity import human_bytes
@@ -158,8 +159,6 @@ def submit_warning(settings: Settings, resources: Resources) -> str | None:
     Only with ``SPOTSWEEP_DATABASE_URL`` (the cluster's database, where the collector records agents)."""
     if settings.database_url is None:
         return None
-    from spotsweep.shared.db.embedded import configured
-
     db = configured(settings)
     try:
         reason = unfit_for(db, resources)
