@@ -10,19 +10,21 @@ runs and once more when it ends; ``--follow`` polls them until the trial is over
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from spotsweep.services.reporter.safe import printable
+from spotsweep.commands import command, positive, step
 from spotsweep.commands.trial_lookup import TERMINAL, find_trial, trial_state
+from spotsweep.services.reporter.safe import printable
 from spotsweep.shared.artifacts import ArtifactStore, open_store
 from spotsweep.shared.artifacts.browse import STREAMS, download_checkpoint, log_attempts
 from spotsweep.shared.artifacts.checkpoint_layout import log_key
 from spotsweep.shared.artifacts.port import NotFound
-from spotsweep.shared.db import Database
+from spotsweep.shared.db.embedded import for_reading
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import Settings
@@ -98,17 +100,25 @@ class Printer:
         self.out.flush()
 
 
-def logs(trial: str, sweep: str | None, attempt: int | None, follow: bool, settings: Settings,
-         out: BinaryIO | None = None, poll: float = FOLLOW_SECONDS, db: Database | None = None) -> int:
-    """Print a trial's stdout and stderr (the newest attempt with logs, or ``attempt``)."""
-    from spotsweep.shared.db.embedded import for_reading as database
+def trial_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trial", help="a trial id, or a trial name (within --sweep)")
+    p.add_argument("--sweep", help="the sweep (id, or name: its newest sweep) whose trial name TRIAL is")
 
-    db = db or database(settings)
-    store = open_store(settings)
-    stream = out or sys.stdout.buffer
-    printer = Printer(stream, escape=out is None and sys.stdout.isatty())
+
+def _logs_args(p: argparse.ArgumentParser) -> None:
+    trial_args(p)
+    p.add_argument("--attempt", type=positive, help="this attempt's logs (default: the newest attempt with logs)")
+    p.add_argument("--follow", "-f", action="store_true", help="print what the trial writes until it ends "
+                                                                "(the store is at most SPOTSWEEP_LOG_UPLOAD_SECONDS behind)")
+
+
+@command("logs", "a trial's stdout and stderr, from the artifact store (also after its node is gone)", _logs_args)
+def logs(args: argparse.Namespace, settings: Settings) -> int:
+    """Print a trial's stdout and stderr (the newest attempt with logs, or ``--attempt``); ``--follow``: until it ends."""
+    db, store, attempt, follow = for_reading(settings), open_store(settings), args.attempt, args.follow
+    printer = Printer(sys.stdout.buffer, escape=sys.stdout.isatty())
     with db.transaction() as conn:
-        row = find_trial(conn, trial, sweep)
+        row = find_trial(conn, args.trial, args.sweep)
     sweep_id, trial_id = row["sweep_id"], row["trial_id"]
     if attempt is not None and not follow:
         known = log_attempts(store, sweep_id, trial_id)
@@ -135,7 +145,7 @@ def logs(trial: str, sweep: str | None, attempt: int | None, follow: bool, setti
             return ExitCode.OK
         if state in TERMINAL:  # read before the logs: the agent uploads them before it reports the end
             return ExitCode.OK
-        time.sleep(poll)
+        time.sleep(FOLLOW_SECONDS)
 
 
 def _print_new(store: ArtifactStore, sweep_id: str, trial_id: str, attempt: int, seen: dict[str, Seen],
@@ -148,14 +158,17 @@ def _print_new(store: ArtifactStore, sweep_id: str, trial_id: str, attempt: int,
         printer.write(f"{name} (attempt {attempt})", new)
 
 
-def checkpoint(trial: str, sweep: str | None, out: Path, step: int | None, settings: Settings,
-               db: Database | None = None) -> int:
-    """Download the trial's latest complete checkpoint (or the one of ``step``) into ``out``."""
-    from spotsweep.shared.db.embedded import for_reading as database
+def _checkpoint_args(p: argparse.ArgumentParser) -> None:
+    trial_args(p)
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to download into")
+    p.add_argument("--step", type=step, help="the checkpoint of this step (default: the latest complete one)")
 
-    db = db or database(settings)
-    with db.transaction() as conn:
-        row = find_trial(conn, trial, sweep)
-    got = download_checkpoint(open_store(settings), row["sweep_id"], row["trial_id"], out, step)
-    print(f"checkpoint of step {got} of trial {printable(row['trial_name'])} ({row['trial_id']}) is in {out}")
+
+@command("checkpoint", "download a trial's latest complete checkpoint (or one step's)", _checkpoint_args)
+def checkpoint(args: argparse.Namespace, settings: Settings) -> int:
+    """Download the trial's latest complete checkpoint (or the one of ``--step``) into ``--out``."""
+    with for_reading(settings).transaction() as conn:
+        row = find_trial(conn, args.trial, args.sweep)
+    got = download_checkpoint(open_store(settings), row["sweep_id"], row["trial_id"], args.out, args.step)
+    print(f"checkpoint of step {got} of trial {printable(row['trial_name'])} ({row['trial_id']}) is in {args.out}")
     return ExitCode.OK

@@ -13,7 +13,7 @@ database, or local mode's, as ``ls`` does, and redraws every
 
 from __future__ import annotations
 
-import json
+import argparse
 import math
 import time
 from datetime import datetime
@@ -23,10 +23,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from spotsweep.commands import command
 from spotsweep.commands import sweeps as commands
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.safe import cell, shown
-from spotsweep.services.reporter.values import json_ready
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.runtime import ExitCode
@@ -144,22 +144,31 @@ def _known(db: Database | None, sweep: str) -> bool:
         return conn.execute("SELECT 1 FROM trial_results WHERE sweep_name = %s LIMIT 1", (sweep,)).fetchone() is not None
 
 
-def main(settings: Settings, sweep: str | None, once: bool, as_json: bool, refresh: float = REFRESH_S) -> int:
-    """``spotsweep top``; exit 2 for a sweep the database does not know (by id or name)."""
+def _top_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sweep", help="only this sweep (id or name)")
+    p.add_argument("--once", action="store_true", help="print one table and exit")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON and exit")
+
+
+@command("top", "live view of the running trials: agent, GPU, memory, step, last metric, ETA", _top_args)
+def top(args: argparse.Namespace, settings: Settings) -> int:
+    """Redraw the table every :data:`REFRESH_S` seconds until Ctrl-C; exit 2 for a sweep the database does not know."""
+    sweep = args.sweep
     db = commands.database_if_any(settings)
     if sweep is not None and not _known(db, sweep):
         raise PermanentError(f"--sweep {shown(sweep)!s}: no such sweep (by id or name) in the results database")
-    if as_json:
-        print(json.dumps(json_ready(rows(db, sweep)), default=str, indent=2, allow_nan=False))
+    if args.json:
+        commands.print_json(rows(db, sweep))
         return ExitCode.OK
     console = reporter.console()
-    if once:
+    if args.once:
         console.print(table(rows(db, sweep), sweep))
         return ExitCode.OK
     try:
         with Live(table(rows(db, sweep), sweep), console=console, auto_refresh=False) as live:
             while True:
-                time.sleep(refresh)
+                time.sleep(REFRESH_S)
                 live.update(table(rows(db, sweep), sweep), refresh=True)
     except KeyboardInterrupt:
         return ExitCode.OK
+

@@ -8,7 +8,7 @@ import pytest
 from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend
 from yoyo.connections import parse_uri
 
-from spotsweep.commands import sweeps as commands
+from spotsweep.commands import submit as commands
 from spotsweep.shared.db import Database
 from spotsweep.shared.db.migrator import migrations
 from spotsweep.shared.settings import Settings

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spotsweep.commands.sweeps import load, warnings
+from spotsweep.commands.submit import load, warnings
 from spotsweep.services.planner.search import Search
 from spotsweep.shared.space import total_trials
 

@@ -16,7 +16,6 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from spotsweep.commands import sweeps as commands
 from spotsweep.commands import listing
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.report import glob_to_similar
@@ -251,7 +250,7 @@ def test_ls_and_status_show_hostile_rows_literally(hostile_db: Database, capsys:
     assert RAW_CONTROL.search(ls) is None, ls
     assert "[/oops]_0" in ls and "clear\\x1b[2J\\x1b[H_1\\u202e" in ls and "loss=nan" in ls and "loss=-inf" in ls
     assert "[skipped_lines]" in ls and "[nan]" in ls  # the runs' flags as badges
-    assert commands.status(None, _settings(hostile_db), as_json=False) == 0
+    assert listing.status(None, _settings(hostile_db), as_json=False) == 0
     status = capsys.readouterr().out
     assert RAW_CONTROL.search(status) is None, status
     assert "[/boom]\\x1b]0;t\\x07" in status and "boom-0000000b rejected: [/boom] bad spec\\x1b[2J; xxx" in status

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spotsweep.commands import sweeps as commands
+from spotsweep.commands import submit as commands
 from spotsweep.shared.permutation import IndexPermutation
 from spotsweep.shared.space import params_at, total_trials
 from spotsweep.shared.spec_params import grid_size

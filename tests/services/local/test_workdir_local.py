@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spotsweep.commands.sweeps import load, warnings
+from spotsweep.commands.submit import load, warnings
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.spec import load_spec, parse_spec
 
