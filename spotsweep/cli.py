@@ -1,5 +1,5 @@
 """The ``spotsweep`` command line: the parser, built from the commands spotsweep/commands/ declares, and
-the exit codes.
+the exit codes. Only the module of the command that runs is imported (:func:`spotsweep.commands.load`).
 
 Errors the user can act on (a bad spec, a missing sweep, a service that is
 down) print one clear message and exit with a named code; never a traceback.
@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from spotsweep import __version__
-from spotsweep.commands import load
+from spotsweep.commands import COMMANDS, load
 from spotsweep.services.reporter.safe import printable
 from spotsweep.shared import log
 from spotsweep.shared.errors import PermanentError, RetryableError, SpecError, SpotsweepError, UnsafeSetup
@@ -24,13 +24,17 @@ EXIT_CODES = {UnsafeSetup: ExitCode.UNSAFE, PermanentError: ExitCode.USAGE, Retr
               SpotsweepError: ExitCode.FAILED}
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command with its arguments; with ``only``, that command's arguments alone (the others
+    are listed, their modules not imported: "" for none, as `spotsweep --help` needs)."""
     p = argparse.ArgumentParser(prog="spotsweep", description="Hyperparameter sweeps on spot GPUs.")
     p.add_argument("--version", action="version", version=f"spotsweep {__version__}")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING... (default INFO; WARNING for run, whose UI is a progress bar)")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    for name, cmd in load().items():
-        cmd.args(sub.add_parser(name, help=cmd.help))
+    for name, (_, help) in COMMANDS.items():
+        added = sub.add_parser(name, help=help)
+        if only in (None, name):
+            load(name).args(added)
     # Only listed here: main() hands `train ...` to the trainer's own parser before this one runs.
     sub.add_parser("train", help="train a built-in model under the trial contract (needs torch): "
                                  "spotsweep train tinylm --help", add_help=False)
@@ -41,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train"]:
         return _train(argv[1:])
-    args = _parser().parse_args(argv)
+    args = _parser(next((a for a in argv if a in COMMANDS), "")).parse_args(argv)  # the first command named
     log.configure(args.log_level or ("WARNING" if args.cmd in ("run", "resume") else "INFO"))
     try:
-        return load()[args.cmd].run(args, _settings(args))
+        return load(args.cmd).run(args, _settings(args))
     except SpecError as e:
         for field, message in e.errors:
             _error(f"{field}: {message}" if field else message)

@@ -1,8 +1,10 @@
-"""The command line's commands: each module here declares its own (name, help, arguments and what
-it runs) with :func:`command`; spotsweep/cli.py builds the parser from :func:`load`'s table.
+"""The command line's commands: the table of their names, help and modules, and the registry each
+module fills with :func:`command`, declaring its commands' arguments beside what they run.
 
-A new command is a function ``(args, settings) -> exit code`` under ``@command("name", "help", args)``
-in the module of its family, or in a new module named in :data:`MODULES`.
+A module is imported only when one of its commands runs (or a parser of them all is built), so
+`spotsweep --help` loads none and `spotsweep agent` loads no table printer nor the planner. A new
+command is a function ``(args, settings) -> exit code`` under ``@command("name", args)`` in the module
+of its family (or a new one), and a line in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
@@ -18,35 +20,55 @@ from spotsweep.shared.settings import Settings
 Args = Callable[[argparse.ArgumentParser], None]  # adds a subcommand's arguments
 Run = Callable[[argparse.Namespace, Settings], int]  # runs it; returns the exit code
 
-# The modules that declare commands, in the order `spotsweep --help` lists them.
-MODULES = ("local", "submit", "listing", "top", "sweeps", "artifacts", "processes")
+# name: (the module here that declares it, its help), in the order `spotsweep --help` lists them
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("local", "run a sweep on this machine, no services needed"),
+    "resume": ("local", "finish a local sweep whose `spotsweep run` was interrupted or killed"),
+    "submit": ("submit", "post a sweep to the planner queue"),
+    "validate": ("submit", "check a spec (exit 0 or 2)"),
+    "status": ("listing", "sweeps and their trial counts, newest first"),
+    "ls": ("listing", "list trials"),
+    "top": ("top", "live view of the running trials: agent, GPU, memory, step, last metric, ETA"),
+    "extend": ("sweeps", "more trials or a larger budget for a running or finished sweep"),
+    "cancel": ("sweeps", "cancel a sweep"),
+    "schema": ("sweeps", "print the JSON Schemas of the spec and the messages"),
+    "migrate": ("sweeps", "apply the results database's pending schema migrations (the planner and the collector do "
+                          "it when they start; readers never do)"),
+    "report": ("sweeps", "leaderboard, CSV and offline HTML report of a sweep"),
+    "export": ("sweeps", "write a sweep's results for another tool"),
+    "logs": ("artifacts", "a trial's stdout and stderr, from the artifact store (also after its node is gone)"),
+    "checkpoint": ("artifacts", "download a trial's latest complete checkpoint (or one step's)"),
+    "dashboard": ("processes", "serve the web dashboard of every sweep (results database or local mode's)"),
+    "planner": ("processes", "run the planner service"),
+    "collector": ("processes", "run the collector service"),
+    "agent": ("processes", "run an agent on this node"),
+}
 
 
 @dataclass(frozen=True)
 class Command:
-    """One subcommand: its help, its arguments and what it runs (declared together, in its module)."""
+    """One subcommand as its module declares it: its arguments and what it runs."""
 
-    help: str
     args: Args
     run: Run
 
 
-COMMANDS: dict[str, Command] = {}
+_DECLARED: dict[str, Command] = {}
 
 
-def command(name: str, help: str, args: Args = lambda p: None) -> Callable[[Run], Run]:
-    """Declare the subcommand ``name``: the decorated function runs it; ``args`` adds its arguments."""
+def command(name: str, args: Args = lambda p: None) -> Callable[[Run], Run]:
+    """Declare the subcommand ``name`` (a key of :data:`COMMANDS`): the decorated function runs it; ``args``
+    adds its arguments."""
     def register(run: Run) -> Run:
-        COMMANDS[name] = Command(help, args, run)
+        _DECLARED[name] = Command(args, run)
         return run
     return register
 
 
-def load() -> dict[str, Command]:
-    """Every command, in :data:`MODULES`' order, then each module's own (modules import each other)."""
-    for module in MODULES:
-        import_module(f"{__name__}.{module}")
-    return dict(sorted(COMMANDS.items(), key=lambda c: MODULES.index(c[1].run.__module__.rpartition(".")[2])))
+def load(name: str) -> Command:
+    """Command ``name``, its module imported (once)."""
+    import_module(f"{__name__}.{COMMANDS[name][0]}")
+    return _DECLARED[name]
 
 
 # What more than one command's arguments share: the checked value types and the spec file.

@@ -112,7 +112,7 @@ def _logs_args(p: argparse.ArgumentParser) -> None:
                                                                 "(the store is at most SPOTSWEEP_LOG_UPLOAD_SECONDS behind)")
 
 
-@command("logs", "a trial's stdout and stderr, from the artifact store (also after its node is gone)", _logs_args)
+@command("logs", _logs_args)
 def logs(args: argparse.Namespace, settings: Settings) -> int:
     """Print a trial's stdout and stderr (the newest attempt with logs, or ``--attempt``); ``--follow``: until it ends."""
     db, store, attempt, follow = for_reading(settings), open_store(settings), args.attempt, args.follow
@@ -164,7 +164,7 @@ def _checkpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step", type=step, help="the checkpoint of this step (default: the latest complete one)")
 
 
-@command("checkpoint", "download a trial's latest complete checkpoint (or one step's)", _checkpoint_args)
+@command("checkpoint", _checkpoint_args)
 def checkpoint(args: argparse.Namespace, settings: Settings) -> int:
     """Download the trial's latest complete checkpoint (or the one of ``--step``) into ``--out``."""
     with for_reading(settings).transaction() as conn:

@@ -37,7 +37,7 @@ def _status_args(p: argparse.ArgumentParser) -> None:
     shown.add_argument("--all", action="store_true", help="every sweep")
 
 
-@command("status", "sweeps and their trial counts, newest first", _status_args)
+@command("status", _status_args)
 def _status(args: argparse.Namespace, settings: Settings) -> int:
     return status(args.sweep, settings, args.json, limit=None if args.all else args.limit)
 
@@ -95,7 +95,7 @@ def _ls_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
-@command("ls", "list trials", _ls_args)
+@command("ls", _ls_args)
 def _ls(args: argparse.Namespace, settings: Settings) -> int:
     return list_trials(args.filter, settings, args.json)
 

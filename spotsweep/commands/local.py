@@ -1,4 +1,7 @@
-"""``spotsweep run`` and ``resume``: a sweep run on this machine by local mode (services/local), no services needed."""
+"""``spotsweep run`` and ``resume``: a sweep run on this machine by local mode (services/local), no services needed.
+
+Imported only for these two commands, so local mode's planner and agent (Optuna, NumPy) load at the top.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ from pathlib import Path
 
 from spotsweep.commands import command, port, positive, spec_arg
 from spotsweep.commands.submit import spec_of
+from spotsweep.services.local import resume
+from spotsweep.services.local import run as local
 from spotsweep.shared.settings import DashboardSettings, LocalSettings, Settings, default
 from spotsweep.shared.settings_cli import add_flags
 
@@ -31,17 +36,13 @@ def _resume_args(p: argparse.ArgumentParser) -> None:
     _local_args(p)
 
 
-@command("run", "run a sweep on this machine, no services needed", _run_args)
+@command("run", _run_args)
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from spotsweep.services.local import run as local  # deferred: local mode's planner and agent (Optuna, NumPy, pika)
-
     assert isinstance(settings, LocalSettings)
     return local.run(spec_of(args), settings, args.workers, args.csv, dashboard=args.dashboard)
 
 
-@command("resume", "finish a local sweep whose `spotsweep run` was interrupted or killed", _resume_args)
+@command("resume", _resume_args)
 def _resume(args: argparse.Namespace, settings: Settings) -> int:
-    from spotsweep.services.local import resume  # deferred: local mode's planner and agent (Optuna, NumPy, pika)
-
     assert isinstance(settings, LocalSettings)
     return resume.resume(args.sweep, settings, args.workers, args.csv, dashboard=args.dashboard)

@@ -2,7 +2,7 @@
 
 Their flags are their settings' own knobs (shared/settings.py), each also a SPOTSWEEP_* variable.
 Each imports only what it runs, when it runs (an agent on a GPU node never loads the planner's
-Optuna, NumPy and SciPy: ~30 MiB and an OpenBLAS thread less; no other command loads any of them).
+Optuna, NumPy and SciPy: ~30 MiB and an OpenBLAS thread less).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from spotsweep.shared.settings import PROCESSES, AgentSettings, DashboardSetting
 from spotsweep.shared.settings_cli import add_flags
 
 
-@command("dashboard", "serve the web dashboard of every sweep (results database or local mode's)",
-         lambda p: add_flags(p, DashboardSettings))
+@command("dashboard", lambda p: add_flags(p, DashboardSettings))
 def _dashboard(args: argparse.Namespace, settings: Settings) -> int:
     from spotsweep.services.reporter.web import serve  # deferred: Starlette, uvicorn, the importance model
 
@@ -48,7 +47,7 @@ def _say_when_listening(host: str, port: int) -> None:
     threading.Thread(target=wait, name="dashboard-address", daemon=True).start()
 
 
-@command("planner", "run the planner service", lambda p: add_flags(p, PROCESSES["planner"]))
+@command("planner", lambda p: add_flags(p, PROCESSES["planner"]))
 def _planner(args: argparse.Namespace, settings: Settings) -> int:
     from spotsweep.services.planner.main import main as planner_main  # deferred: Optuna, NumPy, SciPy
 
@@ -56,14 +55,14 @@ def _planner(args: argparse.Namespace, settings: Settings) -> int:
     return planner_main(settings)
 
 
-@command("collector", "run the collector service", lambda p: add_flags(p, PROCESSES["collector"]))
+@command("collector", lambda p: add_flags(p, PROCESSES["collector"]))
 def _collector(args: argparse.Namespace, settings: Settings) -> int:
     from spotsweep.services.collector.main import main as collector_main  # deferred: the service and pika
 
     return collector_main(settings)
 
 
-@command("agent", "run an agent on this node", lambda p: add_flags(p, PROCESSES["agent"]))
+@command("agent", lambda p: add_flags(p, PROCESSES["agent"]))
 def _agent(args: argparse.Namespace, settings: Settings) -> int:
     from spotsweep.services.agent.main import main as agent_main  # deferred: the service, pika, psutil
 

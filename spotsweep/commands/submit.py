@@ -132,7 +132,7 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, help="with --wait: give up after S seconds (exit 124)")
 
 
-@command("submit", "post a sweep to the planner queue", _submit_args)
+@command("submit", _submit_args)
 def submit(args: argparse.Namespace, settings: Settings) -> int:
     """Post the spec to the planner, its workdir packed and uploaded first; print the new sweep's id
     (``--wait``: and again once the sweep ended, its exit code saying how)."""
@@ -159,7 +159,7 @@ def submit(args: argparse.Namespace, settings: Settings) -> int:
     return code
 
 
-@command("validate", "check a spec (exit 0 or 2)", spec_arg)
+@command("validate", spec_arg)
 def validate(args: argparse.Namespace, settings: Settings) -> int:
     spec = spec_of(args)
     print(f"ok: {spec.name}: {total_trials(spec)} trial(s), {summary(spec)}, "

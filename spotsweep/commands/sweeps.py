@@ -161,7 +161,7 @@ def _extend_args(p: argparse.ArgumentParser) -> None:
                        help=f"new budget.{key}" + (" (seconds, or 30m, 12h, 1d)" if key == "wall_time" else ""))
 
 
-@command("extend", "more trials or a larger budget for a running or finished sweep", _extend_args)
+@command("extend", _extend_args)
 def _extend(args: argparse.Namespace, settings: Settings) -> int:
     budget = {k: getattr(args, k) for k in BUDGET_FLAGS if getattr(args, k) is not None}
     if not args.trials and not budget:
@@ -189,20 +189,19 @@ def cancel(sweep: str, settings: Settings) -> str:
     return f"cancel requested for {sweep_id}"
 
 
-@command("cancel", "cancel a sweep", sweep_arg)
+@command("cancel", sweep_arg)
 def _cancel(args: argparse.Namespace, settings: Settings) -> int:
     print(cancel(args.sweep, settings))
     return ExitCode.OK
 
 
-@command("schema", "print the JSON Schemas of the spec and the messages")
+@command("schema")
 def schema(args: argparse.Namespace, settings: Settings) -> int:
     print(json.dumps({"spec": spec_json_schema(), "messages": messages.json_schemas()}, indent=2))
     return ExitCode.OK
 
 
-@command("migrate", "apply the results database's pending schema migrations (the planner and the collector do it "
-         "when they start; readers never do)")
+@command("migrate")
 def migrate(args: argparse.Namespace, settings: Settings) -> int:
     """Bring the results database's schema up to date."""
     applied = configured(settings).migrate()
@@ -220,7 +219,7 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                    help="metric columns beside the objective (default: the first 8 by name; --csv then writes only these)")
 
 
-@command("report", "leaderboard, CSV and offline HTML report of a sweep", _report_args)
+@command("report", _report_args)
 def report(args: argparse.Namespace, settings: Settings) -> int:
     """The leaderboard of the sweep (an id, or a name: its newest sweep) (the objective and ``--metrics``, default a
     few), every metric in ``--csv``, and in ``--html`` the dashboard's sweep page as one offline file."""
@@ -245,7 +244,7 @@ def _export_args(p: argparse.ArgumentParser) -> None:
     tb.add_argument("dir", type=Path, help="an empty or new folder; then: tensorboard --logdir DIR")
 
 
-@command("export", "write a sweep's results for another tool", _export_args)
+@command("export", _export_args)
 def export(args: argparse.Namespace, settings: Settings) -> int:
     """``spotsweep export tensorboard SWEEP DIR``: one TensorBoard run per trial."""
     if (db := database_if_any(settings)) is None:  # nothing ran there yet

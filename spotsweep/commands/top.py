@@ -150,7 +150,7 @@ def _top_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the rows as JSON and exit")
 
 
-@command("top", "live view of the running trials: agent, GPU, memory, step, last metric, ETA", _top_args)
+@command("top", _top_args)
 def top(args: argparse.Namespace, settings: Settings) -> int:
     """Redraw the table every :data:`REFRESH_S` seconds until Ctrl-C; exit 2 for a sweep the database does not know."""
     sweep = args.sweep
