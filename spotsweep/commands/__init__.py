@@ -1,19 +1,19 @@
-"""The command line's commands: the table of their names, help and modules, and the registry each
-module fills with :func:`command`, declaring its commands' arguments beside what they run.
+"""The command line's commands: their names, help and modules (:data:`COMMANDS`), and the registry each
+module fills with :func:`command`, declaring its commands' arguments beside what they run. A module is
+imported only when one of its commands runs (or a parser of them all is built): `spotsweep --help` loads none.
 
-A module is imported only when one of its commands runs (or a parser of them all is built), so
-`spotsweep --help` loads none and `spotsweep agent` loads no table printer nor the planner. A new
-command is a function ``(args, settings) -> exit code`` under ``@command("name", args)`` in the module
-of its family (or a new one), and a line in :data:`COMMANDS`.
+A new command: a function ``(args, settings) -> exit code`` under ``@command("name", args)`` in the module
+of its family (or a new one), and its line in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
+from functools import partial
 from importlib import import_module
 from pathlib import Path
+from typing import NamedTuple
 
 from spotsweep.shared.settings import Settings
 
@@ -45,8 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """One subcommand as its module declares it: its arguments and what it runs."""
 
     args: Args
@@ -57,8 +56,7 @@ _DECLARED: dict[str, Command] = {}
 
 
 def command(name: str, args: Args = lambda p: None) -> Callable[[Run], Run]:
-    """Declare the subcommand ``name`` (a key of :data:`COMMANDS`): the decorated function runs it; ``args``
-    adds its arguments."""
+    """Declare command ``name`` (a key of :data:`COMMANDS`): the decorated function runs it; ``args`` adds its arguments."""
     def register(run: Run) -> Run:
         _DECLARED[name] = Command(args, run)
         return run
@@ -72,7 +70,6 @@ def load(name: str) -> Command:
 
 
 # What more than one command's arguments share: the checked value types and the spec file.
-
 def _whole(text: str, floor: int) -> int:
     try:
         value = int(text)
@@ -83,8 +80,8 @@ def _whole(text: str, floor: int) -> int:
     return value
 
 
-def positive(text: str) -> int:
-    return _whole(text, 1)
+positive = partial(_whole, floor=1)
+step = partial(_whole, floor=0)
 
 
 def port(text: str) -> int:
@@ -92,10 +89,6 @@ def port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, got {text!r}")
     return value
-
-
-def step(text: str) -> int:
-    return _whole(text, 0)
 
 
 def names(text: str) -> list[str]:

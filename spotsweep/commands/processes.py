@@ -38,11 +38,10 @@ def _say_when_listening(host: str, port: int) -> None:
         while True:
             try:
                 socket.create_connection((target, port), timeout=1).close()
+                break
             except OSError:
                 time.sleep(0.2)
-                continue
-            print(f"dashboard: open http://{shown}:{port}/ (Ctrl-C stops it)", file=sys.stderr, flush=True)
-            return
+        print(f"dashboard: open http://{shown}:{port}/ (Ctrl-C stops it)", file=sys.stderr, flush=True)
 
     threading.Thread(target=wait, name="dashboard-address", daemon=True).start()
 

@@ -117,33 +117,6 @@ def database_if_any(settings: Settings) -> Database | None:
         return None
 
 
-def extend(sweep: str, settings: Settings, trials: int, budget: dict[str, Any]) -> str:
-    """Ask the planner for ``trials`` more trials and/or new budget caps; checked here
-    first, so a mistake is reported to the person typing, not only in the planner's log.
-    A local mode sweep's extension is left for the process that runs it, or the next
-    ``resume`` (:mod:`spotsweep.services.local.spool`)."""
-    db, sweep_id = _resolve(settings, sweep)
-    with db.transaction() as conn:
-        row = conn.execute("SELECT spec, spec_version, state FROM sweep_results WHERE sweep_id = %s",
-                           (sweep_id,)).fetchone()
-    if row is None or row["spec"] is None:
-        raise unknown(sweep_id)
-    if row["state"] not in ("running", "completed"):
-        raise PermanentError(f"sweep {_named(sweep_id)} is {row['state']}; only a running or completed sweep can be extended")
-    new = extended(parse_spec(row["spec"]), trials, budget)  # SpecError names the field
-    if _run_here(settings, sweep_id):
-        local_spool.put(settings.home, sweep_id, row["spec_version"], trials, budget)
-        taker = ("the `spotsweep run` running it takes it within a moment" if is_locked(settings.home, sweep_id)
-                 else f"`spotsweep resume {sweep_id}` runs it")
-        return f"extension of {sweep_id} saved: {total_trials(new)} trial(s) in all; {taker}"
-    _postable(sweep_id)
-    _reachable(db, sweep_id, "extend")
-    from spotsweep.services.planner.handlers import extension  # deferred: the planner's Optuna, NumPy
-
-    post(extension(sweep_id, row["spec_version"], trials, budget), settings)
-    return f"extension requested for {sweep_id}: {total_trials(new)} trial(s) in all"
-
-
 def sweep_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep", help="the sweep's id, or its name (the newest sweep of that name)")
 
@@ -162,36 +135,57 @@ def _extend_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("extend", _extend_args)
-def _extend(args: argparse.Namespace, settings: Settings) -> int:
-    budget = {k: getattr(args, k) for k in BUDGET_FLAGS if getattr(args, k) is not None}
-    if not args.trials and not budget:
+def extend(args: argparse.Namespace, settings: Settings) -> int:
+    """Ask the planner for ``--trials`` more trials and/or new budget caps; checked here
+    first, so a mistake is reported to the person typing, not only in the planner's log.
+    A local mode sweep's extension is left for the process that runs it, or the next
+    ``resume`` (:mod:`spotsweep.services.local.spool`)."""
+    trials, budget = args.trials or 0, {k: getattr(args, k) for k in BUDGET_FLAGS if getattr(args, k) is not None}
+    if not trials and not budget:
         raise PermanentError("extend: give --trials and/or a budget (--max-trials, --max-steps, --max-gpu-hours, "
                              "--max-cost, --wall-time)")
-    print(extend(args.sweep, settings, args.trials or 0, budget))
+    db, sweep_id = _resolve(settings, args.sweep)
+    with db.transaction() as conn:
+        row = conn.execute("SELECT spec, spec_version, state FROM sweep_results WHERE sweep_id = %s",
+                           (sweep_id,)).fetchone()
+    if row is None or row["spec"] is None:
+        raise unknown(sweep_id)
+    if row["state"] not in ("running", "completed"):
+        raise PermanentError(f"sweep {_named(sweep_id)} is {row['state']}; only a running or completed sweep can be extended")
+    new = extended(parse_spec(row["spec"]), trials, budget)  # SpecError names the field
+    if _run_here(settings, sweep_id):
+        local_spool.put(settings.home, sweep_id, row["spec_version"], trials, budget)
+        taker = ("the `spotsweep run` running it takes it within a moment" if is_locked(settings.home, sweep_id)
+                 else f"`spotsweep resume {sweep_id}` runs it")
+        print(f"extension of {sweep_id} saved: {total_trials(new)} trial(s) in all; {taker}")
+        return ExitCode.OK
+    _postable(sweep_id)
+    _reachable(db, sweep_id, "extend")
+    from spotsweep.services.planner.handlers import extension  # deferred: the planner's Optuna, NumPy
+
+    post(extension(sweep_id, row["spec_version"], trials, budget), settings)
+    print(f"extension requested for {sweep_id}: {total_trials(new)} trial(s) in all")
     return ExitCode.OK
 
 
-def cancel(sweep: str, settings: Settings) -> str:
+@command("cancel", sweep_arg)
+def cancel(args: argparse.Namespace, settings: Settings) -> int:
     """Ask the planner to cancel a sweep the results database knows (by id or name): a typo
     is refused here (exit 2), instead of leaving a cancelled row for an id no one ran.
     A local mode sweep is cancelled in its database, no RabbitMQ involved
     (:func:`spotsweep.services.local.resume.cancel`)."""
-    db, sweep_id = _resolve(settings, sweep)
+    db, sweep_id = _resolve(settings, args.sweep)
     if _run_here(settings, sweep_id):
         from spotsweep.services.local import resume  # deferred: local mode's planner (Optuna, NumPy)
 
-        return resume.cancel(sweep_id, settings)
+        print(resume.cancel(sweep_id, settings))
+        return ExitCode.OK
     _postable(sweep_id)
     _reachable(db, sweep_id, "cancel")
     from spotsweep.services.planner.handlers import cancellation  # deferred: the planner's Optuna, NumPy
 
     post(cancellation(sweep_id), settings)
-    return f"cancel requested for {sweep_id}"
-
-
-@command("cancel", sweep_arg)
-def _cancel(args: argparse.Namespace, settings: Settings) -> int:
-    print(cancel(args.sweep, settings))
+    print(f"cancel requested for {sweep_id}")
     return ExitCode.OK
 
 
