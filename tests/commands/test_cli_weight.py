@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("spotsweep.services.planner.handlers", "spotsweep.services.agent.main", "spotsweep.services.local.run",
          "spotsweep.services.reporter.web.app", "spotsweep.commands.code_upload", "starlette", "optuna", "numpy",
          "torch", "pika")
@@ -26,3 +28,15 @@ def test_the_dashboard_still_loads_on_first_use() -> None:
             "print(make_app.__module__, serve.__module__)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["spotsweep.services.reporter.web.app", "spotsweep.services.reporter.web.main"]
+
+
+@pytest.mark.parametrize(("argv", "loaded"), [(["--help"], []), (["agent", "--help"], ["processes"]),
+                                              (["ls", "--help"], ["listing", "sweeps"])])
+def test_a_command_loads_only_its_own_module(argv: list[str], loaded: list[str]) -> None:
+    """`spotsweep --help` loads no command's code, and a command no other's but what it builds on (an agent
+    no table printer: ls's module builds on sweeps')."""
+    code = ("import sys\nfrom spotsweep.cli import main\nfrom spotsweep.commands import COMMANDS\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            "print(sorted({m for m, _ in COMMANDS.values() if f'spotsweep.commands.{m}' in sys.modules}), file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stderr.strip().splitlines()[-1] == repr(loaded), out.stderr
