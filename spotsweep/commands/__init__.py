@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from spotsweep.shared.settings import Settings
 
-Args = Callable[[argparse.ArgumentParser], None]  # adds a subcommand's arguments
+Args = Callable[[argparse.ArgumentParser], object]  # adds a subcommand's arguments (what it returns is ignored)
 Run = Callable[[argparse.Namespace, Settings], int]  # runs it; returns the exit code
 
 # name: (the module here that declares it, its help), in the order `spotsweep --help` lists them
