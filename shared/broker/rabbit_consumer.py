@@ -1,59 +1,38 @@
 """The RabbitMQ adapter's consumer side: a consumer's channel and its deliveries.
 
-Part of :mod:`spotsweep.shared.broker.rabbit` (its module docstring has the
-threading model). Deliveries arrive on the I/O thread and are pushed to the
-dispatcher's worker threads (:class:`~.dispatch.Workers`); a settle
-(``ack``/``nack``, with ``BlockingChannel``'s public methods) is handed back
-to the I/O thread through :meth:`RabbitBroker.submit`. Also here:
-:func:`translated`, pika's exceptions turned into spotsweep's, used by both sides.
+A consumer has a channel of its own on the one connection (:mod:`.rabbit_io`),
+with its own ``basic_qos`` prefetch. Deliveries arrive on the I/O thread and
+are pushed to the dispatcher's worker threads (:class:`~.dispatch.Workers`),
+never handled there; a settle (``ack``/``nack``) is handed back to the I/O
+thread with :meth:`AmqpIO.submit`, without waiting for it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import pika
 import pika.exceptions as pe
-from pika.adapters.blocking_connection import BlockingChannel
+from pika.channel import Channel
 
 from spotsweep.shared import log
 from spotsweep.shared.broker.dispatch import Workers
-from spotsweep.shared.broker.port import SLOW_HANDLER_S
-from spotsweep.shared.broker.port import Consumer, Delivery, Handler
-from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError
+from spotsweep.shared.broker.port import SLOW_HANDLER_S, Broker, Consumer, Delivery, Handler
+from spotsweep.shared.broker.rabbit_io import AmqpIO, translated
+from spotsweep.shared.errors import RetryableError, SpotsweepError
 from spotsweep.shared.middleware import Backoff
 
-if TYPE_CHECKING:  # rabbit imports this module; the consumer only calls back into its broker
-    from spotsweep.shared.broker.rabbit import RabbitBroker
-
 _log = log.get(__name__)
-
-
-@contextmanager
-def translated(what: str) -> Iterator[None]:
-    """pika's exceptions -> spotsweep's taxonomy, at the edge."""
-    try:
-        yield
-    except pe.ChannelClosedByBroker as e:
-        if e.reply_code in (403, 404, 406):  # access refused, not found, precondition failed
-            raise PermanentError(f"{what}: {e.reply_code} {e.reply_text}") from e
-        raise RetryableError(f"{what}: {e.reply_code} {e.reply_text}") from e
-    except (pe.NackError, pe.UnroutableError) as e:
-        raise RetryableError(f"{what}: the broker did not confirm") from e
-    except (pe.AMQPError, OSError) as e:
-        raise RetryableError(f"{what}: {type(e).__name__}: {e}") from e
 
 
 class RabbitDelivery(Delivery):
     def __init__(
         self,
         consumer: RabbitConsumer,
-        channel: BlockingChannel,
+        channel: Channel,
         method: pika.spec.Basic.Deliver,
         props: pika.BasicProperties,
         body: bytes,
@@ -99,24 +78,25 @@ class RabbitDelivery(Delivery):
 class RabbitConsumer(Consumer):
     """A channel with its prefetch; its worker threads are the dispatcher's (:class:`Workers`)."""
 
-    def __init__(self, broker: RabbitBroker, queue: str, handler: Handler, concurrency: int,
-                 finish_buffered: bool = False, retry: Backoff | None = None,
+    def __init__(self, broker: Broker, io: AmqpIO, queue: str, handler: Handler, concurrency: int,
+                 on_idle: Callable[[], None], finish_buffered: bool = False, retry: Backoff | None = None,
                  accept_users: Collection[str] | None = None, slow_after: float | None = SLOW_HANDLER_S) -> None:
         # When cancelled, buffered deliveries not yet started are nacked with
         # requeue, which marks them redelivered; with ``finish_buffered`` (a
         # handler that can settle them without doing the work: the agent
         # republishes a trial unmarked, then acks) the workers get them instead.
-        self.broker = broker
-        self._broker = broker
+        self.broker = broker  # the deliveries' connection (the dispatcher dead-letters through it)
+        self._io = io
         self.queue = queue
         self._cond = threading.Condition()
         self.unacked: set[RabbitDelivery] = set()  # buffered, running, or left for a later ack
         self.cancelled = False
         self.broker_cancelled = False
-        self.channel: BlockingChannel | None = None
+        self.channel: Channel | None = None
         self._tag: str | None = None
+        self._closed_by: BaseException | None = None  # why the channel closed
         kw = {} if retry is None else {"retry": retry}
-        self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=self._idle,
+        self.workers = Workers(queue, handler, concurrency, finish_buffered=finish_buffered, on_idle=on_idle,
                                accept_users=accept_users, slow_after=slow_after, **kw)
         self.threads = self.workers.threads
         self.buffer = self.workers.buffer  # deliveries not started yet (the dispatcher's)
@@ -127,12 +107,25 @@ class RabbitConsumer(Consumer):
         """Handlers running now (a drain waits for none)."""
         return self.workers.running
 
-    def _idle(self) -> None:
-        if self._broker.stopping:
-            self._broker.wake()  # a draining loop re-checks now (a stop after this point wakes it itself)
+    def start(self, channel: Channel, prefetch: int, started: Future[None]) -> None:
+        """On the I/O thread: consume on ``channel`` (just opened); ``started`` once the broker said so."""
+        self.channel = channel
+        channel.add_on_cancel_callback(self.on_broker_cancel)
 
-    def started(self, channel: BlockingChannel, tag: str) -> None:
-        self.channel, self._tag = channel, tag
+        def closed(_ch: Channel, reason: BaseException) -> None:
+            self._closed_by = reason
+            if not started.done():
+                started.set_exception(reason)
+
+        def consuming(_frame: object) -> None:
+            if not started.done():
+                started.set_result(None)
+
+        def consume(_frame: object) -> None:
+            self._tag = channel.basic_consume(self.queue, self.on_message, callback=consuming)
+
+        channel.add_on_close_callback(closed)
+        channel.basic_qos(prefetch_count=prefetch, callback=consume)
 
     def on_broker_cancel(self, _method: object) -> None:
         """On the I/O thread: RabbitMQ cancelled us (queue deleted, leader moved)."""
@@ -145,22 +138,16 @@ class RabbitConsumer(Consumer):
         return self.broker_cancelled or (self.channel is not None and self.channel.is_closed)
 
     def close_reason(self) -> str | None:
-        """What the broker said when it closed this consumer's channel, if it did."""
+        """What the broker said when it closed or cancelled this consumer (RabbitMQ's consumer_timeout
+        says ``PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out ...``)."""
         if self.broker_cancelled:
             return "the broker cancelled the consumer (queue deleted or moved)"
-        # pika's public API does not say why the broker closed a channel no
-        # call was waiting on. A consumer's channel only consumes and settles
-        # (never twice: ``claim``), so a close with deliveries held is, in
-        # practice, RabbitMQ's consumer_timeout; say so, with how long.
-        with self._cond:
-            held = [time.monotonic() - d.received for d in self.unacked]
-        if held:
-            return (f"the broker closed the channel while a delivery was held {max(held):.0f} s unacknowledged: most "
-                    "likely its delivery acknowledgement timed out (RabbitMQ's consumer_timeout)")
+        if isinstance(self._closed_by, pe.ChannelClosedByBroker):
+            return f"{self._closed_by.reply_code} {self._closed_by.reply_text}"
         return "the broker closed the consumer's channel"
 
     def on_message(
-        self, ch: BlockingChannel, method: pika.spec.Basic.Deliver, props: pika.BasicProperties, body: bytes
+        self, ch: Channel, method: pika.spec.Basic.Deliver, props: pika.BasicProperties, body: bytes
     ) -> None:
         """On the I/O thread: hand the delivery to a worker, never run the handler here."""
         delivery = RabbitDelivery(self, ch, method, props, body)
@@ -193,13 +180,13 @@ class RabbitConsumer(Consumer):
 
         def check(fut: Future[None]) -> None:
             try:
-                with translated(f"{what} on {self._broker.url}"):
+                with translated(f"{what} on {self._io.url}"):
                     fut.result()
             except SpotsweepError as e:
                 failed(e)
 
         try:
-            self._broker.submit(do).add_done_callback(check)
+            self._io.submit(do).add_done_callback(check)
         except SpotsweepError as e:
             failed(e)
 
@@ -239,7 +226,7 @@ class RabbitConsumer(Consumer):
 
     def cancel(self) -> None:
         try:
-            self._broker.call(self.cancel_on_io)
+            self._io.call(self.cancel_on_io)
         except RetryableError:
             self.release()  # the connection is closed: nothing more will come anyway
 
