@@ -37,7 +37,6 @@ from pika.channel import Channel
 from spotsweep.shared import log
 from spotsweep.shared.broker.port import DRAIN_GRACE_S, SLOW_HANDLER_S, Broker, Consumer, Handler, Outgoing
 from spotsweep.shared.broker.rabbit_consumer import RabbitConsumer
-from spotsweep.shared.broker.rabbit_consumer import RabbitDelivery as RabbitDelivery  # re-exported
 from spotsweep.shared.broker.rabbit_io import AmqpIO, translated
 from spotsweep.shared.broker.rabbit_publisher import Confirms, login_user
 from spotsweep.shared.errors import PermanentError, RetryableError
@@ -225,6 +224,7 @@ class RabbitBroker(Broker):
         started: Future[None] = Future()
         try:
             with translated(f"consume {queue!r} on {self.url}"):
+                self._io.track(started)
                 self._io.call(lambda: self._io.conn.channel(
                     on_open_callback=lambda ch: consumer.start(ch, prefetch, started)))
                 started.result()

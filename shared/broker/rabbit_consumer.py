@@ -60,10 +60,10 @@ class RabbitDelivery(Delivery):
         return first
 
     def ack(self) -> None:
-        self._consumer.settle(self, "ack", lambda: self.channel.basic_ack(self.tag))
+        self._consumer.settle([self], "ack", lambda d: d.channel.basic_ack(d.tag))
 
     def nack(self, requeue: bool = True) -> None:
-        self._consumer.settle(self, "nack", lambda: self.channel.basic_nack(self.tag, requeue=requeue))
+        self._consumer.settle([self], "nack", lambda d: d.channel.basic_nack(d.tag, requeue=requeue))
 
     @classmethod
     def ack_many(cls, deliveries: Sequence[Delivery]) -> None:
@@ -71,8 +71,8 @@ class RabbitDelivery(Delivery):
         for d in deliveries:
             assert isinstance(d, RabbitDelivery)
             by_consumer.setdefault(d._consumer, []).append(d)
-        for consumer, group in by_consumer.items():
-            consumer.ack_many(group)
+        for consumer, group in by_consumer.items():  # one hop to the I/O thread per consumer
+            consumer.settle(group, "ack", lambda d: d.channel.basic_ack(d.tag))
 
 
 class RabbitConsumer(Consumer):
@@ -155,28 +155,23 @@ class RabbitConsumer(Consumer):
             self.unacked.add(delivery)
         self.workers.push(delivery)
 
-    def settle(self, delivery: RabbitDelivery, what: str, op: Callable[[], None]) -> None:
-        if not delivery.claim():
-            _log.warning("delivery_already_settled", queue=self.queue, message_id=delivery.message_id, op=what)
-            return
+    def settle(self, deliveries: list[RabbitDelivery], what: str, op: Callable[[RabbitDelivery], None]) -> None:
+        """``op`` each delivery not settled before, on the I/O thread, sent without waiting for it
+        (a thread hop fewer per message): it goes out after whatever this thread published before."""
+        fresh = []
+        for d in deliveries:
+            if d.claim():
+                fresh.append(d)
+            else:
+                _log.warning("delivery_already_settled", queue=self.queue, message_id=d.message_id, op=what)
 
         def do() -> None:
             try:
-                op()
+                for d in fresh:
+                    op(d)
             finally:
-                self._forget(delivery, on_io=True)
-
-        def failed(error: BaseException) -> None:
-            # The channel is gone, so the broker redelivers the message: at-least-once holds.
-            _log.warning("settle_failed", queue=self.queue, message_id=delivery.message_id, op=what, error=str(error))
-            self._forget(delivery, on_io=False)
-
-        # Sent without waiting for the I/O thread (a thread hop fewer per
-        # message): it goes out after whatever this thread published before.
-        self._submit(do, what, failed)
-
-    def _submit(self, do: Callable[[], None], what: str, failed: Callable[[BaseException], None]) -> None:
-        """Run ``do`` on the I/O thread; ``failed`` with the translated error if it or the hand-over fails."""
+                for d in fresh:
+                    self._forget(d, on_io=True)
 
         def check(fut: Future[None]) -> None:
             try:
@@ -185,34 +180,16 @@ class RabbitConsumer(Consumer):
             except SpotsweepError as e:
                 failed(e)
 
+        def failed(error: BaseException) -> None:
+            # The channel is gone, so the broker redelivers the messages: at-least-once holds.
+            _log.warning("settle_failed", queue=self.queue, deliveries=len(fresh), op=what, error=str(error))
+            for d in fresh:
+                self._forget(d, on_io=False)
+
         try:
             self._io.submit(do).add_done_callback(check)
         except SpotsweepError as e:
             failed(e)
-
-    def ack_many(self, deliveries: list[RabbitDelivery]) -> None:
-        """Ack them all in one call onto the I/O thread."""
-        fresh = []
-        for d in deliveries:
-            if d.claim():
-                fresh.append(d)
-            else:
-                _log.warning("delivery_already_settled", queue=self.queue, message_id=d.message_id, op="ack")
-
-        def do() -> None:
-            try:
-                for d in fresh:
-                    d.channel.basic_ack(d.tag)
-            finally:
-                for d in fresh:
-                    self._forget(d, on_io=True)
-
-        def failed(error: BaseException) -> None:
-            _log.warning("settle_failed", queue=self.queue, deliveries=len(fresh), op="ack", error=str(error))
-            for d in fresh:
-                self._forget(d, on_io=False)
-
-        self._submit(do, "ack", failed)
 
     def _forget(self, delivery: RabbitDelivery, *, on_io: bool) -> None:
         with self._cond:

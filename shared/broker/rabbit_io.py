@@ -77,6 +77,7 @@ def _attempt(params: pika.ConnectionParameters) -> pika.SelectConnection:
                                  on_open_error_callback=lambda c, e: done(c, e))
     conn.ioloop.start()
     if isinstance(outcome[0], BaseException):
+        conn.ioloop.close()  # its poller's file descriptors
         raise outcome[0]
     return conn
 
@@ -122,7 +123,7 @@ class AmqpIO:
         if self.here():
             _run_into(fut, fn)
             return fut
-        self._track(fut)
+        self.track(fut)
         try:
             self.conn.ioloop.add_callback_threadsafe(partial(_run_into, fut, fn))
         except Exception as e:  # the loop is going away
@@ -150,11 +151,11 @@ class AmqpIO:
             ch = self.conn.channel(on_open_callback=lambda ch: op(ch, partial(reply, ch)))
             ch.add_on_close_callback(lambda _ch, reason: _fail(answer, reason))
 
-        self._track(answer)
+        self.track(answer)
         self.call(start)
         return answer.result()
 
-    def _track(self, fut: Future[Any]) -> None:
+    def track(self, fut: Future[Any]) -> None:
         """Fail ``fut`` when the loop ends before it is done."""
         with self._lock:
             if self.closed.is_set():
@@ -218,3 +219,4 @@ class AmqpIO:
                     hook()
                 except Exception as e:  # noqa: BLE001 - one hook's failure must not skip the others
                     _log.warning("broker_teardown_failed", url=self.url, error=repr(e))
+            self.conn.ioloop.close()  # its poller's file descriptors
