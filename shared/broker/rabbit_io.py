@@ -99,7 +99,7 @@ class AmqpIO:
         self.error: BaseException | None = None  # why the connection ended, when we did not close it
         self.closed = threading.Event()
         self._closing = False
-        self._lock = threading.Lock()  # guards _pending against the loop's end
+        self._lock = threading.RLock()  # guards _pending against the loop's end; re-entrant: stop() from a signal handler
         self._pending: set[Future[Any]] = set()
         self._on_end: list[Callable[[], None]] = []
         self.conn.add_on_close_callback(self._on_connection_closed)
@@ -168,7 +168,7 @@ class AmqpIO:
             self._pending.discard(fut)
 
     def wake(self, fn: Callable[[], None]) -> None:
-        """``fn`` on the I/O thread soon, if the connection still runs (its errors logged)."""
+        """``fn`` on the I/O thread soon, unless the connection has closed (nothing to wait on)."""
         try:
             self.submit(fn)
         except RetryableError:

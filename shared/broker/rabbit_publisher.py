@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import Future
+from functools import partial
 
 import pika
 from pika.channel import Channel
@@ -94,10 +95,17 @@ class Confirms:
         batch = _Batch(messages)
         if messages:
             try:
-                self._io.submit(lambda: self._write(batch))
+                self._io.submit(lambda: self._write(batch)).add_done_callback(partial(self._written, batch))
             except SpotsweepError as e:
                 batch.fail(RetryableError(f"publish to {self._io.url}: {e}"))
         return batch.future
+
+    def _written(self, batch: _Batch, handed: Future[None]) -> None:
+        """The batch fails when it could not be written (or the loop ended before it was)."""
+        error = handed.exception()
+        if error is not None:
+            batch.fail(error if isinstance(error, SpotsweepError) else
+                       RetryableError(f"publish to {self._io.url}: {type(error).__name__}: {error}"))
 
     @property
     def in_flight(self) -> bool:
