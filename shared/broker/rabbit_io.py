@@ -17,7 +17,6 @@ Also here: :func:`translated`, pika's exceptions turned into spotsweep's.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from typing import Any, TypeVar
 
 import pika
 import pika.exceptions as pe
+from pika.adapters.utils import connection_workflow as cw
 from pika.channel import Channel
 
 from spotsweep.shared import log
@@ -65,8 +65,9 @@ def _run_into(fut: Future[T], fn: Callable[[], T]) -> None:
         fut.set_exception(e)
 
 
-def _attempt(params: pika.ConnectionParameters) -> pika.SelectConnection:
-    """One connection opened (its loop driven here until then), or pika's reason why not, raised."""
+def _opened(params: pika.ConnectionParameters) -> pika.SelectConnection:
+    """A connection opened (its loop driven here until then; pika makes ``connection_attempts``
+    tries, ``retry_delay`` apart), or the last try's error raised, as ``BlockingConnection`` raises it."""
     outcome: list[Any] = []
 
     def done(conn: pika.SelectConnection, result: Any) -> None:
@@ -76,26 +77,26 @@ def _attempt(params: pika.ConnectionParameters) -> pika.SelectConnection:
     conn = pika.SelectConnection(params, on_open_callback=lambda c: done(c, c),
                                  on_open_error_callback=lambda c, e: done(c, e))
     conn.ioloop.start()
-    if isinstance(outcome[0], BaseException):
-        conn.ioloop.close()  # its poller's file descriptors
-        raise outcome[0]
-    return conn
+    error = outcome[0]
+    if not isinstance(error, BaseException):
+        return conn
+    conn.ioloop.close()  # its poller's file descriptors
+    if isinstance(error, cw.AMQPConnectionWorkflowFailed):
+        error = error.exceptions[-1]
+        if isinstance(error, cw.AMQPConnectorSocketConnectError):
+            error = pe.AMQPConnectionError(error)
+        elif isinstance(error, cw.AMQPConnectorPhaseErrorBase):
+            error = error.exception
+    raise error
 
 
 class AmqpIO:
     """One open connection, served by its I/O thread until :meth:`close` or its loss."""
 
     def __init__(self, params: pika.ConnectionParameters, url: str) -> None:
-        """Open (``connection_attempts`` tries, ``retry_delay`` apart) or raise pika's error."""
+        """Open, or raise pika's error (:func:`_opened`)."""
         self.url = url
-        for left in reversed(range(params.connection_attempts)):
-            try:
-                self.conn = _attempt(params)
-                break
-            except (pe.AMQPError, OSError):
-                if left == 0:
-                    raise
-                time.sleep(params.retry_delay)
+        self.conn = _opened(params)
         self.error: BaseException | None = None  # why the connection ended, when we did not close it
         self.closed = threading.Event()
         self._closing = False
