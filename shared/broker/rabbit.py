@@ -290,7 +290,7 @@ class RabbitBroker(Broker):
         publishes confirmed (or the grace spent)."""
         if not self._drain:
             return True
-        if any(c.running for c in self._consumers):
+        if any(c.workers.running for c in self._consumers):
             return False
         if all(not c.unacked for c in self._consumers) and not self._confirms.in_flight:
             return True

@@ -29,14 +29,8 @@ _log = log.get(__name__)
 
 
 class RabbitDelivery(Delivery):
-    def __init__(
-        self,
-        consumer: RabbitConsumer,
-        channel: Channel,
-        method: pika.spec.Basic.Deliver,
-        props: pika.BasicProperties,
-        body: bytes,
-    ) -> None:
+    def __init__(self, consumer: RabbitConsumer, channel: Channel, method: pika.spec.Basic.Deliver,
+                 props: pika.BasicProperties, body: bytes) -> None:
         self.body = body
         self.headers = dict(props.headers or {})
         self.routing_key = method.routing_key
@@ -102,11 +96,6 @@ class RabbitConsumer(Consumer):
         self.buffer = self.workers.buffer  # deliveries not started yet (the dispatcher's)
         self.workers.start()
 
-    @property
-    def running(self) -> int:
-        """Handlers running now (a drain waits for none)."""
-        return self.workers.running
-
     def start(self, channel: Channel, prefetch: int, started: Future[None]) -> None:
         """On the I/O thread: consume on ``channel`` (just opened); ``started`` once the broker said so."""
         self.channel = channel
@@ -146,9 +135,7 @@ class RabbitConsumer(Consumer):
             return f"{self._closed_by.reply_code} {self._closed_by.reply_text}"
         return "the broker closed the consumer's channel"
 
-    def on_message(
-        self, ch: Channel, method: pika.spec.Basic.Deliver, props: pika.BasicProperties, body: bytes
-    ) -> None:
+    def on_message(self, ch: Channel, method: pika.spec.Basic.Deliver, props: pika.BasicProperties, body: bytes) -> None:
         """On the I/O thread: hand the delivery to a worker, never run the handler here."""
         delivery = RabbitDelivery(self, ch, method, props, body)
         with self._cond:

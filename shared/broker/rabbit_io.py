@@ -162,11 +162,7 @@ class AmqpIO:
             if self.closed.is_set():
                 raise RetryableError(f"connection to {self.url} is closed")
             self._pending.add(fut)
-        fut.add_done_callback(self._forget)
-
-    def _forget(self, fut: Future[Any]) -> None:
-        with self._lock:
-            self._pending.discard(fut)
+        fut.add_done_callback(self._pending.discard)  # atomic; after the loop's end, on a set it dropped
 
     def wake(self, fn: Callable[[], None]) -> None:
         """``fn`` on the I/O thread soon, unless the connection has closed (nothing to wait on)."""

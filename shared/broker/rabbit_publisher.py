@@ -162,16 +162,12 @@ class Confirms:
 
     def _on_channel_closed(self, _channel: Channel, reason: BaseException) -> None:
         self._channel, self._opening = None, False
-        error: BaseException = RetryableError(f"publish to {self._io.url}: channel closed ({reason})")
         try:
             with translated(f"publish to {self._io.url}"):
-                raise reason
-        except SpotsweepError as e:
-            error = e
-        except BaseException:  # noqa: BLE001 - not a pika error: keep the generic one
-            pass
-        waiting, self._waiting = self._waiting, {}
-        for batch in waiting.values():
-            batch.fail(error)
+                raise reason  # pika's ChannelClosed or ConnectionClosed: one of spotsweep's errors now
+        except SpotsweepError as error:
+            waiting, self._waiting = self._waiting, {}
+            for batch in waiting.values():
+                batch.fail(error)
         if self._backlog:
             self._open()  # for the messages handed over meanwhile
