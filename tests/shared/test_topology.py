@@ -3,6 +3,9 @@ each to one consumer, and the bindings are built from those tables."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from spotsweep.shared import messages, topology
 
 
@@ -31,3 +34,11 @@ def test_every_model_decodes_by_its_kind() -> None:
     every = {kind(m) for m in (messages.TrialMessage, *messages.EVENTS, *messages.CONTROLS)}
     schemas = messages.json_schemas()
     assert every <= {d["properties"]["kind"]["const"] for d in schemas["$defs"].values() if "kind" in d.get("properties", {})}
+
+
+def test_the_broker_definitions_file_binds_the_events_as_the_tables_do() -> None:
+    """deploy/rabbitmq/definitions.json sets up a broker ahead of the services: the same event bindings."""
+    definitions = json.loads((Path(__file__).resolve().parents[2] / "deploy/rabbitmq/definitions.json").read_text())
+    bound = {(b["destination"], b["routing_key"]) for b in definitions["bindings"] if b["source"] == topology.EVENTS_EXCHANGE}
+    assert bound == {(q.name, key) for q in (topology.planner_events_queue(), topology.collector_queue())
+                     for _, key in q.bindings}

@@ -188,10 +188,10 @@ def test_copy_of_an_object_above_one_copyobject_goes_in_parts(store: ArtifactSto
 
 def test_uri_format(store: ArtifactStore) -> None:
     key = "sweeps/s1/trials/t1/logs/attempt-1/stdout.log"
+    assert store.uri(key).split("://")[0].isalnum() and store.uri(key).endswith(key)  # any store: a URI ending in the key
     if isinstance(store, LocalArtifactStore):
         assert store.uri(key) == "file://" + str(store.root / key)
-    else:
-        assert isinstance(store, S3ArtifactStore)
+    if isinstance(store, S3ArtifactStore):
         assert store.uri(key) == f"s3://{store.bucket}/{key}"
 
 
@@ -243,7 +243,13 @@ def test_get_range_into_writes_a_range_at_its_offset(store: ArtifactStore, tmp_p
         store.get_range_into("r/absent", 0, 10, 0)
 
 
+def _multipart(store: ArtifactStore) -> None:
+    if type(store).start_multipart is ArtifactStore.start_multipart:
+        pytest.skip("no multipart uploads in this adapter (optional: a transfer then sends a file whole)")
+
+
 def test_multipart_upload_appears_whole_only_when_completed(store: ArtifactStore) -> None:
+    _multipart(store)
     parts = [os.urandom(5 * MiB), os.urandom(5 * MiB), b"tail"]
     upload = store.start_multipart("mp/model.pt")
     etags = [""] * 3
@@ -256,6 +262,7 @@ def test_multipart_upload_appears_whole_only_when_completed(store: ArtifactStore
 
 
 def test_an_aborted_multipart_upload_leaves_the_key_as_it_was(store: ArtifactStore) -> None:
+    _multipart(store)
     store.put_bytes("mp/k", b"old")
     upload = store.start_multipart("mp/k")
     store.put_part("mp/k", upload, 1, b"new part")

@@ -1,0 +1,188 @@
+"""docs/architecture.md's recipes, followed once each, so that none can rot.
+
+Each test copies the tree, adds a trivial strategy, message kind, artifact
+store or service exactly as its recipe says, editing only files the recipe
+names (hard-coded test lists included), installs the copy and runs there the
+tests the recipe points to. Where the recipe says a test fails until a step
+is done, the test checks that it does fail before that step.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "architecture.md").read_text()
+UNIT = "not needs_pg and not needs_rabbit and not needs_s3"
+
+
+def recipe(title: str) -> str:
+    """The text of the recipe headed ``### <title>``, up to the next heading."""
+    found = re.search(rf"^### {re.escape(title)}\n(.*?)(?=^##)", DOC, re.M | re.S)
+    assert found, f"docs/architecture.md has no recipe {title!r}"
+    return found.group(1)
+
+
+class Tree:
+    """A copy of the working tree that a recipe is followed in."""
+
+    def __init__(self, where: Path, title: str) -> None:
+        self.root, self.text, self.installs = where / "tree", recipe(title), 0
+        files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                               capture_output=True).stdout.decode().split("\0")
+        for name in filter(None, files):
+            if (ROOT / name).is_file():
+                (self.root / name).parent.mkdir(parents=True, exist_ok=True)
+                (self.root / name).write_bytes((ROOT / name).read_bytes())
+
+    def edit(self, path: str, change: Callable[[str], str]) -> None:
+        """Change one file; the recipe must name it."""
+        file = self.root / path
+        folder = path.rsplit("/", 1)[0] + "/"
+        assert f"`{path}`" in self.text or (not file.exists() and f"`{folder}`" in self.text), \
+            f"the recipe edits {path}, which it does not name"
+        before = file.read_text() if file.exists() else ""
+        after = change(before)
+        assert after != before, f"the edit of {path} changed nothing (the recipe's anchor moved?)"
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(after)
+
+    def pytest(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Install the copy as it is now and run pytest on it (the copy's package, not this checkout's)."""
+        self.installs += 1
+        site = self.root.parent / f"site{self.installs}"
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                        "--target", str(site), "."], cwd=self.root, check=True, capture_output=True)
+        env = {"PYTHONPATH": str(site), "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"}
+        # -P: not the copy's folder first on sys.path (its spotsweep/ is only the CLI part of the package)
+        return subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *args],
+                              cwd=self.root, env={**_environ(), **env}, capture_output=True, text=True, timeout=900)
+
+
+def _environ() -> dict[str, str]:
+    """This run's environment (services' addresses), minus what points at this checkout."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+
+
+def passes(run: subprocess.CompletedProcess[str]) -> bool:
+    if run.returncode != 0:
+        print(run.stdout[-6000:], run.stderr[-3000:])
+    return run.returncode == 0
+
+
+def insert_before(anchor: str, text: str) -> Callable[[str], str]:
+    return lambda source: source.replace(anchor, text + anchor, 1)
+
+
+# -- an artifact store -----------------------------------------------------------------------
+
+DICT_STORE = '''"""Objects in a dictionary: the recipe's trivial artifact store."""
+
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+
+from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
+
+
+class DictArtifactStore(ArtifactStore):
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+
+    def put_bytes(self, key: str, data: bytes) -> str:
+        self.objects[key] = bytes(data)
+        return self.uri(key)
+
+    def put_file(self, key: str, path: Path) -> str:
+        return self.put_bytes(key, Path(path).read_bytes())
+
+    def get_bytes(self, key: str) -> bytes:
+        if key not in self.objects:
+            raise NotFound(key)
+        return self.objects[key]
+
+    def get_file(self, key: str, path: Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(self.get_bytes(key))
+
+    def list(self, prefix: str) -> builtins.list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+    def uri(self, key: str) -> str:
+        return f"dict://{key}"
+'''
+
+
+def test_an_artifact_store(tmp_path: Path) -> None:
+    tree = Tree(tmp_path, "An artifact store")
+    tree.edit("shared/artifacts/dictionary.py", lambda _: DICT_STORE)
+    tree.edit("shared/settings.py", insert_before(
+        "    s3_endpoint:", '    artifact_store: str = Field(default="auto", description="dict: objects kept in memory")\n'))
+    tree.edit("shared/artifacts/__init__.py", lambda s: s.replace(
+        "    if settings.s3_endpoint:",
+        "    if settings.artifact_store == 'dict':\n"
+        "        from spotsweep.shared.artifacts.dictionary import DictArtifactStore\n\n"
+        "        return DictArtifactStore()\n    if settings.s3_endpoint:", 1))
+    tree.edit("tests/shared/artifacts/conftest.py", lambda s: s.replace(
+        'params=["local", "s3"]', 'params=["local", "s3", "dict"]').replace(
+        '    if request.param == "local":',
+        '    if request.param == "dict":\n        monkeypatch.setenv("SPOTSWEEP_ARTIFACT_STORE", "dict")\n'
+        '        return open_store(Settings())\n    if request.param == "local":').replace(
+        "from spotsweep.shared.artifacts import ", "from spotsweep.shared.artifacts import open_store, ", 1))
+    assert not passes(tree.pytest("tests/shared/test_settings_and_logging.py")), \
+        "a new setting must fail the settings table's test until the table is regenerated"
+    table = subprocess.run([sys.executable, "-P", "-c", "from spotsweep.shared.settings_cli import table; print(table())"],
+                           env={**_environ(), "PYTHONPATH": str(tmp_path / "site1")}, capture_output=True, text=True,
+                           check=True).stdout
+    tree.edit("docs/architecture.md", lambda s: re.sub(
+        r"(<!-- settings-table: generated from shared/settings.py -->\n)\|.*?\n(?!\|)", lambda m: m.group(1) + table,
+        s, count=1, flags=re.S))
+    assert passes(tree.pytest("tests/shared/artifacts/test_artifact_contract.py", "-k", "dict",
+                              "tests/shared/test_settings_and_logging.py"))
+
+
+# -- a message kind --------------------------------------------------------------------------
+
+NOTE = '''class TrialNote(Envelope):
+    """A line a trial wants kept beside its metrics: the recipe's trivial message kind."""
+
+    kind: Literal["trial.note"] = "trial.note"
+    text: str
+
+
+'''
+BINDING = '''    {
+      "source": "spotsweep.events",
+      "vhost": "/",
+      "destination": "spotsweep.collector",
+      "destination_type": "queue",
+      "routing_key": "trial.note.#",
+      "arguments": {}
+    },
+'''
+DOCS_TESTS = ("tests/shared/test_topology.py", "tests/shared/test_protocol_docs.py")
+
+
+def test_a_message_kind(tmp_path: Path) -> None:
+    tree = Tree(tmp_path, "A message kind")
+    tree.edit("shared/messages.py", lambda s: insert_before("EVENTS: tuple", NOTE)(s).replace(
+        "EVENTS: tuple[type[Envelope], ...] = (", "EVENTS: tuple[type[Envelope], ...] = (TrialNote, ", 1))
+    assert not passes(tree.pytest("tests/shared/test_topology.py")), "the recipe says: fails until model and table agree"
+    tree.edit("shared/topology.py", lambda s: s.replace('COLLECTOR_KINDS = (', 'COLLECTOR_KINDS = ("trial.note", ', 1))
+    tree.edit("deploy/rabbitmq/definitions.json", insert_before('    {\n      "source": "spotsweep.events",', BINDING))
+    assert passes(tree.pytest("tests/shared/test_topology.py"))
+    assert not passes(tree.pytest("tests/shared/test_protocol_docs.py")), "the recipe says: fails until the doc names it"
+    tree.edit("docs/architecture.md", lambda s: s.replace("durable queue bound `trial.metrics.#`,",
+                                                          "durable queue bound `trial.metrics.#`, `trial.note.#`,", 1))
+    assert passes(tree.pytest(*DOCS_TESTS, "tests/shared/test_messages.py", "tests/services/collector", "-m", UNIT))
