@@ -16,7 +16,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "architecture.md").read_text()
