@@ -185,3 +185,29 @@ def test_a_message_kind(tmp_path: Path) -> None:
     tree.edit("docs/architecture.md", lambda s: s.replace("durable queue bound `trial.metrics.#`,",
                                                           "durable queue bound `trial.metrics.#`, `trial.note.#`,", 1))
     assert passes(tree.pytest(*DOCS_TESTS, "tests/shared/test_messages.py", "tests/services/collector", "-m", UNIT))
+
+
+# -- a strategy ------------------------------------------------------------------------------
+
+DIAGONAL = re.search(r"\*\*A strategy with a static design\*\*.*?```python\n(.*?)```",
+                     (ROOT / "docs" / "search.md").read_text(), re.S)
+
+
+def test_a_strategy(tmp_path: Path) -> None:
+    """docs/search.md's diagonal strategy, as written there, runs a local sweep along the diagonal."""
+    tree = Tree(tmp_path, "A strategy or an early stopper")
+    assert DIAGONAL, "docs/search.md's recipe has lost its example"
+    tree.edit("shared/spec_search/diagonal.py", lambda _: '"""The recipe\'s strategy."""\n\n' + DIAGONAL.group(1))
+    tree.edit("shared/spec_search/__init__.py", lambda s: insert_before(
+        "from spotsweep.shared.spec_search.grid import", "from spotsweep.shared.spec_search.diagonal import DiagonalStrategy\n")(
+        s).replace("for _strategy in (GridStrategy, ", "for _strategy in (GridStrategy, DiagonalStrategy, ", 1))
+    # test_registry.py registers a toy strategy of the same name itself
+    assert passes(tree.pytest("tests/shared/test_spec_plugins.py", "tests/services/planner/search", "-m", UNIT,
+                              "--ignore", "tests/services/planner/search/test_registry.py"))
+    spec = (ROOT / "examples" / "noop.yaml").read_text() + "strategy: {type: diagonal, trials: 3}\n"
+    (tmp_path / "diagonal.yaml").write_text(spec)
+    env = {**_environ(), "PYTHONPATH": str(tmp_path / f"site{tree.installs}"), "SPOTSWEEP_HOME": str(tmp_path / "home")}
+    run = subprocess.run([sys.executable, "-P", "-m", "spotsweep", "run", str(tmp_path / "diagonal.yaml"), "--workers", "3"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert all(name in run.stdout for name in ("noop_00_x-1_y-1", "noop_01_x0_y0", "noop_02_x1_y1")), run.stdout
