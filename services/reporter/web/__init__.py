@@ -21,11 +21,11 @@ __all__ = ["make_app", "serve"]
 
 def __getattr__(name: str) -> Any:
     if name == "make_app":
-        from spotsweep.services.reporter.web.app import make_app
+        from spotsweep.services.reporter.web.app import make_app  # deferred: starlette and the importance model
 
         return make_app
     if name == "serve":
-        from spotsweep.services.reporter.web.main import serve
+        from spotsweep.services.reporter.web.main import serve  # deferred: uvicorn, and the app
 
         return serve
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,10 +19,15 @@ from collections.abc import Callable
 from typing import Any
 
 import h11
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from spotsweep.services.reporter.web.app import make_app
+from spotsweep.services.reporter.web.guard import exposure
 
 from spotsweep.shared import log as logs
 from spotsweep.shared.db import Database
+from spotsweep.shared.db.embedded import for_reading as database
 from spotsweep.shared.db.migrator import SchemaNotReady
 from spotsweep.shared.health import probes
 from spotsweep.shared.health_startup import database_check
@@ -82,12 +87,6 @@ def serve(settings: Settings, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
     """Serve the dashboard over ``SPOTSWEEP_DATABASE_URL``'s database (local
     mode's embedded one when unset) until SIGINT or SIGTERM; returns the exit code.
     Beyond loopback it needs a token or ``--insecure`` (:func:`.guard.exposure`)."""
-    import uvicorn
-
-    from spotsweep.shared.db.embedded import for_reading as database
-    from spotsweep.services.reporter.web.app import make_app
-    from spotsweep.services.reporter.web.guard import exposure
-
     log = logs.get(__name__)
     secret = getattr(settings, "dashboard_token", None)
     token = secret.get_secret_value() if secret is not None else None
@@ -126,10 +125,6 @@ def serve_in_background(db: Database, host: str = DEFAULT_HOST, port: int = DEFA
     """Serve the dashboard from a daemon thread (``spotsweep run --dashboard``);
     returns a function that stops it. uvicorn leaves signals to the main thread
     when it runs in another, so Ctrl-C still reaches the sweep."""
-    import uvicorn
-
-    from spotsweep.services.reporter.web.app import make_app
-
     server = uvicorn.Server(uvicorn.Config(make_app(db), **options(host, port)))
     thread = threading.Thread(target=server.run, name="dashboard", daemon=True)
     thread.start()
