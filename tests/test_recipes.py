@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pika
+import pika.exceptions
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,13 +51,24 @@ class Tree:
         """Change one file; the recipe must name it."""
         file = self.root / path
         folder = path.rsplit("/", 1)[0] + "/"
-        assert f"`{path}`" in self.text or (not file.exists() and f"`{folder}`" in self.text), \
+        named = set(re.findall(r"`([^`\s]+)`", self.text))
+        patterns = [re.escape(n).replace("<name>", "[a-z]+") for n in named]
+        assert any(re.fullmatch(p, path) or (not file.exists() and re.fullmatch(p, folder)) for p in patterns), \
             f"the recipe edits {path}, which it does not name"
         before = file.read_text() if file.exists() else ""
         after = change(before)
         assert after != before, f"the edit of {path} changed nothing (the recipe's anchor moved?)"
         file.parent.mkdir(parents=True, exist_ok=True)
         file.write_text(after)
+
+    def regenerate_settings_table(self) -> None:
+        """The settings table of docs/architecture.md, made again from the copy as last installed (see Settings there)."""
+        table = subprocess.run([sys.executable, "-P", "-c", "from spotsweep.shared.settings_cli import table; print(table())"],
+                               env={**_environ(), "PYTHONPATH": str(self.root.parent / f"site{self.installs}")},
+                               capture_output=True, text=True, check=True).stdout.rstrip("\n")
+        self.edit("docs/architecture.md", lambda s: re.sub(
+            r"(<!-- settings-table: generated from shared/settings.py -->\n)(\|.*\n)+", lambda m: m.group(1) + table + "\n",
+            s, count=1))
 
     def pytest(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Install the copy as it is now and run pytest on it (the copy's package, not this checkout's)."""
@@ -141,12 +158,7 @@ def test_an_artifact_store(tmp_path: Path) -> None:
         "from spotsweep.shared.artifacts import ", "from spotsweep.shared.artifacts import open_store, ", 1))
     assert not passes(tree.pytest("tests/shared/test_settings_and_logging.py")), \
         "a new setting must fail the settings table's test until the table is regenerated"
-    table = subprocess.run([sys.executable, "-P", "-c", "from spotsweep.shared.settings_cli import table; print(table())"],
-                           env={**_environ(), "PYTHONPATH": str(tmp_path / "site1")}, capture_output=True, text=True,
-                           check=True).stdout
-    tree.edit("docs/architecture.md", lambda s: re.sub(
-        r"(<!-- settings-table: generated from shared/settings.py -->\n)\|.*?\n(?!\|)", lambda m: m.group(1) + table,
-        s, count=1, flags=re.S))
+    tree.regenerate_settings_table()
     assert passes(tree.pytest("tests/shared/artifacts/test_artifact_contract.py", "-k", "dict",
                               "tests/shared/test_settings_and_logging.py"))
 
@@ -211,3 +223,168 @@ def test_a_strategy(tmp_path: Path) -> None:
                          env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert all(name in run.stdout for name in ("noop_00_x-1_y-1", "noop_01_x0_y0", "noop_02_x1_y1")), run.stdout
+
+
+# -- a service -------------------------------------------------------------------------------
+
+ECHO = {
+    "services/echo/__init__.py": '"""The recipe\'s service: it acks what reaches its queue, keeping the bodies."""\n',
+    "services/echo/handlers.py": '''"""Echo's handler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from spotsweep.shared.broker.port import Delivery
+
+
+@dataclass
+class EchoDeps:
+    seen: list[bytes] = field(default_factory=list)
+
+
+def handle(delivery: Delivery, deps: EchoDeps) -> None:
+    deps.seen.append(delivery.body)
+    delivery.ack()
+''',
+    "services/echo/main.py": '''"""``spotsweep echo``: the thin process around echo's handler."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from spotsweep.services.echo.handlers import EchoDeps, handle
+from spotsweep.shared.broker.port import Broker
+from spotsweep.shared.health import probes
+from spotsweep.shared.health_startup import CurrentBroker, broker_check, first_broker, reusing
+from spotsweep.shared.runtime import Cleanup, broker_factory, serve
+from spotsweep.shared.settings import EchoSettings, Settings
+from spotsweep.shared.topology import QueueSpec
+
+QUEUE = "spotsweep.echo"
+
+
+def main(settings: Settings) -> int:
+    assert isinstance(settings, EchoSettings)
+    current = CurrentBroker()
+    probes(settings.metrics_host, settings.metrics_port, {"rabbitmq": broker_check(current, QUEUE)})
+    first = first_broker(settings, settings.startup_timeout)
+    deps = EchoDeps()
+
+    def start_on(broker: Broker) -> Cleanup:
+        broker.declare([QueueSpec(QUEUE)])
+        broker.consume(QUEUE, partial(handle, deps=deps), prefetch=10)
+        current.broker = broker
+        return lambda: None
+
+    return serve(reusing(first, broker_factory(settings)), start_on)
+''',
+    "tests/services/echo/test_handlers.py": '''from spotsweep.services.echo.handlers import EchoDeps, handle
+
+
+def test_echo_keeps_the_body_and_acks(delivery) -> None:
+    deps, message = EchoDeps(), delivery(b"hello")
+    handle(message, deps)
+    assert deps.seen == [b"hello"] and message.settled == "ack"
+''',
+}
+PROCESS = '''
+
+@command("echo", lambda p: add_flags(p, PROCESSES["echo"]))
+def _echo(args: argparse.Namespace, settings: Settings) -> int:
+    from spotsweep.services.echo.main import main as echo_main  # deferred: the service
+
+    return echo_main(settings)
+'''
+COMPOSE = '''  echo:
+    <<: *control
+    command: ["echo"]
+    environment:
+      <<: *settings
+      SPOTSWEEP_DATABASE_URL_FILE: ""   # only RabbitMQ: no other secret
+      SPOTSWEEP_S3_ACCESS_KEY_FILE: ""
+      SPOTSWEEP_S3_SECRET_KEY_FILE: ""
+    secrets: [{source: amqp-url-echo, target: amqp-url}]
+    healthcheck: *probe
+    depends_on:
+      rabbitmq: {condition: service_healthy}
+'''
+USER = '''    {
+      "name": "spotsweep-echo",
+      "password": "change-me-echo",
+      "tags": []
+    },
+'''
+GRANT = '''    {
+      "user": "spotsweep-echo",
+      "vhost": "/",
+      "configure": "^spotsweep\\\\.echo$",
+      "write": "^spotsweep\\\\.dlx$",
+      "read": "^spotsweep\\\\.echo$"
+    },
+'''
+DEPLOY_TESTS = ("tests/deploy/test_compose.py", "tests/shared/test_settings_and_logging.py",
+                "tests/services/echo", "tests/commands")
+
+
+def test_a_service(tmp_path: Path, rabbit_url: str) -> None:
+    tree = Tree(tmp_path, "A service")
+    for path, text in ECHO.items():
+        tree.edit(path, lambda _, text=text: text)
+    tree.edit("shared/settings.py", lambda s: insert_before("class AgentSettings(", (
+        'class EchoSettings(_Service):\n    """``spotsweep echo``."""\n\n\n'))(s).replace(
+        '"dashboard": DashboardSettings,', '"dashboard": DashboardSettings, "echo": EchoSettings,', 1))
+    tree.edit("spotsweep/commands/processes.py", lambda s: s + PROCESS)
+    tree.edit("spotsweep/commands/__init__.py", lambda s: s.replace(
+        '    "agent": ("processes",', '    "echo": ("processes", "run the echo service"),\n    "agent": ("processes",', 1))
+    tree.edit("docker-compose.yml", insert_before("  cli:\n", COMPOSE))
+    tree.edit("docker-compose.yml", lambda s: s.replace(
+        "secrets:\n  amqp-url-planner:", "secrets:\n  amqp-url-echo: {file: ./deploy/compose/secrets/amqp-url-echo}\n"
+        "  amqp-url-planner:", 1))
+    tree.edit("deploy/compose/secrets/amqp-url-echo", lambda _: "amqp://spotsweep-echo:change-me-echo@rabbitmq:5672/%2F\n")
+    tree.edit("deploy/rabbitmq/definitions.json", lambda s: insert_before('    {\n      "name": "spotsweep-planner"', USER)(
+        insert_before('    {\n      "user": "spotsweep-planner"', GRANT)(s)))
+    assert not passes(tree.pytest("tests/deploy/test_compose.py")), "the recipe says: the compose tests list the services"
+    tree.edit("tests/deploy/test_compose.py", lambda s: s.replace('"agent", "cli"}', '"agent", "cli", "echo"}', 1).replace(
+        '"agent": "amqp-url-agent",', '"agent": "amqp-url-agent", "echo": "amqp-url-echo",', 1).replace(
+        '("planner", "collector", "agent", "submitter")', '("planner", "collector", "agent", "submitter", "echo")', 1).replace(
+        '["planner", "collector", "reporter", "agent"]', '["planner", "collector", "reporter", "agent", "echo"]', 1))
+    tree.regenerate_settings_table()
+    assert passes(tree.pytest(*DEPLOY_TESTS, "-m", UNIT))
+    _serves(tmp_path / f"site{tree.installs}", rabbit_url)
+
+
+def _serves(site: Path, rabbit_url: str) -> None:
+    """The wiring once over RabbitMQ: ``spotsweep echo`` declares its queue, takes what is published to it, and
+    drains and exits 0 on SIGTERM."""
+    env = {**_environ(), "PYTHONPATH": str(site), "SPOTSWEEP_AMQP_URL": rabbit_url}
+    service = subprocess.Popen([sys.executable, "-P", "-m", "spotsweep", "echo"], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    connection = pika.BlockingConnection(pika.URLParameters(rabbit_url))
+    try:
+        channel = connection.channel()
+        deadline = time.monotonic() + 60
+        while (depth := _queue(connection, "spotsweep.echo")) is None or depth[1] == 0:
+            assert time.monotonic() < deadline and service.poll() is None, "spotsweep echo never consumed its queue"
+            time.sleep(0.2)
+        for n in range(3):
+            channel.basic_publish("", "spotsweep.echo", f"message {n}".encode())
+        while _queue(connection, "spotsweep.echo") != (0, 1):
+            assert time.monotonic() < deadline, "spotsweep echo left messages in its queue"
+            time.sleep(0.2)
+    finally:
+        connection.close()
+        service.send_signal(signal.SIGTERM)
+        output = service.communicate(timeout=60)[0]
+    assert service.returncode == 0, output
+
+
+def _queue(connection: Any, name: str) -> tuple[int, int] | None:
+    """(messages ready, consumers) of a queue; None while it does not exist."""
+    channel = connection.channel()
+    try:
+        ok = channel.queue_declare(name, passive=True).method
+    except pika.exceptions.ChannelClosedByBroker:
+        return None
+    channel.close()
+    return ok.message_count, ok.consumer_count
