@@ -1,31 +1,42 @@
-"""A planner wired to a real PostgreSQL database and the in-memory broker,
-for calling its handlers directly: what it publishes (trials, control
+"""A planner for calling its handlers directly, over the in-memory repositories
+(``h``, :mod:`spotsweep.services.planner.memory`) or, for the few tests
+that prove the wiring or need a real transaction, a real PostgreSQL database, with the in-memory broker: what it publishes (trials, control
 messages) is collected for the test to read."""
 
 from __future__ import annotations
 
 import json
 import queue
+from functools import partial
 from typing import Any
 
 import pytest
 
+from spotsweep.services.planner import effects
 from spotsweep.services.planner.context import PlannerDeps
+from spotsweep.services.planner.exploit import copy_pending
 from spotsweep.services.planner.handlers import handle_event, handle_sweep_message
+from spotsweep.services.planner.memory import MemoryDb, MemorySweeps, MemoryTrials, memory_unit
+from spotsweep.services.planner.outbox import publish_priority, resume_points, trial_message
 from spotsweep.shared import topology
 from spotsweep.shared.broker.memory import MemoryBroker
+from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.messages import Envelope, TrialFinished, TrialMessage, TrialStarted, decode, encode
 
 
 class Harness:
-    def __init__(self, database_url: str, delivery: Any) -> None:
+    """The planner over PostgreSQL (``database_url``) or, without one, over a :class:`MemoryDb` (``memory``)."""
+
+    def __init__(self, delivery: Any, database_url: str | None = None) -> None:
         self.delivery = delivery
-        self.db = Database(database_url)
-        self.db.migrate()
+        self.memory = MemoryDb() if database_url is None else None
+        self.db = Database(database_url) if database_url is not None else None
+        if self.db is not None:
+            self.db.migrate()
         self.broker = MemoryBroker()
         self.broker.declare(topology.service_queues(("cpu",)))
-        self.deps = PlannerDeps(db=self.db, broker=self.broker)
+        self.deps = self.planner()
         self.trials: queue.Queue[TrialMessage] = queue.Queue()
         self.control: queue.Queue[Envelope] = queue.Queue()
         self.priorities: dict[str, int] = {}  # message id -> the priority it was published at
@@ -38,6 +49,13 @@ class Harness:
         self.broker.consume(topology.trials_queue("cpu"), take, prefetch=100)
         control_queue = self.broker.declare_private_queue([(topology.CONTROL_EXCHANGE, "")])
         self.broker.consume(control_queue, lambda d: (self.control.put(decode(d.body)), d.ack()), prefetch=100)
+
+    def planner(self, **kw: Any) -> PlannerDeps:
+        """A planner with nothing kept (a restarted one) over this database and, unless given, this broker."""
+        kw.setdefault("broker", self.broker)
+        if self.memory is None:
+            return PlannerDeps(db=self.db, **kw)  # type: ignore[arg-type]
+        return PlannerDeps(db=None, units=partial(memory_unit, self.memory), **kw)  # type: ignore[arg-type]
 
     def published(self, n: int | None = None, timeout: float = 2.0) -> list[TrialMessage]:
         out = []
@@ -72,20 +90,59 @@ class Harness:
         return self.event(TrialFinished(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt,
                                         outcome=outcome, **kw))  # type: ignore[arg-type]
 
-    def sweep(self, sweep_id: str) -> dict[str, Any]:
-        with self.db.transaction() as conn:
+    def sweep(self, sweep_id: str) -> dict[str, Any] | None:
+        if self.memory is not None:
+            return self.memory.sweeps.get(sweep_id)
+        with self.db.transaction() as conn:  # type: ignore[union-attr]
             return conn.execute("SELECT * FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()
 
-    def trial(self, trial_id: str) -> dict[str, Any]:
-        with self.db.transaction() as conn:
+    def trial(self, trial_id: str) -> dict[str, Any] | None:
+        """The trial as the ``trial_results`` view shows it (``attempts``: its attempt)."""
+        if self.memory is not None:
+            row = self.memory.trials.get(trial_id)
+            return None if row is None else {**row, "attempts": row["attempt"]}
+        with self.db.transaction() as conn:  # type: ignore[union-attr]
             return conn.execute("SELECT * FROM trial_results WHERE trial_id = %s", (trial_id,)).fetchone()
 
     def states(self, sweep_id: str) -> dict[str, str]:
-        with self.db.transaction() as conn:
+        if self.memory is not None:
+            return {t: r["state"] for t, r in self.memory.trials.items() if r["sweep_id"] == sweep_id}
+        with self.db.transaction() as conn:  # type: ignore[union-attr]
             rows = conn.execute("SELECT trial_id, state FROM trials WHERE sweep_id = %s", (sweep_id,)).fetchall()
         return {r["trial_id"]: r["state"] for r in rows}
 
 
+def memory_outbox(db: MemoryDb, deps: PlannerDeps, sweep_id: str | None = None) -> int:
+    """:func:`.outbox.publish_pending` over ``db``: it reads and marks the outbox through ``deps.db``, not a
+    repository, so in memory the harness publishes the pending rows (copies done) the same way."""
+    copy_pending(deps, sweep_id)
+    uncopied = {t for (t, _), s in db.segments.items() if s["from_trial_id"] is not None and s["copied_at"] is None}
+    rows = [{**r, "spec_version": db.sweeps[r["sweep_id"]]["spec_version"]}
+            for r in sorted(db.trials.values(), key=lambda r: (r["sweep_id"], r["idx"]))
+            if r["state"] == "pending" and sweep_id in (None, r["sweep_id"]) and r["trial_id"] not in uncopied]
+    resume, out = resume_points(MemoryTrials(db), rows), []
+    for row in rows:
+        spec, search = deps.stored_spec(MemorySweeps(db), row["sweep_id"], row["spec_version"])
+        deps.ensure_queue(spec.resources.resource_class)
+        msg = trial_message(row, spec, progress=search.wants_progress and row["idx"] >= 0,
+                            resume_from=resume.get(row["trial_id"]))
+        out.append(Outgoing(topology.TRIALS_EXCHANGE, spec.resources.resource_class, encode(msg),
+                            headers={"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt},
+                            message_id=f"{msg.trial_id}#{msg.attempt}", priority=publish_priority(spec.priority, msg.attempt)))
+    if out:
+        deps.broker.publish_many(out)
+    for row in rows:
+        db.trials[row["trial_id"]]["state"] = "queued"
+    return len(rows)
+
+
 @pytest.fixture()
-def h(database_url: str, delivery: Any) -> Harness:
-    return Harness(database_url, delivery)
+def h(request: pytest.FixtureRequest, delivery: Any, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    """The planner over the in-memory repositories, its outbox published by :func:`memory_outbox`; over a
+    fresh PostgreSQL database for a test marked ``parametrize("h", ["postgres"], indirect=True)``
+    (which marks it ``needs_pg``): the few that prove the wiring or need a real transaction."""
+    if getattr(request, "param", "memory") == "postgres":
+        return Harness(delivery, request.getfixturevalue("database_url"))
+    harness = Harness(delivery)
+    monkeypatch.setattr(effects, "publish_pending", partial(memory_outbox, harness.memory))
+    return harness

@@ -1,4 +1,4 @@
-"""Anomaly flags the planner stores: the pure rules, then through the handlers and PostgreSQL."""
+"""Anomaly flags the planner stores: the pure rules, then through the handlers over the in-memory repositories."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """ASHA's promotion rule of the paper (Li et al., MLSys 2020) through the
-planner's handlers over a real PostgreSQL: a trial that ends its run at a
+planner's handlers over the in-memory repositories: a trial that ends its run at a
 rung waits there (``paused``, no slot held); whenever a slot frees up the
 planner promotes a waiting trial in the best floor(n/eta) of the trials its
 rung has seen, top rung first, before starting a new config; the promotion

@@ -1,4 +1,4 @@
-"""The planner's side of faults, handlers called directly over a real PostgreSQL:
+"""The planner's side of faults, handlers called directly over the in-memory repositories:
 duplicate and redelivered runs, OOM retries that halve the batch, time limits
 carried to agents, and lost runs reported back."""
 

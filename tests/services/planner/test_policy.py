@@ -1,7 +1,7 @@
 """The planner's policy: submitters by validated AMQP user_id, and the allowed commands.
 
-Pure checks with plain values, then the sweeps-queue handler over a real
-PostgreSQL: a refused submission is recorded ``rejected`` with the reason, a
+Pure checks with plain values, then the sweeps-queue handler over the in-memory
+repositories: a refused submission is recorded ``rejected`` with the reason, a
 refused cancel is dead-lettered (the handler raises a PermanentError) and
 changes nothing. Over RabbitMQ with real users: tests/security/test_broker_users.py.
 """
@@ -73,7 +73,7 @@ def test_under_a_command_policy_env_may_not_choose_the_code(variable: str) -> No
     assert problem is not None and variable in problem
 
 
-# -- the sweeps queue's handler, over PostgreSQL --------------------------------------
+# -- the sweeps queue's handler, in memory -----------------------------------------------
 
 
 def post(h: Any, delivery: Any, body: bytes, headers: dict[str, Any], user: str | None) -> Any:

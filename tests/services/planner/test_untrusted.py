@@ -1,4 +1,5 @@
-"""Untrusted input to the planner, handlers called directly over a real PostgreSQL:
+"""Untrusted input to the planner, handlers called directly over the in-memory repositories
+(over a real PostgreSQL where the database itself refuses a value):
 a trial's end is always recorded, and a bad message leaves no row (or a
 rejected one, with a bounded reason) and never a crash."""
 
@@ -28,14 +29,7 @@ SPEC: dict[str, Any] = {
 SID = "untrusted-0000beef"
 
 
-def sweep_row(h: Any, sweep_id: str) -> dict[str, Any] | None:
-    with h.db.transaction() as conn:
-        return conn.execute("SELECT * FROM sweeps WHERE sweep_id = %s", (sweep_id,)).fetchone()  # type: ignore[no-any-return]
-
-
-def count_sweeps(h: Any) -> int:
-    with h.db.transaction() as conn:
-        return int(conn.execute("SELECT count(*) AS n FROM sweeps").fetchone()["n"])
+ON_PG = pytest.mark.parametrize("h", ["postgres"], indirect=True)  # conftest.h over PostgreSQL
 
 
 def post(h: Any, body: bytes, headers: dict[str, Any] | None = None, message_id: str | None = None) -> Any:
@@ -87,6 +81,7 @@ def test_errors_and_warnings_are_bounded_and_lose_their_nuls(h: Any) -> None:
     assert all(len(w) <= 1100 for w in row["warnings"])
 
 
+@ON_PG  # only PostgreSQL refuses the NUL
 def test_an_end_the_database_refuses_is_recorded_without_its_values(h: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The last resort: should anything the cleaning misses fail the write, the end is still recorded."""
     monkeypatch.setattr(service, "cleaned", lambda event, limits: event)  # the NUL reaches the database
@@ -104,7 +99,7 @@ def test_an_end_the_database_refuses_is_recorded_without_its_values(h: Any, monk
 def test_a_rejected_spec_with_a_markup_name_is_recorded_under_its_id(h: Any) -> None:
     d = post(h, json.dumps({"name": "[/boom]", "command": "nope"}).encode(), {"sweep_id": SID})
     assert d.settled == "ack"
-    row = sweep_row(h, SID)
+    row = h.sweep(SID)
     assert row is not None and (row["state"], row["name"]) == ("rejected", SID)
 
 
@@ -112,14 +107,14 @@ def test_a_rejected_spec_with_a_markup_name_is_recorded_under_its_id(h: Any) -> 
 def test_a_sweep_id_header_of_another_shape_is_dead_lettered_and_leaves_no_row(h: Any, bad_id: str) -> None:
     for headers in ({"sweep_id": bad_id}, {"sweep_id": bad_id, "kind": "cancel"}, {"sweep_id": bad_id, "kind": "extend"}):
         assert post(h, json.dumps(SPEC).encode(), headers).settled == "dead-letter"
-    assert count_sweeps(h) == 0
+    assert h.memory.sweeps == {}
     assert h.published(timeout=0.2) == []
 
 
 def test_a_cancel_of_an_unknown_sweep_leaves_no_sweep_row(h: Any) -> None:
     for i in range(50):
         assert post(h, b"{}", {"kind": "cancel", "sweep_id": f"ghost-{i:08x}"}).settled == "ack"
-    assert count_sweeps(h) == 0
+    assert h.memory.sweeps == {}
 
 
 def test_a_cancel_of_a_known_sweep_is_idempotent(h: Any) -> None:
@@ -127,21 +122,21 @@ def test_a_cancel_of_a_known_sweep_is_idempotent(h: Any) -> None:
     h.published(1)
     for _ in range(2):
         assert post(h, b"{}", {"kind": "cancel", "sweep_id": SID}).settled == "ack"
-    assert sweep_row(h, SID)["state"] == "cancelled"  # type: ignore[index]
+    assert h.sweep(SID)["state"] == "cancelled"  # type: ignore[index]
     assert set(h.states(SID).values()) == {"cancelled"}
 
 
 def test_an_uncountable_grid_is_rejected_naming_its_size(h: Any) -> None:
     spec = {**SPEC, "space": {"x": list(range(10)), **{f"p{i}": list(range(10)) for i in range(19)}}}  # 10^20 configs
     assert post(h, json.dumps(spec).encode(), {"sweep_id": SID}).settled == "ack"
-    row = sweep_row(h, SID)
+    row = h.sweep(SID)
     assert row is not None and row["state"] == "rejected" and "1e+20" in row["error"]
 
 
 def test_a_deeply_nested_body_is_a_decode_error(h: Any) -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     assert post(h, deep, {"sweep_id": SID}).settled == "dead-letter"
-    row = sweep_row(h, SID)
+    row = h.sweep(SID)
     assert row is not None and row["state"] == "rejected" and "nested deeper than 64" in row["error"]
     with pytest.raises(DecodeError, match="nested"):
         decoded_body(b'{"a":' * 65 + b"1" + b"}" * 65, "x")
@@ -151,14 +146,14 @@ def test_a_deeply_nested_body_is_a_decode_error(h: Any) -> None:
 def test_a_spec_with_200000_unknown_keys_is_rejected_with_a_bounded_error(h: Any) -> None:
     spec = {**SPEC, **{f"unknown_{i}": i for i in range(200_000)}}
     assert post(h, json.dumps(spec).encode(), {"sweep_id": SID}).settled == "ack"
-    row = sweep_row(h, SID)
+    row = h.sweep(SID)
     assert row is not None and row["state"] == "rejected"
     assert len(row["error"]) <= ERROR_CHARS + 100 and "more problems" in row["error"]
 
 
 def test_an_unknown_command_kind_is_dead_lettered(h: Any) -> None:
     assert post(h, json.dumps(SPEC).encode(), {"sweep_id": SID, "kind": "launch-missiles"}).settled == "dead-letter"
-    assert count_sweeps(h) == 0
+    assert h.memory.sweeps == {}
 
 
 def test_a_message_id_of_another_shape_names_the_sweep_through_a_hash() -> None:
@@ -168,6 +163,7 @@ def test_a_message_id_of_another_shape_names_the_sweep_through_a_hash() -> None:
     assert submission_id({}, "grid-0123abcd", "grid") == "grid-0123abcd"
 
 
+@ON_PG  # only PostgreSQL refuses the NUL
 def test_a_bad_event_in_a_batch_costs_no_other_trial_its_values(h: Any) -> None:
     from functools import partial
 
