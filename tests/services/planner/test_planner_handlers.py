@@ -1,4 +1,5 @@
-"""Planner handlers called directly, over a real PostgreSQL and the in-memory broker."""
+"""Planner handlers called directly, over the in-memory repositories and broker; over a real
+PostgreSQL, a sweep run to its end, the outbox a crashed planner left, and a redelivery."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services.planner.context import PlannerDeps
 from spotsweep.services.planner.handlers import handle_event, handle_sweep_message, publish_pending
 from spotsweep.shared import topology
 from spotsweep.shared.broker.dispatch import guarded
@@ -26,6 +26,7 @@ SPEC: dict[str, Any] = {
     "retries": {"max_failures": 1},
     "resources": {"gpus": 0, "class": "cpu"},
 }
+ON_PG = pytest.mark.parametrize("h", ["postgres"], indirect=True)  # conftest.h over PostgreSQL
 
 
 def submit(h: Any, delivery: Any, spec: dict[str, Any] | None = None, sweep_id: str = "sw1-000000a0") -> Any:
@@ -51,6 +52,7 @@ def test_submission_launches_max_concurrent_trials_with_rendered_commands(h: Any
     assert h.published() == []  # no more than max_concurrent in flight
 
 
+@ON_PG
 def test_each_ending_trial_launches_the_next_until_the_sweep_completes(h: Any, delivery: Any) -> None:
     submit(h, delivery)
     inflight = h.published(2)
@@ -78,8 +80,7 @@ def test_crash_is_retried_as_a_new_attempt_then_marked_failed(h: Any, delivery: 
     finish(h, delivery, first, "completed")  # a late event of attempt 1 is fenced off
     assert h.states("sw1-000000a0")[first.trial_id] == "queued"
     finish(h, delivery, retry, "failed", exit_code=1, error="ValueError: boom again")
-    with h.db.transaction() as conn:
-        row = conn.execute("SELECT state, error, attempts FROM trial_results WHERE trial_id = %s", (first.trial_id,)).fetchone()
+    row = h.trial(first.trial_id)
     assert (row["state"], row["error"], row["attempts"]) == ("failed", "ValueError: boom again", 2)
     assert h.published(1)[0].index == 1  # the sweep goes on
 
@@ -107,8 +108,9 @@ class FlakyBroker(MemoryBroker):
         raise RetryableError("broker gone")
 
 
-def test_trials_written_but_not_published_are_published_by_the_next_planner(h: Any, delivery: Any, database_url: str) -> None:
-    crashed = PlannerDeps(db=h.db, broker=FlakyBroker())
+@ON_PG  # the outbox's recovery itself: publish_pending reads PostgreSQL
+def test_trials_written_but_not_published_are_published_by_the_next_planner(h: Any, delivery: Any) -> None:
+    crashed = h.planner(broker=FlakyBroker())
     d = delivery(json.dumps(SPEC).encode(), {"sweep_id": "sw2-000000a1"})
     with pytest.raises(RetryableError):
         handle_sweep_message(d, crashed)
@@ -140,8 +142,7 @@ def test_final_metrics_are_the_last_value_of_each_name_over_attempts(h: Any, del
     second = h.published(1)[0]
     assert second.attempt == 2
     finish(h, delivery, second, "completed", metrics={"val_loss": 0.4})
-    with h.db.transaction() as conn:
-        row = conn.execute("SELECT metrics, attempts, preemptions FROM trial_results WHERE trial_id = %s", (first.trial_id,)).fetchone()
+    row = h.trial(first.trial_id)
     assert row["metrics"] == {"val_loss": 0.4, "params_m": 1.5}
     assert (row["attempts"], row["preemptions"]) == (2, 1)
 
@@ -167,8 +168,7 @@ def test_a_diverged_final_metric_is_stored_not_dead_lettered(h: Any, delivery: A
     msg = h.published(1)[0]
     d = finish(h, delivery, msg, "completed", metrics={"val_loss": math.nan, "loss": math.inf})
     assert d.settled == "ack"
-    with h.db.transaction() as conn:
-        row = conn.execute("SELECT state, metrics FROM trial_results WHERE trial_id = %s", (msg.trial_id,)).fetchone()
+    row = h.trial(msg.trial_id)
     assert row["state"] == "completed" and row["metrics"] == {"val_loss": "NaN", "loss": "Infinity"}
     assert h.published(1)[0].index == 1  # and the sweep goes on
 
@@ -187,11 +187,12 @@ def test_an_agent_that_missed_the_cancel_is_told_again(h: Any, delivery: Any) ->
     assert h.states("sw1-000000a0")[msg.trial_id] == "cancelled"
 
 
+@ON_PG
 def test_a_failed_publish_is_retried_by_the_events_redelivery(h: Any, delivery: Any) -> None:
     submit(h, delivery, {**SPEC, "max_concurrent": 1})
     first = h.published(1)[0]
     ev = TrialFinished(sweep_id="sw1-000000a0", trial_id=first.trial_id, attempt=1, outcome="failed", error="x")
-    flaky = PlannerDeps(db=h.db, broker=FlakyBroker())
+    flaky = h.planner(broker=FlakyBroker())
     d = delivery(encode(ev))
     with pytest.raises(RetryableError):
         handle_event(d, flaky)  # decision committed, publish failed, not acked
