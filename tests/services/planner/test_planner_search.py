@@ -1,14 +1,17 @@
-"""The planner driving the search, handlers called directly over a real PostgreSQL:
+"""The planner driving the search, handlers called directly over the in-memory repositories:
 successive halving promotes by relaunching the same trial with a larger budget
 (and prunes), median stopping prunes a running trial and stops its run,
 model-based suggestions survive a planner restart, budgets stop launches, the
-smoke stage gates the sweep, and ``extend`` continues a finished sweep."""
+smoke stage gates the sweep, and ``extend`` continues a finished sweep. A TPE
+sweep's restart runs over PostgreSQL too, whose adapter keeps search histories
+between transactions (:mod:`.histories`) that a restart loses."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from spotsweep.services.planner.context import PlannerDeps
+import pytest
+
 from spotsweep.services.planner.handlers import extension, handle_sweep_message
 from spotsweep.shared.messages import StopTrial, TrialMessage, TrialProgress
 
@@ -89,10 +92,11 @@ def drive(h: Any, sweep_id: str, restart_after: int | None = None) -> list[float
         for msg in msgs:
             xs.append(msg.params["x"])
             if restart_after is not None and len(xs) == restart_after:
-                h.deps = PlannerDeps(db=h.db, broker=h.broker)  # caches and search state gone, as in a restart
+                h.deps = h.planner()  # caches and search state gone, as in a restart
             run(h, msg, (msg.params["x"] - 0.3) ** 2)
 
 
+@pytest.mark.parametrize("h", ["memory", "postgres"], indirect=True)
 def test_model_based_suggestions_are_rebuilt_from_the_database_after_a_planner_restart(h: Any) -> None:
     straight = drive(h, "tpe-a-000000ad")
     restarted = drive(h, "tpe-b-000000ae", restart_after=4)
@@ -226,13 +230,11 @@ def test_a_cost_cap_stops_launching_at_the_price(h: Any) -> None:
 
 def age(h: Any, sweep_id: str, seconds: float, trials: str = "all") -> None:
     """Move a sweep's clock back (as if it had run that much longer ago); no waiting in the test."""
-    with h.db.transaction() as conn:
-        conn.execute("UPDATE sweeps SET created_at = created_at - make_interval(secs => %s) WHERE sweep_id = %s",
-                     (seconds, sweep_id))
-        conn.execute("UPDATE trials SET created_at = created_at - make_interval(secs => %s),"
-                     " finished_at = finished_at - make_interval(secs => %s)"
-                     " WHERE sweep_id = %s AND (%s = 'all' OR state NOT IN ('completed', 'pruned', 'failed', 'cancelled'))",
-                     (seconds, seconds, sweep_id, trials))
+    h.memory.sweeps[sweep_id]["created_at"] -= seconds
+    for row in h.memory.trials.values():
+        if row["sweep_id"] == sweep_id and (trials == "all" or row["state"] not in ("completed", "pruned", "failed", "cancelled")):
+            row["created_at"] -= seconds
+            row["finished_at"] = row["finished_at"] and row["finished_at"] - seconds
 
 
 WALL = {**BASE, "space": {"x": list(range(10))}, "max_concurrent": 1, "budget": {"wall_time": "1h"}}
@@ -316,7 +318,7 @@ def drive_nsga2(h: Any, sweep_id: str, restart_after: int | None = None) -> list
         for msg in msgs:
             xs.append(msg.params["x"])
             if restart_after is not None and len(xs) == restart_after:
-                h.deps = PlannerDeps(db=h.db, broker=h.broker)
+                h.deps = h.planner()
             x, run_id = msg.params["x"], f"r{msg.trial_id}"
             h.start(msg, run_id=run_id)
             h.finish(msg, "completed", run_id=run_id, metrics={"loss": (x - 0.2) ** 2, "cost": (x - 0.8) ** 2})
@@ -327,9 +329,8 @@ def test_nsga2_generations_and_parents_live_in_the_database_across_a_planner_res
     straight = drive_nsga2(h, "nsga-a-000000af")
     restarted = drive_nsga2(h, "nsga-b-000000b0", restart_after=6)  # mid generation 1: its parents come from the database
     assert len(straight) == 12 and restarted == straight
-    with h.db.transaction() as conn:
-        generations = [r["g"] for r in conn.execute(
-            "SELECT (search_attrs->>'NSGAIISampler:generation')::int AS g FROM trials WHERE sweep_id = 'nsga-b-000000b0' ORDER BY idx")]
+    rows = sorted((r for r in h.memory.trials.values() if r["sweep_id"] == "nsga-b-000000b0"), key=lambda r: r["idx"])
+    generations = [int(r["search_attrs"]["NSGAIISampler:generation"]) for r in rows]
     # The sampler's per-trial state, persisted with each trial: generations follow each other (a trial launched
     # while the last of a generation still runs is drawn from that generation).
     assert generations == sorted(generations) and generations[0] == 0 and generations[-1] >= 2, generations
