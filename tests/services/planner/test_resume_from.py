@@ -1,13 +1,13 @@
 """The planner tells each attempt what it resumes from (``TrialMessage.resume_from``):
 nothing for a trial that never ran, the newest checkpoint the journal recorded for one
-that did, and "unknown" (the agent lists) when the journal has none (issue 23, section 2)."""
+that did, and "unknown" (the agent lists) when the journal has none (issue 23, section 2).
+Over the in-memory repositories; the newest checkpoint's query over PostgreSQL: test_ports.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from spotsweep.shared.artifacts.checkpoints import folder_prefix
-from spotsweep.shared.db.journal import journal
 from spotsweep.shared.messages import CheckpointSaved, ResumeFrom, TrialMessage
 
 SPEC: dict[str, Any] = {
@@ -26,9 +26,9 @@ def saved(h: Any, msg: TrialMessage, step: int, trial_id: str | None = None) -> 
     """Journal a checkpoint commit as the collector does; the folder's name."""
     folder = f"{step:012d}-{step:012x}"
     uri = f"s3://bucket/{folder_prefix(msg.sweep_id, trial_id or msg.trial_id, folder)}"
-    with h.db.transaction() as conn:
-        journal(conn, [CheckpointSaved(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, step=step,
-                                       uri=uri)])
+    with h.deps.unit() as uow:
+        uow.trials.journal([CheckpointSaved(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, step=step,
+                                            uri=uri)], {})
     return folder
 
 

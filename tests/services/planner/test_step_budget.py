@@ -1,10 +1,11 @@
-"""``budget.max_steps`` through the planner's handlers over a real PostgreSQL:
+"""``budget.max_steps`` through the planner's handlers over the in-memory repositories:
 under successive halving with a budget parameter a trial's steps are the
 budget it reached (a new trial is charged its first rung, a promotion the
 steps it adds); otherwise the highest step it reported, and a new trial is
 expected to train as many as the median completed trial. The sweep stops
-launching at the cap with the reason as its note, and ``sweep_results``
-counts the steps and the trials waiting at a rung (``paused``)."""
+launching at the cap with the reason as its note. Over PostgreSQL (its SQL
+view): ``sweep_results`` counts the steps and the trials waiting at a rung
+(``paused``)."""
 
 from __future__ import annotations
 
@@ -35,11 +36,15 @@ def run(h: Any, msg: TrialMessage, loss: float, **kw: Any) -> None:
     h.finish(msg, "completed", run_id=f"r{msg.trial_id}-{msg.attempt}", metrics={"loss": loss}, **kw)
 
 
+ON_PG = pytest.mark.parametrize("h", ["postgres"], indirect=True)  # conftest.h over PostgreSQL: the view
+
+
 def results(h: Any) -> dict[str, Any]:
     with h.db.transaction() as conn:
         return conn.execute("SELECT * FROM sweep_results WHERE sweep_id = %s", (SWEEP,)).fetchone()
 
 
+@ON_PG
 def test_asha_stops_launching_when_the_next_first_rung_would_pass_max_steps(h: Any) -> None:
     h.submit({**ASHA, "budget": {"max_steps": 12}})
     msg = h.published(1)[0]
@@ -72,9 +77,11 @@ def test_a_promotion_past_max_steps_completes_the_trial_at_its_rung(h: Any) -> N
     sweep = h.sweep(SWEEP)
     assert sweep["state"] == "completed"
     assert sweep["note"] == "budget.max_steps: 3 step(s) trained, 9 expected with the promotion, the cap is 5"
-    assert results(h)["steps"] == 3
+    with h.deps.unit() as uow:  # what the planner counts (the view's count of a trial's steps: the tests over PostgreSQL)
+        assert uow.usage(SWEEP, parse_spec(h.sweep(SWEEP)["spec"]), "steps").steps == 3
 
 
+@ON_PG
 def test_without_a_budget_parameter_reported_steps_count_and_the_median_trial_is_expected(h: Any) -> None:
     h.submit({**BASE, "space": {"x": list(range(10))}, "budget": {"max_steps": 250}})
     first = h.published(1)[0]
@@ -89,6 +96,7 @@ def test_without_a_budget_parameter_reported_steps_count_and_the_median_trial_is
     assert results(h)["steps"] == 200
 
 
+@ON_PG
 def test_sweep_results_counts_trials_waiting_at_a_rung(h: Any) -> None:
     h.submit({**ASHA, "strategy": {**ASHA["strategy"], "promotion": "paper"}})
     first = h.published(1)[0]
