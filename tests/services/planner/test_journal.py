@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from spotsweep.shared.messages import TrialFinished, TrialLost, TrialProgress, TrialStarted
 
 SPEC: dict[str, Any] = {
@@ -14,6 +16,7 @@ SPEC: dict[str, Any] = {
     "max_concurrent": 2,
     "resources": {"gpus": 0, "class": "cpu"},
 }
+pytestmark = pytest.mark.parametrize("h", ["postgres"], indirect=True)  # conftest.h over PostgreSQL: its journal table
 
 
 def journal(h: Any, sweep_id: str) -> list[tuple[str, str, int]]:

@@ -15,6 +15,8 @@ from spotsweep.shared.states import TrialState
 
 from .test_journal import SPEC
 
+pytestmark = pytest.mark.parametrize("h", ["postgres"], indirect=True)  # conftest.h over PostgreSQL: store's SQL
+
 COLUMNS = ("state", "attempt", "failures", "preemptions", "metrics", "run_id", "losses", "agent", "params",
            "run_seconds", "rungs")
 UPDATES = [

@@ -1,9 +1,9 @@
 """The commands on ``spotsweep.sweeps`` are typed messages; untyped bodies of older clients still work.
 
 Pure decoding first (services/planner/bodies.sweep_command), then the
-planner over a real PostgreSQL (the CLI's messages, an older CLI's), then a
-bad command through the real RabbitMQ dispatcher: dead-lettered with its
-reason in a header.
+planner over the in-memory repositories (the CLI's messages, an older CLI's),
+then a bad command through the real RabbitMQ dispatcher to a planner over
+PostgreSQL: dead-lettered with its reason in a header.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_a_typed_submission_that_cannot_be_read_is_rejected_under_the_id_it_name
     assert info.value.sweep_id == SID and "spec" in str(info.value)
 
 
-# -- the planner over PostgreSQL ----------------------------------------------------
+# -- the planner in memory -------------------------------------------------------------
 
 
 def deliver(h: Any, out: Outgoing) -> Any:
@@ -112,6 +112,7 @@ def test_the_planner_still_runs_an_older_clis_cancel(h: Any) -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("h", ["postgres"], indirect=True)  # conftest.h over PostgreSQL: the service's wiring
 def test_a_bad_command_is_dead_lettered_with_its_reason(h: Any, rabbit_url: str) -> None:
     broker = RabbitBroker(rabbit_url)
     thread = threading.Thread(target=broker.run, daemon=True)
