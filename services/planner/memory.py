@@ -229,6 +229,18 @@ class MemoryTrials:
         if row["copied_at"] is None:
             row.update(copied_at=time.time(), from_step=step, copy_note=note)
 
+    def pending(self, sweep_id: str | None) -> list[Row]:
+        copying = {t for (t, _), s in self.db.segments.items() if s["from_trial_id"] is not None and s["copied_at"] is None}
+        rows = [{**copy.deepcopy(r), "spec_version": self.db.sweeps[r["sweep_id"]]["spec_version"]}
+                for r in sorted(self.db.trials.values(), key=lambda r: (r["sweep_id"], r["idx"]))
+                if r["state"] == "pending" and sweep_id in (None, r["sweep_id"]) and r["trial_id"] not in copying]
+        return rows[:store.PENDING_PAGE]
+
+    def mark_queued(self, trial_ids: list[str]) -> None:
+        for trial_id in trial_ids:
+            if self.db.trials[trial_id]["state"] == "pending":
+                self.db.trials[trial_id]["state"] = "queued"
+
     def newest_checkpoints(self, trial_ids: list[str]) -> list[Row]:
         newest: dict[str, CheckpointSaved] = {}
         for e in self.db.events.values():  # in the order journaled: the later of two at one step wins

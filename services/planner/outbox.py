@@ -15,7 +15,7 @@ from typing import Any
 from spotsweep.services.planner import store
 from spotsweep.services.planner.context import PlannerDeps
 from spotsweep.services.planner.exploit import copy_pending
-from spotsweep.services.planner.ports import PgSweeps, PgTrials, TrialRepository
+from spotsweep.services.planner.ports import TrialRepository
 from spotsweep.shared import topology
 from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.artifacts.checkpoint_layout import _FOLDER_NAME, checkpoint_prefix
@@ -98,14 +98,14 @@ def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
     copy_pending(deps, sweep_id)
     published = 0
     while True:
-        with deps.db.transaction() as conn:
-            rows = store.pending_trials(conn, sweep_id)
+        with deps.unit() as uow:
+            rows = uow.trials.pending(sweep_id)
             if not rows:
                 return published
             out = []
-            resume = resume_points(PgTrials(conn), rows)
+            resume = resume_points(uow.trials, rows)
             for row in rows:
-                spec, search = deps.stored_spec(PgSweeps(conn), row["sweep_id"], row["spec_version"])
+                spec, search = deps.stored_spec(uow.sweeps, row["sweep_id"], row["spec_version"])
                 deps.ensure_queue(spec.resources.resource_class)
                 msg = trial_message(row, spec, progress=search.wants_progress and row["idx"] >= 0,
                                     resume_from=resume.get(row["trial_id"]))
@@ -120,7 +120,7 @@ def publish_pending(deps: PlannerDeps, sweep_id: str | None = None) -> int:
                     )
                 )
             deps.broker.publish_many(out)
-            store.mark_queued(conn, [r["trial_id"] for r in rows])
+            uow.trials.mark_queued([r["trial_id"] for r in rows])
             published += len(rows)
         if len(rows) < store.PENDING_PAGE:
             return published  # a short page: nothing more was pending

@@ -114,6 +114,13 @@ class TrialRepository(Protocol):
     def newest_checkpoints(self, trial_ids: list[str]) -> list[Row]:
         """Each trial's newest journaled checkpoint (``trial_id``, ``sweep_id``, ``uri``)."""
 
+    def pending(self, sweep_id: str | None) -> list[Row]:
+        """The outbox (:func:`.store.pending_trials`): a page of ``pending`` trials with their sweep's
+        ``spec_version``, locked, in sweep and index order; none whose exploit copy is still to do."""
+
+    def mark_queued(self, trial_ids: list[str]) -> None:
+        """Published: these ``pending`` trials are ``queued`` (:func:`.store.mark_queued`)."""
+
 
 class PgSweeps:
     """:class:`SweepRepository` over one transaction's connection."""
@@ -210,3 +217,9 @@ class PgTrials:
 
     def newest_checkpoints(self, trial_ids: list[str]) -> list[Row]:
         return lineage.newest_checkpoints(self.conn, trial_ids)
+
+    def pending(self, sweep_id: str | None) -> list[Row]:
+        return store.pending_trials(self.conn, sweep_id)
+
+    def mark_queued(self, trial_ids: list[str]) -> None:
+        store.mark_queued(self.conn, trial_ids)

@@ -12,15 +12,11 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services.planner import effects
 from spotsweep.services.planner.context import PlannerDeps
-from spotsweep.services.planner.exploit import copy_pending
 from spotsweep.services.planner.handlers import handle_event, handle_sweep_message
-from spotsweep.services.planner.memory import MemoryDb, MemorySweeps, MemoryTrials, memory_unit
-from spotsweep.services.planner.outbox import publish_priority, resume_points, trial_message
+from spotsweep.services.planner.memory import MemoryDb, memory_unit
 from spotsweep.shared import topology
 from spotsweep.shared.broker.memory import MemoryBroker
-from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.messages import Envelope, TrialFinished, TrialMessage, TrialStarted, decode, encode
 
@@ -112,37 +108,11 @@ class Harness:
         return {r["trial_id"]: r["state"] for r in rows}
 
 
-def memory_outbox(db: MemoryDb, deps: PlannerDeps, sweep_id: str | None = None) -> int:
-    """:func:`.outbox.publish_pending` over ``db``: it reads and marks the outbox through ``deps.db``, not a
-    repository, so in memory the harness publishes the pending rows (copies done) the same way."""
-    copy_pending(deps, sweep_id)
-    uncopied = {t for (t, _), s in db.segments.items() if s["from_trial_id"] is not None and s["copied_at"] is None}
-    rows = [{**r, "spec_version": db.sweeps[r["sweep_id"]]["spec_version"]}
-            for r in sorted(db.trials.values(), key=lambda r: (r["sweep_id"], r["idx"]))
-            if r["state"] == "pending" and sweep_id in (None, r["sweep_id"]) and r["trial_id"] not in uncopied]
-    resume, out = resume_points(MemoryTrials(db), rows), []
-    for row in rows:
-        spec, search = deps.stored_spec(MemorySweeps(db), row["sweep_id"], row["spec_version"])
-        deps.ensure_queue(spec.resources.resource_class)
-        msg = trial_message(row, spec, progress=search.wants_progress and row["idx"] >= 0,
-                            resume_from=resume.get(row["trial_id"]))
-        out.append(Outgoing(topology.TRIALS_EXCHANGE, spec.resources.resource_class, encode(msg),
-                            headers={"sweep_id": msg.sweep_id, "trial_id": msg.trial_id, "attempt": msg.attempt},
-                            message_id=f"{msg.trial_id}#{msg.attempt}", priority=publish_priority(spec.priority, msg.attempt)))
-    if out:
-        deps.broker.publish_many(out)
-    for row in rows:
-        db.trials[row["trial_id"]]["state"] = "queued"
-    return len(rows)
-
-
 @pytest.fixture()
-def h(request: pytest.FixtureRequest, delivery: Any, monkeypatch: pytest.MonkeyPatch) -> Harness:
-    """The planner over the in-memory repositories, its outbox published by :func:`memory_outbox`; over a
+def h(request: pytest.FixtureRequest, delivery: Any) -> Harness:
+    """The planner over the in-memory repositories; over a
     fresh PostgreSQL database for a test marked ``parametrize("h", ["postgres"], indirect=True)``
     (which marks it ``needs_pg``): the few that prove the wiring or need a real transaction."""
     if getattr(request, "param", "memory") == "postgres":
         return Harness(delivery, request.getfixturevalue("database_url"))
-    harness = Harness(delivery)
-    monkeypatch.setattr(effects, "publish_pending", partial(memory_outbox, harness.memory))
-    return harness
+    return Harness(delivery)

@@ -286,6 +286,19 @@ def test_a_copy_waits_only_while_its_trial_is_pending(repos: Repos) -> None:
     assert trials.copies_to_do(SID) == []
 
 
+def test_the_outbox_is_the_pending_trials_but_those_awaiting_a_copy(repos: Repos) -> None:
+    _, trials = _with_trials(repos)
+    trials.add_segment(Segment(_tid(1), 2, SID, 2, 2, 4, {"x": 2}, _tid(0), 2))  # an exploit not copied yet
+    trials.update(_tid(2), TrialUpdate(TrialState.RUNNING, 1, 0, 0))
+    assert [(r["trial_id"], r["spec_version"], r["params"]) for r in trials.pending(SID)] == [(_tid(0), 0, {"x": 1})]
+    assert trials.pending("nope-000000a0") == [] and len(trials.pending(None)) == 1
+    trials.mark_queued([_tid(0), _tid(2)])  # a trial no longer pending stays as it is
+    assert trials.pending(None) == []
+    assert [trials.get([_tid(i)])[_tid(i)][1].state for i in (0, 2)] == [TrialState.QUEUED, TrialState.RUNNING]
+    trials.mark_copied(_tid(1), 2, 2, None)
+    assert [r["trial_id"] for r in trials.pending(SID)] == [_tid(1)]
+
+
 def test_each_trials_newest_journaled_checkpoint(repos: Repos) -> None:
     _, trials = _with_trials(repos)
 
