@@ -281,7 +281,7 @@ def cluster(svc: Services, db_label: str, tmp: Path, **kw: Any) -> Iterator[Clus
 
 def submit(amqp_url: str, spec: dict[str, Any], name: str | None = None) -> tuple[str, float]:
     """Post a spec as ``spotsweep submit`` does; returns the sweep id and the wall-clock time of the post."""
-    from spotsweep.services.planner.handlers import new_sweep_id, submission
+    from spotsweep.services.planner.bodies import new_sweep_id, submission
     from spotsweep.shared import topology
     from spotsweep.shared.broker.port import Outgoing
     from spotsweep.shared.broker.rabbit import RabbitBroker

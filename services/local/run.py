@@ -29,9 +29,8 @@ from spotsweep.services.agent.handlers import Connection, Slots
 from spotsweep.services.collector import main as collector
 from spotsweep.services.local.interrupt import Interrupts, sweep_lock, wait_settled
 from spotsweep.services.planner import main as planner
-from spotsweep.services.planner.handlers import (
-    PlannerDeps, handle_events, handle_sweep_message, new_sweep_id, publish_pending, submission,
-)
+from spotsweep.services.planner.bodies import new_sweep_id, submission
+from spotsweep.services.planner.handlers import PlannerDeps, handle_events, handle_sweep_message, publish_pending
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.safe import printable
 from spotsweep.shared import log, topology

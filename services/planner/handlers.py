@@ -25,13 +25,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from spotsweep.services.planner import commands
-from spotsweep.services.planner.bodies import (
-    REJECTED, Submission, UndecodableSubmission, cancellation, extension, new_sweep_id, safe_name, submission,
-    sweep_command,
-)
+from spotsweep.services.planner.bodies import REJECTED, Submission, UndecodableSubmission, safe_name, sweep_command
 from spotsweep.services.planner.context import PlannerDeps
 from spotsweep.services.planner.effects import Effects, send
-from spotsweep.services.planner.outbox import publish_pending, trial_message
+from spotsweep.services.planner.outbox import publish_pending
 from spotsweep.services.planner.policy import sender_problem
 from spotsweep.services.planner.service import on_events
 from spotsweep.services.planner.untrusted import bare
@@ -41,8 +38,7 @@ from spotsweep.shared.errors import PermanentError, RetryableError
 from spotsweep.shared.limits import cap_text
 from spotsweep.shared.messages import decode, encode, unpack
 
-__all__ = ["PlannerDeps", "cancellation", "extension", "handle_event", "handle_events", "handle_sweep_message", "new_sweep_id",
-           "publish_pending", "submission", "trial_message"]
+__all__ = ["PlannerDeps", "handle_event", "handle_events", "handle_sweep_message", "publish_pending"]
 
 _log = log.get("spotsweep.planner")
 

@@ -13,6 +13,7 @@ from rich.text import Text
 from spotsweep.commands import command, spec_arg
 from spotsweep.commands.idle_classes import submit_warning
 from spotsweep.commands.sweeps import post, said
+from spotsweep.services.planner.bodies import new_sweep_id, submission
 from spotsweep.services.reporter import report as reporter
 from spotsweep.shared.db.embedded import for_reading
 from spotsweep.shared.db.migrator import SchemaNotReady
@@ -141,10 +142,7 @@ def submit(args: argparse.Namespace, settings: Settings) -> int:
         raise PermanentError("submit --wait follows the sweep in the planner's results database: set "
                              "SPOTSWEEP_DATABASE_URL to it (unset, --wait would watch local mode's embedded "
                              "database, which a submitted sweep never reaches)")
-    # Deferred, as in cancel and extend: the packer (S3 client) and the planner's handlers (Optuna,
-    # NumPy) take 0.6 s to import, which every other command would pay at every call.
-    from spotsweep.commands import code_upload
-    from spotsweep.services.planner.handlers import new_sweep_id, submission  # the planner's: see above
+    from spotsweep.commands import code_upload  # deferred: the packer's S3 client, which validate never needs
 
     spec = code_upload.with_code(spec, settings)
     sweep_id = new_sweep_id(spec.name)

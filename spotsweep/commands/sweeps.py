@@ -14,6 +14,7 @@ from typing import Any
 from spotsweep.commands import command, idle_classes, names, positive
 from spotsweep.services.local import spool as local_spool
 from spotsweep.services.local.interrupt import is_locked
+from spotsweep.services.planner.bodies import cancellation, extension
 from spotsweep.services.planner.extend import extended
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter import tensorboard
@@ -161,8 +162,6 @@ def extend(args: argparse.Namespace, settings: Settings) -> int:
         return ExitCode.OK
     _postable(sweep_id)
     _reachable(db, sweep_id, "extend")
-    from spotsweep.services.planner.handlers import extension  # deferred: the planner's Optuna, NumPy
-
     post(extension(sweep_id, row["spec_version"], trials, budget), settings)
     print(f"extension requested for {sweep_id}: {total_trials(new)} trial(s) in all")
     return ExitCode.OK
@@ -182,8 +181,6 @@ def cancel(args: argparse.Namespace, settings: Settings) -> int:
         return ExitCode.OK
     _postable(sweep_id)
     _reachable(db, sweep_id, "cancel")
-    from spotsweep.services.planner.handlers import cancellation  # deferred: the planner's Optuna, NumPy
-
     post(cancellation(sweep_id), settings)
     print(f"cancel requested for {sweep_id}")
     return ExitCode.OK

@@ -67,7 +67,8 @@ def test_a_trial_waits_at_its_rung_and_is_promoted_when_a_slot_frees_and_it_rank
 
 
 def test_cancelling_a_sweep_cancels_its_waiting_trials(h: Any) -> None:
-    from spotsweep.services.planner.handlers import cancellation, handle_sweep_message
+    from spotsweep.services.planner.bodies import cancellation
+    from spotsweep.services.planner.handlers import handle_sweep_message
 
     h.submit(SPEC)
     first = h.published(1)[0]

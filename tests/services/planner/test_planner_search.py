@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services.planner.handlers import extension, handle_sweep_message
+from spotsweep.services.planner.bodies import extension
+from spotsweep.services.planner.handlers import handle_sweep_message
 from spotsweep.shared.messages import StopTrial, TrialMessage, TrialProgress
 
 BASE: dict[str, Any] = {

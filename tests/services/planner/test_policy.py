@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services.planner.handlers import cancellation, handle_sweep_message
+from spotsweep.services.planner.bodies import cancellation
+from spotsweep.services.planner.handlers import handle_sweep_message
 from spotsweep.services.planner.policy import Policy, command_problem, sender_problem
 from spotsweep.shared.errors import PermanentError
 

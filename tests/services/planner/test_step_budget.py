@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from spotsweep.services.planner.extend import extended
-from spotsweep.services.planner.handlers import extension, handle_sweep_message
+from spotsweep.services.planner.bodies import extension
+from spotsweep.services.planner.handlers import handle_sweep_message
 from spotsweep.shared.errors import SpecError
 from spotsweep.shared.messages import TrialMessage
 from spotsweep.shared.spec import parse_spec

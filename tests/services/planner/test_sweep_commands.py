@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from spotsweep.services.planner.bodies import Submission, UndecodableSubmission, sweep_command
-from spotsweep.services.planner.handlers import cancellation, extension, handle_sweep_message, submission
+from spotsweep.services.planner.bodies import cancellation, extension, submission
+from spotsweep.services.planner.handlers import handle_sweep_message
 from spotsweep.shared import topology
 from spotsweep.shared.broker.dispatch import REASON_HEADER
 from spotsweep.shared.broker.port import Delivery, Outgoing
