@@ -29,20 +29,20 @@ from spotsweep.shared.nonfinite import finite
 _LATER = {"running": 2, "queued": 3, "pending": 3, "pruned": 4, "failed": 5, "cancelled": 6}
 
 
-def rank_key(row: dict[str, Any], metric: str, mode: str) -> tuple[int, float, str]:
+def _order(state: str, value: float | None, trial_id: str, mode: str) -> tuple[int, float, str]:
     """Sort key, best first: completed with a finite objective (by value),
     completed without one (NaN, missing), then running, queued, pruned,
     failed, cancelled."""
-    value = finite((row.get("metrics") or {}).get(metric))
-    if row["state"] == "completed":
-        if value is not None:
-            return (0, value if mode == "min" else -value, row["trial_id"])
-        return (1, 0.0, row["trial_id"])
-    return (_LATER.get(row["state"], 7), 0.0, row["trial_id"])
+    if state != "completed":
+        return (_LATER.get(state, 7), 0.0, trial_id)
+    if value is None:
+        return (1, 0.0, trial_id)
+    return (0, value if mode == "min" else -value, trial_id)
 
 
 def ranked(rows: list[dict[str, Any]], metric: str, mode: str) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda r: rank_key(r, metric, mode))
+    return sorted(rows, key=lambda r: _order(r["state"], finite((r.get("metrics") or {}).get(metric)),
+                                             r["trial_id"], mode))
 
 
 def trial_json(row: dict[str, Any], rank: int | None = None) -> dict[str, Any]:
@@ -67,29 +67,12 @@ def trial_json(row: dict[str, Any], rank: int | None = None) -> dict[str, Any]:
     }
 
 
-def ranked_json(rows: list[dict[str, Any]], metric: str, mode: str) -> list[dict[str, Any]]:
-    """Trials best first, each with its rank (1-based) when it has a finite objective."""
-    out = []
-    for i, row in enumerate(ranked(rows, metric, mode), 1):
-        has_rank = row["state"] == "completed" and finite((row.get("metrics") or {}).get(metric)) is not None
-        out.append(trial_json(row, i if has_rank else None))
-    return out
-
-
 def ranked_bodies(rows: list[dict[str, Any]], mode: str) -> bytes:
     """The trial list as one JSON array from :func:`.queries.listed_json`
-    rows (each a JSON object as text), best first as :func:`ranked_json`
-    orders them, each with its ``rank`` appended (null without a finite objective)."""
-    def key(row: dict[str, Any]) -> tuple[int, float, str]:
-        value = row["objective"]
-        if row["state"] == "completed":
-            if value is not None:
-                return (0, value if mode == "min" else -value, row["trial_id"])
-            return (1, 0.0, row["trial_id"])
-        return (_LATER.get(row["state"], 7), 0.0, row["trial_id"])
-
+    rows (each a JSON object as text), best first as :func:`ranked` orders
+    them, each with its ``rank`` appended (null without a finite objective)."""
     parts = []
-    for i, row in enumerate(sorted(rows, key=key), 1):
+    for i, row in enumerate(sorted(rows, key=lambda r: _order(r["state"], r["objective"], r["trial_id"], mode)), 1):
         rank = i if row["state"] == "completed" and row["objective"] is not None else "null"
         parts.append(f'{row["body"][:-1]}, "rank" : {rank}}}')
     return ("[" + ",".join(parts) + "]").encode()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from spotsweep.services.reporter.web.present import dumps, ranked, ranked_json
+from spotsweep.services.reporter.web.present import dumps, ranked, ranked_bodies
 
 
 def row(trial_id: str, state: str, value: object) -> dict:
@@ -22,22 +22,13 @@ def test_non_finite_objectives_rank_after_every_finite_one_in_both_modes() -> No
         assert set(order[2:4]) == {"nan", "inf"} and order[4:] == ["run", "fail"]
 
 
-def test_only_trials_with_a_finite_objective_get_a_rank() -> None:
-    rows = [row("nan", "completed", "NaN"), row("a", "completed", 2.0), row("run", "running", None)]
-    assert [(t["trial_id"], t["rank"]) for t in ranked_json(rows, "loss", "min")] == [("a", 1), ("nan", None), ("run", None)]
-
-
 def test_dumps_is_strict_json_with_the_contract_strings() -> None:
     body = {"v": [float("nan"), float("inf"), -float("inf"), 1.5], "t": datetime(2026, 1, 2, tzinfo=timezone.utc), "p": (1, 2)}
     assert json.loads(dumps(body)) == {"v": ["NaN", "Infinity", "-Infinity", 1.5], "t": "2026-01-02T00:00:00+00:00", "p": [1, 2]}
     json.loads(dumps(body), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))  # no bare NaN tokens
 
 
-def test_the_trial_list_built_by_the_database_ranks_as_ranked_json_does() -> None:
-    import json
-
-    from spotsweep.services.reporter.web.present import ranked_bodies
-
+def test_the_trial_list_built_by_the_database_ranks_best_first_and_ranks_only_finite_objectives() -> None:
     def row(trial_id: str, state: str, objective: float | None) -> dict[str, object]:
         return {"body": json.dumps({"trial_id": trial_id, "name": "<x>"}), "state": state, "trial_id": trial_id,
                 "objective": objective}
