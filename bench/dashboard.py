@@ -35,7 +35,7 @@ from psycopg.types.json import Json
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 from servers import free_port, wait_port  # noqa: E402
 
-from spotsweep.services.reporter.web import make_app  # noqa: E402
+from spotsweep.services.reporter.web.app import make_app  # noqa: E402
 from spotsweep.shared.db import Database  # noqa: E402
 
 SPEC = {"name": "bench-dashboard", "command": ["python", "train.py"], "metric": {"name": "val_loss", "mode": "min"},

@@ -20,7 +20,7 @@ from spotsweep.shared.settings_cli import add_flags
 
 @command("dashboard", lambda p: add_flags(p, DashboardSettings))
 def _dashboard(args: argparse.Namespace, settings: Settings) -> int:
-    from spotsweep.services.reporter.web import serve  # deferred: Starlette, uvicorn, the importance model
+    from spotsweep.services.reporter.web.main import serve  # deferred: Starlette, uvicorn, the importance model
 
     assert isinstance(settings, DashboardSettings)
     _say_when_listening(settings.dashboard_host, settings.dashboard_port)

@@ -23,13 +23,6 @@ def test_the_reading_commands_import_none_of_the_services() -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
-def test_the_dashboard_still_loads_on_first_use() -> None:
-    code = ("from spotsweep.services.reporter.web import make_app, serve\n"
-            "print(make_app.__module__, serve.__module__)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.split() == ["spotsweep.services.reporter.web.app", "spotsweep.services.reporter.web.main"]
-
-
 @pytest.mark.parametrize(("argv", "loaded"), [(["--help"], []), (["agent", "--help"], ["processes"]),
                                               (["ls", "--help"], ["listing", "sweeps"])])
 def test_a_command_loads_only_its_own_module(argv: list[str], loaded: list[str]) -> None:

@@ -26,7 +26,7 @@ import uvicorn
 import yaml
 from servers import free_port, wait_port
 
-from spotsweep.services.reporter.web import make_app
+from spotsweep.services.reporter.web.app import make_app
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.db import Database
 

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from dashseed import Dashboard  # noqa: E402
 from servers import free_port, wait_port  # noqa: E402
 
-from spotsweep.services.reporter.web import make_app  # noqa: E402
+from spotsweep.services.reporter.web.app import make_app  # noqa: E402
 from spotsweep.shared.db import Database  # noqa: E402
 
 

@@ -22,7 +22,7 @@ from dashseed import add_sweep
 from servers import free_port, wait_port
 from starlette.testclient import TestClient
 
-from spotsweep.services.reporter.web import make_app
+from spotsweep.services.reporter.web.app import make_app
 from spotsweep.services.reporter.web.guard import COOKIE, Admission, exposure
 from spotsweep.services.reporter.web.main import options
 from spotsweep.shared.db import Database

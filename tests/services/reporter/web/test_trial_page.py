@@ -17,7 +17,7 @@ from dashseed import HOSTILE, add_sweep, add_trial
 from psycopg.types.json import Jsonb
 from servers import free_port, wait_port
 
-from spotsweep.services.reporter.web import make_app
+from spotsweep.services.reporter.web.app import make_app
 from spotsweep.shared.artifacts import ArtifactStore, S3ArtifactStore
 from spotsweep.shared.artifacts.checkpoint_layout import log_key
 from spotsweep.shared.artifacts.checkpoints import commit_checkpoint, upload_checkpoint_files
