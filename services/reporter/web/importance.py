@@ -66,20 +66,13 @@ class Importance:
     caution: str | None = None  # why the answer may be rough (few trials)
 
 
-def study_trials(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], metric: str,
-                 dists: Mapping[str, BaseDistribution]) -> list[optuna.trial.FrozenTrial]:
-    """Completed trials with a finite ``metric`` as Optuna trials over the
-    parameters in ``dists``; smoke trials, and trials whose params are
-    outside the space (an ``extend`` that changed it), are left out."""
-    return [optuna.trial.create_trial(params=p, distributions=dict(dists), value=v)
-            for p, v in zip(*usable_params(space, rows, metric, dists))]
-
-
 def usable_params(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], metric: str,
                   dists: Mapping[str, BaseDistribution]) -> tuple[list[dict[str, Any]], list[float]]:
-    """What :func:`study_trials` keeps, as Optuna's params and the values,
-    without building an Optuna trial each (``create_trial`` validates every
-    trial: a third of a second for 2,000, which the forest does not need)."""
+    """Completed trials with a finite ``metric``, as Optuna's params over the
+    parameters in ``dists`` and the values; smoke trials, and trials whose params
+    are outside the space (an ``extend`` that changed it), are left out. No Optuna
+    trial is built (``create_trial`` validates each: a third of a second for 2,000,
+    which the forest does not need)."""
     params_out: list[dict[str, Any]] = []
     values: list[float] = []
     for row in rows:

@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from spotsweep.shared.optuna_space import distributions
-from spotsweep.services.reporter.web.importance import as_json, importance, study_trials
+from spotsweep.services.reporter.web.importance import as_json, importance, usable_params
 from spotsweep.shared.spec import parse_spec
 
 SPACE = parse_spec({
@@ -20,6 +20,12 @@ SPACE = parse_spec({
               "noise": {"type": "int", "low": 1, "high": 10}},
     "strategy": {"type": "random", "trials": 1000},
 }).space
+
+
+def study_trials(space: Any, rows: list[dict[str, Any]], metric: str, dists: Any) -> list[optuna.trial.FrozenTrial]:
+    """The trials importance uses, as Optuna trials (for Optuna's own evaluator to compare with)."""
+    return [optuna.trial.create_trial(params=p, distributions=dict(dists), value=v)
+            for p, v in zip(*usable_params(space, rows, metric, dists))]
 
 
 def sample(n: int, objective: Any, seed: int = 1) -> list[dict[str, Any]]:
