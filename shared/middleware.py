@@ -3,8 +3,7 @@
 :func:`retrying` retries a call that raises :class:`RetryableError` with
 exponential backoff and full jitter. The dispatcher
 (:mod:`spotsweep.shared.broker.dispatch`) runs every handler under it and
-settles what still fails by the one settle policy (its :func:`~spotsweep.shared.broker.dispatch.guarded`
-applies that same path to one call: handler tests, which run a handler directly).
+settles what still fails by the one settle policy.
 """
 
 from __future__ import annotations

@@ -113,23 +113,18 @@ class BatchingHandler:
     def _process(self, batch: list[Delivery]) -> None:
         try:
             retrying(lambda: self._handle_batch(batch), self._retry, what="batch")
-        except RetryableError as e:
-            if len(batch) == 1:
-                settle_failure(batch[0], e, self._retry_pause)
-                return
-            # The policy's retryable branch for the whole batch: one log line, one pause.
-            _log.warning("batch requeued after retries", size=len(batch), reason=cap_text(str(e), 500))
-            time.sleep(self._retry_pause)
-            for d in batch:
-                d.nack(requeue=True)
         except Exception as e:
             if len(batch) == 1:
                 settle_failure(batch[0], e, self._retry_pause)
-                return
-            # Bisect: the half without the poison is stored in one go.
-            _log.warning("batch_failed_splitting", size=len(batch), error=cap_text(str(e), 500))
-            half = len(batch) // 2
-            self._process(batch[:half])
-            self._process(batch[half:])
+            elif isinstance(e, RetryableError):
+                # The policy's retryable branch for the whole batch: one log line, one pause.
+                _log.warning("batch requeued after retries", size=len(batch), reason=cap_text(str(e), 500))
+                time.sleep(self._retry_pause)
+                for d in batch:
+                    d.nack(requeue=True)
+            else:  # bisect: the half without the poison is stored in one go
+                _log.warning("batch_failed_splitting", size=len(batch), error=cap_text(str(e), 500))
+                self._process(batch[:len(batch) // 2])
+                self._process(batch[len(batch) // 2:])
         else:
             ack_all(batch)

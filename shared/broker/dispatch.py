@@ -1,26 +1,14 @@
 """The dispatcher: worker threads, draining, and the one settle policy.
 
 Both adapters only deliver, ack and nack; everything between a delivery and
-its settle lives here, once:
-
-* :class:`Workers` are a consumer's worker threads and its buffer: the
-  adapter pushes each delivery (from its I/O thread), a worker runs the
-  handler, and on cancel the buffered deliveries not yet started are handed
-  back to the adapter to requeue (or, with ``finish_buffered``, still run).
-  ``running`` is what an adapter's drain waits for.
-* :func:`settlement` is the settle policy, a pure function of the error and
-  the redelivered flag: a :class:`RetryableError` (its in-place retries spent)
-  is requeued; a :class:`PermanentError` is dead-lettered with its reason;
-  anything else is a bug, requeued once and dead-lettered on the redelivery,
-  so a poison message never loops.
-* :func:`settle_failure` applies it; :func:`dead_letter` publishes the message
-  to the dead-letter exchange with the reason in the header
-  :data:`REASON_HEADER` (and its queue in :data:`QUEUE_HEADER`) and then acks
-  it, so an operator reads why from the dead-letter queue itself.
-* :func:`run_handler` is what a worker runs: the handler under
-  :func:`~spotsweep.shared.middleware.retrying`, then the policy on failure.
-  A handler acks on success itself (it may also defer the ack: a batching
-  handler settles later, through :func:`settle_failure` too).
+its settle lives here, once. :class:`Workers` run a consumer's handler off the
+I/O thread; :func:`settlement` decides (pure) what a failure means: a
+:class:`RetryableError` is requeued, a :class:`PermanentError` dead-lettered
+with its reason (in the header :data:`REASON_HEADER`, so an operator reads why
+from the dead-letter queue itself), anything else is a bug, requeued once and
+dead-lettered on the redelivery so a poison message never loops. A handler
+acks on success itself (a batching one later, settling through
+:func:`settle_failure` too).
 """
 
 from __future__ import annotations
@@ -119,10 +107,7 @@ def refuse(delivery: Delivery, reason: str, throttle: Throttle = _refusals) -> N
 
 def dead_letter(delivery: Delivery, reason: str) -> None:
     """Send ``delivery`` to the dead-letter queue with ``reason`` in its headers, then ack it.
-
-    A plain ``nack(requeue=False)`` cannot carry a reason; when the copy cannot
-    be published (the connection is going away) it is the fallback, and the
-    reason is still in the log line."""
+    (A plain ``nack(requeue=False)`` cannot carry a reason: it is only the fallback.)"""
     connection = getattr(delivery, "connection", None)
     if connection is not None:
         headers = dict(delivery.headers)
@@ -188,21 +173,8 @@ def run_handler(handler: Handler, delivery: Delivery, retry: Backoff = DEFAULT_R
             log_if_slow(handler, time.perf_counter() - started, slow_after, outcome)
 
 
-def guarded(handler: Handler, name: str = "handler", backoff: Backoff = DEFAULT_RETRY) -> Handler:
-    """``handler`` run the way a consumer's worker runs it: retried in place,
-    then settled by the dispatcher's one policy (``name`` is kept for callers;
-    log lines name the delivery's queue)."""
-    def wrapper(delivery: Delivery) -> None:
-        run_handler(handler, delivery, backoff)
-
-    return wrapper
-
-
 def log_if_slow(handler: Handler, elapsed: float, slow_after: float | None, outcome: str) -> None:
-    """One warning for a delivery that took over ``slow_after`` seconds: which
-    handler (the queue and ids are bound by the caller), how long against what
-    bound, and how it ended (a run that retried in place says so in its own
-    ``retrying`` lines)."""
+    """One warning for a delivery that took over ``slow_after`` seconds (the caller binds the queue and ids)."""
     if slow_after is None or elapsed <= slow_after:
         return
     name = getattr(handler, "__qualname__", None) or type(handler).__name__

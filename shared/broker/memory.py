@@ -1,23 +1,13 @@
 """The in-process broker: RabbitMQ's semantics, as far as spotsweep uses them.
 
 Local mode runs planner, collector and agents in one process over one
-:class:`MemoryServer`; tests use it as the fast twin of the RabbitMQ adapter
-(the same contract tests run against both). A :class:`MemoryBroker` plays one
-*connection*: its consumers and exclusive queues end with it, and its unacked
-deliveries go back to their queues when it closes. Services may share one
-connection, or take their own with :meth:`MemoryBroker.new_connection`.
-
-Everything shared sits behind one lock. Each consumer's worker threads are
-the dispatcher's (:class:`~.dispatch.Workers`), as for RabbitMQ: they sleep
-until a delivery is pushed to them (no polling).
-Messages are pushed to a consumer's buffer as RabbitMQ pushes them over the
-wire: while the consumer holds fewer than ``prefetch`` unacked deliveries.
-A connection logs in as a ``user``: its messages carry that ``user_id``, and a
-publish naming another is refused as RabbitMQ refuses it (406), so tests of
-the sender checks mean the same on both adapters.
-
-The server side (queues, bindings, routing) lives in :mod:`.memory_server`;
-:class:`MemoryServer` and :func:`topic_matches` are importable from here too.
+:class:`MemoryServer` (:mod:`.memory_server`); tests use it as the fast twin of
+the RabbitMQ adapter (the same contract tests run against both). A
+:class:`MemoryBroker` plays one *connection*: its consumers and exclusive
+queues end with it, and its unacked deliveries go back to their queues when it
+closes. As over the wire, a consumer is pushed messages while it holds fewer
+than ``prefetch`` unacked, and a publish naming another ``user_id`` than the
+connection's login is refused (406), so sender checks mean the same on both.
 """
 
 from __future__ import annotations
@@ -28,7 +18,6 @@ from collections.abc import Collection, Iterable
 
 from spotsweep.shared import log
 from spotsweep.shared.broker.memory_server import MemoryServer, _Message, _Queue
-from spotsweep.shared.broker.memory_server import topic_matches as topic_matches  # re-exported
 from spotsweep.shared.broker.dispatch import Workers
 from spotsweep.shared.broker.port import DRAIN_GRACE_S, SLOW_HANDLER_S, Broker, Consumer, Delivery, Handler, Outgoing
 from spotsweep.shared.errors import PermanentError, RetryableError

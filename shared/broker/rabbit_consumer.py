@@ -10,7 +10,6 @@ thread with :meth:`AmqpIO.submit`, without waiting for it.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 
@@ -41,7 +40,6 @@ class RabbitDelivery(Delivery):
         self.queue = consumer.queue
         self.connection = consumer.broker
         self.tag: int = method.delivery_tag
-        self.received = time.monotonic()
         self.channel = channel
         self._consumer = consumer
         self._lock = threading.Lock()

@@ -6,12 +6,8 @@ alone touches pika, so heartbeats flow whatever the other threads do (a
 handler may block for hours), and the CLI can publish and exit without ever
 running a loop itself. Other threads hand it work with :meth:`AmqpIO.submit`
 (``ioloop.add_callback_threadsafe``, the one thread-safe call of pika's
-asynchronous connections) and wait on a Future if they need the outcome;
-on the I/O thread itself the work runs at once. :meth:`AmqpIO.ask` runs one
-synchronous AMQP method (a declare, a bind) on a channel of its own, for a
-worker thread that waits for the reply. Only pika's public API is used.
-
-Also here: :func:`translated`, pika's exceptions turned into spotsweep's.
+asynchronous connections). Also here: :func:`translated`, pika's exceptions
+turned into spotsweep's.
 """
 
 from __future__ import annotations

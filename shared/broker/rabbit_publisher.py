@@ -1,24 +1,12 @@
 """Publisher confirms without a round trip per message, on the one connection's I/O thread.
 
-pika's ``BlockingChannel`` in confirm mode sends one message and waits for its
-confirm before it returns, so every publish would cost a broker round trip (and
-an fsync wait for persistent messages) and a batch of N would cost N. RabbitMQ's
-documented alternative is to publish a window of messages and track the
-confirms as they come back ("handling publisher confirms asynchronously"). A
-:class:`Confirms` does that on a channel in confirm mode of the connection the
-consumers use (:mod:`.rabbit_io`), opened on first use and again after the
-broker closed it.
-
-:meth:`Confirms.send` is safe from any thread: it hands the messages to the
-I/O thread and returns a Future at once; the Future completes, on the I/O
-thread, when the broker has confirmed every message of the batch, fails with
-:class:`RetryableError` if any was nacked, and with the channel's error if the
-broker closes it (404 for an unknown exchange is a :class:`PermanentError`),
-after which a new channel takes the next messages. Messages are written in
-the order they were handed over, so one thread's publishes keep their order
-(and go out before that thread's later acks). Every message carries the AMQP
-``user_id`` of this connection's login (:func:`properties`), which RabbitMQ
-checks: a message naming another user closes the channel with 406.
+pika's ``BlockingChannel`` in confirm mode waits for each message's confirm, so
+a batch of N would cost N broker round trips (and fsync waits). As RabbitMQ
+documents ("handling publisher confirms asynchronously"), a :class:`Confirms`
+publishes a window of messages on a confirm-mode channel of the consumers'
+connection (:mod:`.rabbit_io`) and tracks the confirms as they come back.
+Messages are written in the order handed over, so one thread's publishes keep
+their order (and go out before that thread's later acks).
 """
 
 from __future__ import annotations

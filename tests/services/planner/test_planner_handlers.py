@@ -11,7 +11,7 @@ import pytest
 
 from spotsweep.services.planner.handlers import handle_event, handle_sweep_message, publish_pending
 from spotsweep.shared import topology
-from spotsweep.shared.broker.dispatch import guarded
+from spotsweep.shared.broker.dispatch import run_handler
 from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.errors import DecodeError, RetryableError
 from spotsweep.shared.messages import TrialFinished, TrialMessage, TrialStarted, decode, encode
@@ -86,13 +86,12 @@ def test_crash_is_retried_as_a_new_attempt_then_marked_failed(h: Any, delivery: 
 
 
 def test_undecodable_messages_are_dead_lettered_and_the_planner_goes_on(h: Any, delivery: Any) -> None:
-    handler = guarded(lambda d: handle_sweep_message(d, h.deps), "sweep")
     d = delivery(b"\xff not json", {"sweep_id": "junk-000000a4"})
-    handler(d)
+    run_handler(lambda x: handle_sweep_message(x, h.deps), d)
     assert d.settled == "dead-letter"
     assert h.sweep("junk-000000a4")["state"] == "rejected"
     e = delivery(b'{"kind": "trial.finished"}')
-    guarded(lambda x: handle_event(x, h.deps), "event")(e)
+    run_handler(lambda x: handle_event(x, h.deps), e)
     assert e.settled == "dead-letter"
     with pytest.raises(DecodeError):
         handle_event(delivery(b"[]"), h.deps)
@@ -131,7 +130,7 @@ def test_retry_policy_requeues_when_the_database_stays_down(delivery: Any) -> No
         raise RetryableError("db down")
 
     d = delivery(b"{}")
-    guarded(down, "x", Backoff(base=0.001, cap=0.001, attempts=3))(d)
+    run_handler(down, d, Backoff(base=0.001, cap=0.001, attempts=3))
     assert (len(calls), d.settled) == (3, "requeue")
 
 

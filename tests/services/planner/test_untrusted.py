@@ -13,7 +13,7 @@ import pytest
 
 from spotsweep.services.planner import handlers, service
 from spotsweep.services.planner.bodies import decoded_body, submission_id
-from spotsweep.shared.broker.dispatch import guarded
+from spotsweep.shared.broker.dispatch import run_handler
 from spotsweep.shared.errors import DecodeError
 from spotsweep.shared.limits import ERROR_CHARS
 
@@ -35,7 +35,7 @@ ON_PG = pytest.mark.parametrize("h", ["postgres"], indirect=True)  # conftest.h 
 def post(h: Any, body: bytes, headers: dict[str, Any] | None = None, message_id: str | None = None) -> Any:
     """Through the planner's guard, as the service runs it: dead-letters what it refuses."""
     d = h.delivery(body, headers or {}, message_id=message_id)
-    guarded(lambda x: handlers.handle_sweep_message(x, h.deps), "sweep")(d)
+    run_handler(lambda x: handlers.handle_sweep_message(x, h.deps), d)
     return d
 
 

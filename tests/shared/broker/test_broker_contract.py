@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pytest
 from waiting import wait_until
 
-from spotsweep.shared.broker.memory import topic_matches
+from spotsweep.shared.broker.memory_server import topic_matches
 from spotsweep.shared.broker.port import Broker, Delivery, Outgoing, ack_all
 from spotsweep.shared.broker.rabbit import RabbitBroker
 from spotsweep.shared.errors import PermanentError, RetryableError
