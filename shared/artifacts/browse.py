@@ -15,14 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from spotsweep.shared.artifacts.checkpoint_layout import (
-    _FOLDER,
-    MANIFEST,
-    _folder_order,
-    _read_pointer,
-    checkpoint_prefix,
-    log_key,
-)
+from spotsweep.shared.artifacts.checkpoint_layout import _FOLDER, MANIFEST, _folder_order, _read_pointer, checkpoint_prefix, log_key
 from spotsweep.shared.artifacts.checkpoints import _restore_folder, restore_checkpoint
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
 from spotsweep.shared.errors import PermanentError

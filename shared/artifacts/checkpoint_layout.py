@@ -61,7 +61,7 @@ def _listed_whole(store: ArtifactStore, prefix: str, folder: str, keys: dict[str
     if f"{prefix}{folder}/{MANIFEST}" not in keys.get(folder, ()):
         return False
     try:
-        sizes = _read_manifest(store, prefix, folder)
+        sizes = read_manifest(store, prefix, folder)[0]
     except (NotFound, PermanentError):
         return False
     listed = set(keys[folder])
@@ -90,11 +90,6 @@ def _safe_paths(files: list[str], key: str) -> None:
             if parent in names:
                 raise PermanentError(f"checkpoint {key} names both {str(parent)!r} and {str(path)!r}: a file cannot "
                                      "also be a folder, so the checkpoint cannot be restored")
-
-
-def _read_manifest(store: ArtifactStore, prefix: str, folder: str) -> dict[str, int]:
-    """The files and sizes a folder's ``MANIFEST`` lists; NotFound if it has none."""
-    return read_manifest(store, prefix, folder)[0]
 
 
 def read_manifest(store: ArtifactStore, prefix: str, folder: str) -> tuple[dict[str, int], dict[str, float]]:

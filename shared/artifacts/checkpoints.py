@@ -45,22 +45,10 @@ from collections.abc import Callable, Collection
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from spotsweep.shared.artifacts.checkpoint_layout import (
-    _FOLDER_NAME,
-    FILES,
-    LATEST,
-    MANIFEST,
-    _complete_folders,
-    _folder_order,
-    _folders,
-    _listed_whole,
-    read_manifest,
-    read_manifest_hashes,
-    _read_pointer,
-    checkpoint_prefix,
-    folder_prefix,
-    log_key,
-)
+from spotsweep.shared.artifacts.checkpoint_layout import (_FOLDER_NAME, FILES, LATEST, MANIFEST, _complete_folders,
+                                                          _folder_order, _folders, _listed_whole, _read_pointer,
+                                                          checkpoint_prefix, folder_prefix, log_key, read_manifest,
+                                                          read_manifest_hashes)
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
 from spotsweep.shared.artifacts.safe_files import Walk, regular_files
@@ -69,21 +57,9 @@ from spotsweep.shared.errors import PermanentError, RetryableError
 
 _log = log.get("spotsweep.artifacts")
 
-__all__ = [
-    "FILES",
-    "LATEST",
-    "MANIFEST",
-    "checkpoint_prefix",
-    "commit_checkpoint",
-    "folder_prefix",
-    "latest_checkpoint",
-    "log_key",
-    "prune_checkpoints",
-    "restore_checkpoint",
-    "restore_known",
-    "upload_checkpoint",
-    "upload_checkpoint_files",
-]
+__all__ = ["FILES", "LATEST", "MANIFEST", "checkpoint_prefix", "commit_checkpoint", "folder_prefix", "latest_checkpoint",
+           "log_key", "prune_checkpoints", "restore_checkpoint", "restore_known", "upload_checkpoint",
+           "upload_checkpoint_files"]
 
 
 # -- writing ------------------------------------------------------------------
@@ -93,14 +69,12 @@ def upload_checkpoint(
     store: ArtifactStore, sweep_id: str, trial_id: str, step: int, directory: Path, keep: int = 2,
     metrics: dict[str, float] | None = None,
 ) -> str:
-    """Upload ``directory`` as checkpoint ``step``, commit it, prune old ones.
+    """Upload ``directory`` as checkpoint ``step``, commit it, prune old ones; the folder's URI.
 
-    Returns the URI of the upload's folder. ``keep`` counts complete
-    checkpoints kept at or below this one, this one included. ``metrics``
-    (the last value of each metric reported up to this step) are kept in the
-    manifest, so that a run resumed from here knows them even when the run
-    that reported them was lost before it could tell anyone.
-    """
+    ``keep`` counts complete checkpoints kept at or below this one, this one
+    included. ``metrics`` (the last value of each reported up to this step) go in
+    the manifest, so a run resumed from here knows them even when the run that
+    reported them was lost before it could tell anyone."""
     if keep < 1:
         raise PermanentError(f"keep must be at least 1, got {keep}")
     folder = upload_checkpoint_files(store, sweep_id, trial_id, step, directory, metrics)
@@ -111,10 +85,8 @@ def upload_checkpoint(
 
 def upload_checkpoint_files(store: ArtifactStore, sweep_id: str, trial_id: str, step: int, directory: Path,
                             metrics: dict[str, float] | None = None, cancel: Callable[[], bool] | None = None) -> str:
-    """Upload every file under ``directory`` into a new folder, then its
-    ``MANIFEST``, without committing (``LATEST`` is untouched); return the
-    folder's name. Files go in parallel, large ones by parts; a file unchanged
-    since the committed folder is copied from it inside the store (:mod:`.transfer`).
+    """Upload every file under ``directory`` into a new folder, then its ``MANIFEST``,
+    without committing (``LATEST`` is untouched); return the folder's name.
     ``cancel``: polled between requests; once it says so the upload is abandoned
     (:class:`~.workers.TransferCancelled`) and the folder stays incomplete."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -171,18 +143,10 @@ def prune_checkpoints(
     store: ArtifactStore, sweep_id: str, trial_id: str, keep: int = 2, committed: str | None = None,
     protect: Collection[str] = (),
 ) -> list[str]:
-    """Delete checkpoint folders no one needs; return the folders deleted (sorted).
-
-    ``committed`` is the folder this writer just committed (default: the one
-    ``LATEST`` names). It, the folder ``LATEST`` names now, and every folder
-    newer than ``committed`` are kept: newer ones belong to another writer. Of
-    the complete, intact folders older than ``committed``, ``keep - 1`` are
-    kept. Incomplete or damaged folders are deleted only below the oldest
-    folder kept: one above it may be another writer's upload in progress.
-    A complete folder loses its ``MANIFEST`` first, so no restore picks it
-    while its files are going. Folders in ``protect`` are kept besides (the
-    retention policy's best checkpoint, :mod:`.retention`).
-    """
+    """Delete checkpoint folders no one needs (the rules: the module's docstring); the folders
+    deleted (sorted). ``committed``: the folder this writer just committed (default: the one
+    ``LATEST`` names). Folders in ``protect`` are kept besides (the retention policy's best
+    checkpoint, :mod:`.retention`)."""
     if keep < 1:
         raise PermanentError(f"keep must be at least 1, got {keep}")
     prefix = checkpoint_prefix(sweep_id, trial_id)
@@ -234,10 +198,8 @@ def _doomed(store: ArtifactStore, prefix: str, keys: dict[str, list[str]], ancho
 
 
 def latest_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str) -> int | None:
-    """The step a restore would start from, judged from a listing without
-    downloading: the step of the folder ``LATEST`` names if its ``MANIFEST``
-    and files are there, else of the newest such folder; None when the trial
-    has no checkpoint. (File sizes are checked only by a restore.)"""
+    """The step a restore would start from, judged from a listing without downloading
+    (file sizes are checked only by a restore); None when the trial has no checkpoint."""
     prefix = checkpoint_prefix(sweep_id, trial_id)
     pointer = _read_pointer(store, sweep_id, trial_id)
     keys = _folders(store, prefix)
@@ -251,18 +213,11 @@ def latest_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str) -> int
 
 def restore_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, directory: Path,
                        metrics: dict[str, float] | None = None) -> int | None:
-    """Download the latest checkpoint into ``directory``; return its step, or
-    None when there is none. Files already in ``directory`` that the checkpoint
-    does not name are left alone. ``metrics``, when given, is filled with the
-    metrics the manifest kept.
-
-    The folder ``LATEST`` names comes first; when it is missing, incomplete or
-    damaged, the newest complete folder that is whole. Raises
-    :class:`RetryableError` when writers keep pruning folders under it, and
-    :class:`PermanentError` when complete folders exist but every one of them
-    stays damaged (a folder whose ``MANIFEST`` is corrupt, or names paths that
-    cannot be restored, such as ``a`` and ``a/b``, counts as damaged).
-    """
+    """Download the latest checkpoint into ``directory``; its step, or None when there is none.
+    Files already in ``directory`` that it does not name are left alone; ``metrics``, when
+    given, is filled with the metrics the manifest kept. Raises :class:`RetryableError` when
+    writers keep pruning folders under it, and :class:`PermanentError` when every complete
+    folder stays damaged (a corrupt ``MANIFEST``, or paths such as ``a`` and ``a/b``)."""
     directory = Path(directory)
     prefix = checkpoint_prefix(sweep_id, trial_id)
     listed: list[str] | None = store.list(prefix)
@@ -336,10 +291,8 @@ def _restore_folder(store: ArtifactStore, prefix: str, folder: str, directory: P
 
 
 def _restore_files(store: ArtifactStore, prefix: str, sizes: dict[str, int], directory: Path) -> bool:
-    """Download the files ``sizes`` names into a staging folder beside
-    ``directory`` (in parallel, large ones by ranges: :mod:`.transfer`) and move
-    them into it only once every one arrived whole; False (and ``directory``
-    untouched) if one is missing or has the wrong size."""
+    """Download the files ``sizes`` names into a staging folder beside ``directory``, moved
+    into it only once every one arrived whole; False (``directory`` untouched) if one did not."""
     directory.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.restore-", dir=directory.parent))
     try:

@@ -20,9 +20,11 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
@@ -77,11 +79,7 @@ class LocalArtifactStore(ArtifactStore):
 
     def copy(self, source: str, key: str) -> str:
         target = self._path(key)
-        try:
-            src = open(self._path(source), "rb")  # closed by the with below
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
-            raise NotFound(source) from e
-        with src:
+        with self._reading(source) as fd, open(fd, "rb", closefd=False) as src:
             _write_atomically(target, lambda f: shutil.copyfileobj(src, f, 1024 * 1024))
         return self.uri(key)
 
@@ -124,55 +122,44 @@ class LocalArtifactStore(ArtifactStore):
     def delete(self, key: str) -> None:
         # Empty folders are left behind on purpose: removing them would race a
         # concurrent writer that has just created the folder for a new file.
-        try:
-            self._path(key).unlink()
-        except FileNotFoundError:
-            pass
+        self._path(key).unlink(missing_ok=True)
 
     # -- reads ----------------------------------------------------------------
 
-    def get_bytes(self, key: str) -> bytes:
+    @contextmanager
+    def _reading(self, key: str) -> Iterator[int]:
+        """A descriptor open on ``key``'s file; :class:`NotFound` if there is none (or a folder)."""
         try:
-            return self._path(key).read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError) as e:
             raise NotFound(key) from e
+        try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise NotFound(key)
+            yield fd
+        finally:
+            os.close(fd)
+
+    def get_bytes(self, key: str) -> bytes:
+        with self._reading(key) as fd, open(fd, "rb", closefd=False) as src:
+            return src.read()
 
     def get_file(self, key: str, path: Path) -> None:
-        try:
-            src = open(self._path(key), "rb")  # closed by the with below
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
-            raise NotFound(key) from e
-        with src:
+        with self._reading(key) as fd, open(fd, "rb", closefd=False) as src:
             _write_atomically(Path(path), lambda f: shutil.copyfileobj(src, f, 1024 * 1024))
 
     def get_range(self, key: str, offset: int, length: int) -> tuple[bytes, int]:
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
-            raise NotFound(key) from e
-        try:
+        with self._reading(key) as fd:
             return os.pread(fd, length, offset), os.fstat(fd).st_size
-        finally:
-            os.close(fd)
 
     def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
-            raise NotFound(key) from e
-        try:
+        with self._reading(key) as fd:
             size = os.fstat(fd).st_size
             start = max(size - max(length, 0), 0)
             return os.pread(fd, size - start, start), size
-        finally:
-            os.close(fd)
 
     def get_range_into(self, key: str, offset: int, length: int, fd: int) -> tuple[int, int]:
-        try:
-            src = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
-            raise NotFound(key) from e
-        try:
+        with self._reading(key) as src:
             written, end = 0, offset + length
             while offset + written < end:
                 data = os.pread(src, min(1 << 20, end - offset - written), offset + written)
@@ -180,8 +167,6 @@ class LocalArtifactStore(ArtifactStore):
                     break
                 written += os.pwrite(fd, data, offset + written)
             return written, os.fstat(src).st_size
-        finally:
-            os.close(src)
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
@@ -233,8 +218,5 @@ def _write_atomically(target: Path, write: Callable[[BinaryIO], object]) -> None
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        Path(tmp).unlink(missing_ok=True)
         raise

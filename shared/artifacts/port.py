@@ -63,36 +63,28 @@ class ArtifactStore(ABC):
     def uri(self, key: str) -> str: ...
 
     def copy(self, source: str, key: str) -> str:
-        """Copy the object ``source`` to ``key`` (replacing it) inside the store;
-        return its URI. Raise :class:`NotFound` if ``source`` is absent.
-
-        S3 copies on the server (no byte passes through this process: PBT's
-        exploit copies a donor trial's checkpoint this way) and the local store
-        copies the file. This default reads and writes the bytes, for adapters
-        without a copy of their own."""
+        """Copy the object ``source`` to ``key`` (replacing it) inside the store; its URI.
+        :class:`NotFound` if ``source`` is absent. S3 copies on the server (no byte passes
+        through this process); this default reads and writes the bytes."""
         return self.put_bytes(key, self.get_bytes(source))
 
     def get_range(self, key: str, offset: int, length: int) -> tuple[bytes, int]:
         """Bytes ``offset`` to ``offset + length`` of ``key`` (fewer, or none, past its end)
-        and the object's whole size; :class:`NotFound` if absent. Adapters that can
-        read a range without the rest override this (checkpoint restores then fetch a
-        large file's parts in parallel, :mod:`.transfer`); this default reads it all."""
+        and the object's whole size; :class:`NotFound` if absent. This default reads it all."""
         data = self.get_bytes(key)
         return data[offset:offset + length], len(data)
 
     def get_tail(self, key: str, length: int) -> tuple[bytes, int]:
         """The last ``length`` bytes of ``key`` (all of it when shorter) and the object's whole
-        size; :class:`NotFound` if absent. What a log's tail needs without the rest of the log
-        (the dashboard's trial page: a log may be 64 MiB). Adapters that can read the end
-        alone override this; this default reads it all."""
+        size; :class:`NotFound` if absent: a log's tail without the rest of the log (the
+        dashboard's trial page: a log may be 64 MiB). This default reads it all."""
         data = self.get_bytes(key)
         return data[max(len(data) - length, 0):], len(data)
 
     def get_range_into(self, key: str, offset: int, length: int, fd: int) -> tuple[int, int]:
         """:meth:`get_range` written into the open file ``fd`` at ``offset`` (``os.pwrite``) as it
         arrives: the bytes written and the object's whole size. Adapters that stream a range
-        override this, and checkpoint restores then fetch a large file's ranges in parallel
-        with little memory (:mod:`.transfer`); this default holds the range in memory."""
+        override this (:mod:`.transfer` then fetches a large file's ranges in parallel)."""
         data, total = self.get_range(key, offset, length)
         written = 0
         while written < len(data):

@@ -21,13 +21,10 @@ the checkpoint whose objective value there is best (ties: the newest) is the
 one nearest the trial's best value. A checkpoint saved before any objective
 value, or at a NaN, is never "best".
 
-Deletion is crash-safe because it goes through
-:func:`~.checkpoints.prune_checkpoints`: the folder ``LATEST`` names and any
-newer folder are never deleted, a folder loses its ``MANIFEST`` before its
-files (so a half-deleted folder is incomplete and no restore reads it), and
-such leftovers are deleted by the next prune. A trial that may resume always
-keeps a complete checkpoint. Only a pruned trial, which never resumes, has
-everything deleted; a crash in the middle leaves some of its keys behind.
+Deletion goes through :func:`~.checkpoints.prune_checkpoints`, crash-safe by
+its rules, so a trial that may resume always keeps a complete checkpoint. Only
+a pruned trial, which never resumes, has everything deleted; a crash in the
+middle leaves some of its keys behind.
 """
 
 from __future__ import annotations
@@ -36,15 +33,8 @@ import math
 from collections.abc import Mapping
 from typing import Literal
 
-from spotsweep.shared.artifacts.checkpoint_layout import (
-    LATEST,
-    MANIFEST,
-    _complete_folders,
-    _folder_order,
-    _folders,
-    checkpoint_prefix,
-    read_manifest,
-)
+from spotsweep.shared.artifacts.checkpoint_layout import (LATEST, MANIFEST, _complete_folders, _folder_order, _folders,
+                                                          checkpoint_prefix, read_manifest)
 from spotsweep.shared.artifacts.checkpoints import prune_checkpoints
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound
 from spotsweep.shared.errors import PermanentError

@@ -232,13 +232,9 @@ class S3ArtifactStore(ArtifactStore):
         return self.uri(key)
 
     def get_bytes(self, key: str) -> bytes:
-        with self._translate("get", key):
-            response = self._client.get_object(self.bucket, key)
-            try:
-                return response.read()
-            finally:
-                response.close()
-                response.release_conn()
+        parts: list[bytes] = []
+        self._ranged(key, 0, 0, parts.append, "get")  # offset and length 0: the whole object
+        return b"".join(parts)
 
     def get_file(self, key: str, path: Path) -> None:
         # One GET into a temporary file renamed over ``path`` when whole (a reader never
@@ -247,14 +243,8 @@ class S3ArtifactStore(ArtifactStore):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
         try:
-            with os.fdopen(fd, "wb") as out, self._translate("download", key):
-                response = self._client.get_object(self.bucket, key)
-                try:
-                    for chunk in response.stream(1 << 20):
-                        out.write(chunk)
-                finally:
-                    response.close()
-                    response.release_conn()
+            with os.fdopen(fd, "wb") as out:
+                self._ranged(key, 0, 0, out.write, "download")
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -285,34 +275,22 @@ class S3ArtifactStore(ArtifactStore):
             with self._translate("stat", key):
                 return b"", self._client.stat_object(self.bucket, key).size or 0
         parts: list[bytes] = []
-        with self._translate("tail get", key):
-            try:
-                response = self._client.get_object(self.bucket, key, request_headers={"Range": f"bytes=-{length}"})
-            except S3Error as e:
-                if e.code != "InvalidRange":
-                    raise
-                return b"", self._client.stat_object(self.bucket, key).size or 0  # an empty object
-            try:
-                for chunk in response.stream(1 << 20):
-                    parts.append(chunk)
-                total = response.headers.get("Content-Range", "").rpartition("/")[2]
-            finally:
-                response.close()
-                response.release_conn()
-        data = b"".join(parts)
-        return data, int(total) if total.isdigit() else len(data)
+        total = self._ranged(key, 0, 0, parts.append, "tail get", suffix=length)
+        return b"".join(parts), total
 
-    def _ranged(self, key: str, offset: int, length: int, sink: Callable[[bytes], None]) -> int:
-        """GET bytes ``offset`` to ``offset + length`` of ``key`` into ``sink`` chunk by chunk; the
-        object's size (a range starting past its end yields nothing)."""
+    def _ranged(self, key: str, offset: int, length: int, sink: Callable[[bytes], object], op: str = "ranged get",
+                suffix: int = 0) -> int:
+        """GET bytes ``offset`` to ``offset + length`` of ``key`` (or its last ``suffix`` bytes) into
+        ``sink`` chunk by chunk; the object's size (a range starting past its end yields nothing)."""
         got = 0
-        with self._translate("ranged get", key):
+        with self._translate(op, key):
             try:
-                response = self._client.get_object(self.bucket, key, offset=offset, length=length)
+                response = self._client.get_object(self.bucket, key, offset=offset, length=length,
+                                                   request_headers={"Range": f"bytes=-{suffix}"} if suffix else None)
             except S3Error as e:
                 if e.code != "InvalidRange":
                     raise
-                return self._client.stat_object(self.bucket, key).size or 0  # the range starts past the end
+                return self._client.stat_object(self.bucket, key).size or 0  # past the end, or an empty object
             try:
                 for chunk in response.stream(1 << 20):
                     sink(chunk)

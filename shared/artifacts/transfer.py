@@ -3,26 +3,20 @@
 On a remote object store every request costs a round trip, so the files go
 :data:`~.workers.WORKERS` at a time (a checkpoint of 20,000 one-byte files
 took 175 s one PUT at a time) and a large file goes as a multipart upload of
-:data:`CHUNK`-sized parts in parallel. It comes back as parallel ranged GETs,
-as many as keep every worker busy (a few large ranges rather than many
-small ones: moto, for one, copies the whole object for every range it
-serves), each streamed into place by offset (``pwrite``) with little memory.
-Stores without parts or ranges (wrappers in tests, adapters of other kinds)
-get whole-file calls.
+:data:`CHUNK`-sized parts in parallel. It comes back as parallel ranged GETs
+streamed into place by offset (``pwrite``): a few large ranges rather than
+many small ones (moto, for one, copies the whole object for every range it
+serves). Stores without parts or ranges get whole-file calls.
 
-Each file's content hash (:func:`tree hash <_combine>`: SHA-256 over the
-SHA-256 of each 8 MiB chunk, so the chunks hash in parallel, and from the
-very bytes a part sends) goes into the ``MANIFEST``. A file whose size and
-hash equal those of the same path in the previous committed folder (a frozen
-base model under LoRA adapters) is copied inside the store (S3 CopyObject)
-instead of sent again: the new folder still holds its own copy, so pruning
-the old one never takes a file from it; above 5 GiB (CopyObject's limit) the
-adapter copies it in parts inside the store (UploadPartCopy). Hashing costs 0.6-1.3 s of one core per GiB
-(``bench/checkpoint.py``; SHA-256 with the CPU's SHA extensions); files under :data:`DEDUPE_MIN` are not worth a
-comparison (a PUT costs what a copy does) but are hashed all the same. A
-file hashed before and not modified since (:mod:`.hash_cache`: the same
-inode, size and mtime, as the snapshot's hard link of a frozen base model is)
-is not read again.
+Each file's content hash (SHA-256 over the SHA-256 of each 8 MiB chunk, so the
+chunks hash in parallel, from the very bytes a part sends) goes into the
+``MANIFEST``. A file whose size and hash equal those of the same path in the
+previous committed folder (a frozen base model under LoRA adapters) is copied
+inside the store (S3 CopyObject) instead of sent again: every folder still
+holds its own copy, so pruning the old one never takes a file from it.
+Hashing costs 0.6-1.3 s of one core per GiB (``bench/checkpoint.py``); a file
+hashed before and not modified since (:mod:`.hash_cache`: the same inode, size
+and mtime) is not read again.
 """
 
 from __future__ import annotations
@@ -45,7 +39,7 @@ from spotsweep.shared.middleware import Backoff, retrying
 
 MiB = 1 << 20
 CHUNK = 8 * MiB  # hash chunk, part and range size (boto3's default part size)
-DEDUPE_MIN = 256 * 1024
+DEDUPE_MIN = 256 * 1024  # smaller files are not worth a comparison (a PUT costs what a copy does)
 HASH = "sha256/8MiB-chunks"  # the hash scheme a MANIFEST's ``hashes`` use
 _REQUEST = Backoff(base=0.2, cap=2.0, attempts=3)  # one part or file, before the whole upload is retried
 T = TypeVar("T")
