@@ -18,10 +18,8 @@ from pathlib import PurePosixPath
 from typing import Annotated, Any
 from urllib.parse import unquote, urlsplit
 
-from pydantic import (
-    AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer,
-    model_validator,
-)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator,
+                      model_serializer, model_validator)
 
 SCHEMES = ("s3://", "https://", "http://", "/")  # what ``from`` may start with: an S3 prefix, a URL, a node path
 

@@ -91,14 +91,9 @@ Cleanup = Callable[[], None]
 RECONNECT_BACKOFF = Backoff(base=1.0, cap=30.0)
 
 
-def serve(
-    connect_fn: Callable[[], Broker],
-    start: Callable[[Broker], Cleanup | None],
-    on_drain: Callable[[], None] | None = None,
-    on_kill: Callable[[], None] | None = None,
-    backoff: Backoff = RECONNECT_BACKOFF,
-    watch: Callable[[Callable[[], None]], None] | None = None,
-) -> int:
+def serve(connect_fn: Callable[[], Broker], start: Callable[[Broker], Cleanup | None],
+          on_drain: Callable[[], None] | None = None, on_kill: Callable[[], None] | None = None,
+          backoff: Backoff = RECONNECT_BACKOFF, watch: Callable[[Callable[[], None]], None] | None = None) -> int:
     """Run a service until a signal stops it, reconnecting when the broker goes away.
 
     ``start(broker)`` declares and consumes on a fresh connection (and may

@@ -30,43 +30,10 @@ from __future__ import annotations
 from spotsweep.shared.spec_load import load_spec, load_spec_file, parse_spec
 from spotsweep.shared.spec_models import Metric, Resources, Retries, SweepSpec, spec_json_schema
 from spotsweep.shared.spec_params import Choice, IntRange, LogUniform, Param, Uniform
-from spotsweep.shared.spec_search import (
-    AshaStrategy,
-    Budget,
-    BudgetParam,
-    GridStrategy,
-    HyperbandStop,
-    MedianStop,
-    ModelStrategy,
-    Pricing,
-    RandomStrategy,
-    Smoke,
-    SubsetStrategy,
-)
+from spotsweep.shared.spec_search import (AshaStrategy, Budget, BudgetParam, GridStrategy, HyperbandStop, MedianStop,
+                                          ModelStrategy, Pricing, RandomStrategy, Smoke, SubsetStrategy)
 
-__all__ = [
-    "AshaStrategy",
-    "Budget",
-    "BudgetParam",
-    "Choice",
-    "GridStrategy",
-    "HyperbandStop",
-    "IntRange",
-    "LogUniform",
-    "MedianStop",
-    "Metric",
-    "ModelStrategy",
-    "Param",
-    "Pricing",
-    "RandomStrategy",
-    "Resources",
-    "Retries",
-    "Smoke",
-    "SubsetStrategy",
-    "SweepSpec",
-    "Uniform",
-    "load_spec",
-    "load_spec_file",
-    "parse_spec",
-    "spec_json_schema",
-]
+__all__ = ["AshaStrategy", "Budget", "BudgetParam", "Choice", "GridStrategy", "HyperbandStop", "IntRange", "LogUniform",
+           "MedianStop", "Metric", "ModelStrategy", "Param", "Pricing", "RandomStrategy", "Resources", "Retries",
+           "Smoke", "SubsetStrategy", "SweepSpec", "Uniform", "load_spec", "load_spec_file", "parse_spec",
+           "spec_json_schema"]

@@ -130,11 +130,9 @@ def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 # YAML 1.1 reads 1e-4 and 1.0e4 (no dot, or unsigned exponent) as strings; 1.2 and JSON read floats.
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                              re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+                              list("-+0123456789."))
 
 
 def yaml_load(text: str | bytes, source: str = "<spec>") -> object:

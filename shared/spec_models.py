@@ -29,20 +29,8 @@ from spotsweep.shared.naming import check_template
 from spotsweep.shared.quantity import cpu_cores, memory_bytes
 from spotsweep.shared.spec_base import Duration, _Model, _Problems
 from spotsweep.shared.spec_params import Choice, IntRange, Param
-from spotsweep.shared.spec_search import (
-    Budget,
-    GridStrategy,
-    Pricing,
-    Smoke,
-    StopModel,
-    StrategyModel,
-    budget_of,
-    on_change,
-    search_problems,
-    smoke_param,
-    stop_union,
-    strategy_union,
-)
+from spotsweep.shared.spec_search import (Budget, GridStrategy, Pricing, Smoke, StopModel, StrategyModel, budget_of,
+                                          on_change, search_problems, smoke_param, stop_union, strategy_union)
 
 BUILTINS = ("index", "name", "trial_name")  # fields every template may use; no parameter may take these names
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")

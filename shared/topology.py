@@ -68,12 +68,8 @@ class ExchangeSpec:
     type: str  # direct | topic | fanout
 
 
-EXCHANGES = (
-    ExchangeSpec(TRIALS_EXCHANGE, "direct"),
-    ExchangeSpec(EVENTS_EXCHANGE, "topic"),
-    ExchangeSpec(CONTROL_EXCHANGE, "fanout"),
-    ExchangeSpec(DEAD_LETTER_EXCHANGE, "fanout"),
-)
+EXCHANGES = (ExchangeSpec(TRIALS_EXCHANGE, "direct"), ExchangeSpec(EVENTS_EXCHANGE, "topic"),
+             ExchangeSpec(CONTROL_EXCHANGE, "fanout"), ExchangeSpec(DEAD_LETTER_EXCHANGE, "fanout"))
 
 
 def dead_letter_queue() -> QueueSpec:
@@ -85,11 +81,7 @@ def sweeps_queue() -> QueueSpec:
 
 
 def trial_queue_spec(resource_class: str) -> QueueSpec:
-    return QueueSpec(
-        trials_queue(resource_class),
-        ((TRIALS_EXCHANGE, resource_class),),
-        max_priority=MAX_PRIORITY,
-    )
+    return QueueSpec(trials_queue(resource_class), ((TRIALS_EXCHANGE, resource_class),), max_priority=MAX_PRIORITY)
 
 
 def collector_queue() -> QueueSpec:
@@ -102,10 +94,5 @@ def planner_events_queue() -> QueueSpec:
 
 def service_queues(resource_classes: tuple[str, ...] = ("gpu",)) -> tuple[QueueSpec, ...]:
     """Everything the control plane needs, declared by every service at start."""
-    return (
-        dead_letter_queue(),
-        sweeps_queue(),
-        collector_queue(),
-        planner_events_queue(),
-        *(trial_queue_spec(c) for c in resource_classes),
-    )
+    return (dead_letter_queue(), sweeps_queue(), collector_queue(), planner_events_queue(),
+            *(trial_queue_spec(c) for c in resource_classes))

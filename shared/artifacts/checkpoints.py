@@ -65,10 +65,8 @@ __all__ = ["FILES", "LATEST", "MANIFEST", "checkpoint_prefix", "commit_checkpoin
 # -- writing ------------------------------------------------------------------
 
 
-def upload_checkpoint(
-    store: ArtifactStore, sweep_id: str, trial_id: str, step: int, directory: Path, keep: int = 2,
-    metrics: dict[str, float] | None = None,
-) -> str:
+def upload_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, step: int, directory: Path, keep: int = 2,
+                      metrics: dict[str, float] | None = None) -> str:
     """Upload ``directory`` as checkpoint ``step``, commit it, prune old ones; the folder's URI.
 
     ``keep`` counts complete checkpoints kept at or below this one, this one
@@ -139,10 +137,8 @@ def commit_checkpoint(store: ArtifactStore, sweep_id: str, trial_id: str, folder
     store.put_bytes(checkpoint_prefix(sweep_id, trial_id) + LATEST, pointer)
 
 
-def prune_checkpoints(
-    store: ArtifactStore, sweep_id: str, trial_id: str, keep: int = 2, committed: str | None = None,
-    protect: Collection[str] = (),
-) -> list[str]:
+def prune_checkpoints(store: ArtifactStore, sweep_id: str, trial_id: str, keep: int = 2, committed: str | None = None,
+                      protect: Collection[str] = ()) -> list[str]:
     """Delete checkpoint folders no one needs (the rules: the module's docstring); the folders
     deleted (sorted). ``committed``: the folder this writer just committed (default: the one
     ``LATEST`` names). Folders in ``protect`` are kept besides (the retention policy's best

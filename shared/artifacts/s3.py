@@ -90,17 +90,9 @@ def _ca_certs() -> str:
 class S3ArtifactStore(ArtifactStore):
     """Artifacts as objects in one bucket, created on first use if missing."""
 
-    def __init__(
-        self,
-        endpoint: str,
-        access_key: str | SecretStr | None,
-        secret_key: str | SecretStr | None,
-        bucket: str,
-        secure: bool | None = None,
-        region: str | None = None,
-        *,
-        http_client: urllib3.PoolManager | None = None,
-    ) -> None:
+    def __init__(self, endpoint: str, access_key: str | SecretStr | None, secret_key: str | SecretStr | None,
+                 bucket: str, secure: bool | None = None, region: str | None = None, *,
+                 http_client: urllib3.PoolManager | None = None) -> None:
         """``http_client`` replaces minio's default pool (5 min timeouts, 5
         retries); tests pass one with short timeouts."""
         self.endpoint, self.secure = parse_endpoint(endpoint, secure)
@@ -115,14 +107,8 @@ class S3ArtifactStore(ArtifactStore):
             http_client.connection_pool_kw["maxsize"] = POOL_SIZE
         self._http = http_client
         try:
-            self._client = Minio(
-                self.endpoint,
-                access_key=_reveal(access_key),
-                secret_key=_reveal(secret_key),
-                secure=self.secure,
-                region=region,
-                http_client=http_client,
-            )
+            self._client = Minio(self.endpoint, access_key=_reveal(access_key), secret_key=_reveal(secret_key),
+                                 secure=self.secure, region=region, http_client=http_client)
         except ValueError as e:
             raise PermanentError(self._scrub(f"S3 client for {self!r}: {e}")) from None
         self._ensure_bucket(region)
@@ -131,15 +117,9 @@ class S3ArtifactStore(ArtifactStore):
     def from_settings(cls, settings: Settings) -> S3ArtifactStore:
         if not settings.s3_endpoint:
             raise PermanentError("SPOTSWEEP_S3_ENDPOINT is not set")
-        return cls(
-            settings.s3_endpoint,
-            settings.s3_access_key,
-            settings.s3_secret_key,
-            settings.s3_bucket,
-            secure=settings.s3_secure,
-            region=settings.s3_region,
-            http_client=s3_http_client(settings.s3_ca_file) if settings.s3_ca_file is not None else None,
-        )
+        return cls(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key, settings.s3_bucket,
+                   secure=settings.s3_secure, region=settings.s3_region,
+                   http_client=s3_http_client(settings.s3_ca_file) if settings.s3_ca_file is not None else None)
 
     def in_bucket(self, bucket: str) -> S3ArtifactStore:
         """This store's client over another (existing) bucket, never created: the source of ``inputs``."""

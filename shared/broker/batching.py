@@ -42,16 +42,8 @@ NO_RETRY = Backoff(attempts=1)  # a batch is requeued at once: its messages come
 
 
 class BatchingHandler:
-    def __init__(
-        self,
-        handle_batch: BatchHandler,
-        *,
-        max_batch: int = 100,
-        max_wait: float = 0.05,
-        retry_pause: float = RETRY_PAUSE_S,
-        retry: Backoff = NO_RETRY,
-        name: str = "batching",
-    ) -> None:
+    def __init__(self, handle_batch: BatchHandler, *, max_batch: int = 100, max_wait: float = 0.05,
+                 retry_pause: float = RETRY_PAUSE_S, retry: Backoff = NO_RETRY, name: str = "batching") -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self._handle_batch = handle_batch

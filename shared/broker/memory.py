@@ -173,15 +173,8 @@ class MemoryBroker(Broker):
         if message.user_id is not None and message.user_id != self.user:  # RabbitMQ: 406 PRECONDITION_FAILED
             raise PermanentError(f"publish: 406 PRECONDITION_FAILED - user_id property set to {message.user_id!r} "
                                  f"but authenticated user was {self.user!r}")
-        msg = _Message(
-            message.exchange,
-            message.routing_key,
-            message.body,
-            dict(message.headers),
-            message.message_id,
-            message.priority,
-            self.user,
-        )
+        msg = _Message(message.exchange, message.routing_key, message.body, dict(message.headers), message.message_id,
+                       message.priority, self.user)
         with self.server.lock:
             self._check_open_locked(closing_ok=True)  # a draining handler still publishes its results
             self.server.route_locked(msg)

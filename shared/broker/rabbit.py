@@ -93,16 +93,8 @@ def broker_reason(error: pe.AMQPConnectionError) -> str:
 
 
 class RabbitBroker(Broker):
-    def __init__(
-        self,
-        url: str,
-        heartbeat: int = 15,
-        *,
-        connection_attempts: int = 3,
-        retry_delay: float = 2.0,
-        socket_timeout: float = 10.0,
-        tls: AmqpTls | None = None,
-    ) -> None:
+    def __init__(self, url: str, heartbeat: int = 15, *, connection_attempts: int = 3, retry_delay: float = 2.0,
+                 socket_timeout: float = 10.0, tls: AmqpTls | None = None) -> None:
         """``tls``: the CA and client certificate files for an ``amqps://`` URL
         (:mod:`spotsweep.shared.tls`)."""
         self.url = redact_url(url)

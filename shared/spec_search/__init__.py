@@ -32,19 +32,9 @@ from spotsweep.shared.spec_search.median import MedianStop
 from spotsweep.shared.spec_search.model import MODEL_TYPES, ModelStrategy
 from spotsweep.shared.spec_search.pbt import Mutation, PbtInterval, PbtStop, PbtStrategy
 from spotsweep.shared.spec_search.random_search import RandomStrategy
-from spotsweep.shared.spec_search.registry import (
-    Problems,
-    StopModel,
-    StrategyModel,
-    on_change,
-    register_stop,
-    register_strategy,
-    stop_types,
-    stop_union,
-    strategy_types,
-    strategy_union,
-    unregister,
-)
+from spotsweep.shared.spec_search.registry import (Problems, StopModel, StrategyModel, on_change, register_stop,
+                                                   register_strategy, stop_types, stop_union, strategy_types,
+                                                   strategy_union, unregister)
 from spotsweep.shared.spec_search.subset import SubsetStrategy
 
 for _strategy in (GridStrategy, RandomStrategy, SubsetStrategy, ModelStrategy, AshaStrategy, PbtStrategy):
@@ -52,39 +42,8 @@ for _strategy in (GridStrategy, RandomStrategy, SubsetStrategy, ModelStrategy, A
 for _stop in (HyperbandStop, MedianStop):
     register_stop(_stop)
 
-__all__ = [
-    "MODEL_TYPES",
-    "AshaStrategy",
-    "Budget",
-    "BudgetParam",
-    "GridStrategy",
-    "HyperbandStop",
-    "MedianStop",
-    "ModelStrategy",
-    "Mutation",
-    "PbtInterval",
-    "PbtStop",
-    "PbtStrategy",
-    "Pricing",
-    "Problems",
-    "RandomStrategy",
-    "Smoke",
-    "StopModel",
-    "StrategyModel",
-    "SubsetStrategy",
-    "budget_of",
-    "enumerable",
-    "max_brackets",
-    "on_change",
-    "register_stop",
-    "register_strategy",
-    "search_problems",
-    "smoke_param",
-    "stop_of",
-    "stop_types",
-    "stop_union",
-    "strategy_types",
-    "strategy_union",
-    "summary",
-    "unregister",
-]
+__all__ = ["MODEL_TYPES", "AshaStrategy", "Budget", "BudgetParam", "GridStrategy", "HyperbandStop", "MedianStop",
+           "ModelStrategy", "Mutation", "PbtInterval", "PbtStop", "PbtStrategy", "Pricing", "Problems",
+           "RandomStrategy", "Smoke", "StopModel", "StrategyModel", "SubsetStrategy", "budget_of", "enumerable",
+           "max_brackets", "on_change", "register_stop", "register_strategy", "search_problems", "smoke_param",
+           "stop_of", "stop_types", "stop_union", "strategy_types", "strategy_union", "summary", "unregister"]
