@@ -4,18 +4,14 @@
 * ``/healthz``: 200 while the process is alive and serving HTTP (a liveness
   probe: restarting the process would not help with anything else).
 * ``/readyz``: 200 only while every readiness check passed recently, else
-  503 with one line per check saying what is wrong. :class:`Readiness` runs
-  each check on its own thread every ``interval`` seconds; a check that
-  fails, or has not finished within ``stale_after`` seconds (a network
-  partition can make a call hang until TCP gives up), makes the process
-  unready. With the defaults (5 s, 20 s) a lost broker or database shows
-  within 25 s, inside the 30 s the deployment docs promise. Before the first
-  pass of every check (still starting: connecting, retrying) it is 503.
+  503 with one line per check saying what is wrong. A check that fails, or
+  has not finished within ``stale_after`` seconds (a partition can make a call
+  hang until TCP gives up), makes the process unready: with the defaults (5 s,
+  20 s) a lost broker or database shows within 25 s, inside the 30 s the
+  deployment docs promise.
 
-The server is the standard library's threading HTTP server: three fixed
-paths need no framework, and the probes keep answering while the service's
-own threads are busy or blocked. It never reveals more than counts and the
-checks' messages, which name endpoints with their passwords redacted.
+The standard library's threading HTTP server: three fixed paths need no
+framework, and the probes keep answering while the service's threads are busy.
 """
 
 from __future__ import annotations
@@ -52,7 +48,6 @@ class Readiness:
         self._stop = threading.Event()
 
     def add(self, name: str, check: Check) -> None:
-        """Add a check (before :meth:`start`)."""
         self._checks[name] = check
         self._status[name] = _Status()
 

@@ -1,18 +1,12 @@
 """A service's start: its dependencies answer within ``--startup-timeout``, or it exits 69 saying which.
 
-Before a service consumes anything it connects to RabbitMQ (and, for the
-planner and the collector, PostgreSQL) here. A dependency that refuses us
-for good (a login RabbitMQ or PostgreSQL refuses, a vhost or database that
-does not exist) is an error at once; one that does not answer (not started
-yet in compose or Kubernetes, a wrong host) is retried until the startup
-timeout, then is an error too. Either error is one line naming the setting
-to fix, its URL with the password redacted, and the CLI exits 69
-(EX_UNAVAILABLE). Meanwhile ``/readyz`` answers 503: its checks
-(:func:`broker_check`, :func:`database_check`) pass only once connected.
-
-Once started, losing a dependency is no reason to exit: the services
-reconnect (:func:`spotsweep.shared.runtime.serve`) and ``/readyz`` says 503
-until they are back.
+A dependency that refuses us for good (a login refused, a vhost or database
+that does not exist) is an error at once; one that does not answer (not
+started yet in compose or Kubernetes, a wrong host) is retried until the
+startup timeout. Either error is one line naming the setting to fix and its
+URL, password redacted. Once started, losing a dependency is no reason to
+exit: the services reconnect (:func:`spotsweep.shared.runtime.serve`) and
+``/readyz`` says 503 until they are back.
 """
 
 from __future__ import annotations

@@ -53,15 +53,10 @@ class Envelope(BaseModel):
 
 
 class ResumeFrom(BaseModel):
-    """What the planner knows of the trial's checkpoints when it publishes an attempt
-    (:attr:`TrialMessage.resume_from`), so the agent's start need not list them in S3.
-
-    ``folder`` None: no run of the trial has started, so the store holds no checkpoint of
-    it and a first delivery touches S3 not at all. Else the newest checkpoint an earlier
-    run committed, as the journal recorded it: a folder under the trial's own
-    ``checkpoints/`` prefix and its step. It is a hint: the agent still follows ``LATEST``
-    (a newer commit the journal has not seen yet), fetches ``folder`` when ``LATEST``'s is
-    missing, and lists the prefix only when both are."""
+    """What the planner knows of the trial's checkpoints when it publishes an attempt, so the
+    agent's start need not list them in S3. ``folder`` None: no run has started, so a first
+    delivery touches S3 not at all. Else the newest checkpoint folder the journal recorded, a
+    hint: the agent still follows ``LATEST`` first (:func:`~.artifacts.checkpoints.restore_known`)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -168,12 +163,10 @@ class TrialStaging(Envelope):
 class TrialMetrics(Envelope):
     """A batch of points from one attempt, in the order the script wrote them.
 
-    On the wire as three columns (``steps``, ``names``, ``values``): one JSON
-    array each instead of one object per point, many times cheaper to encode
-    and decode at hundreds of thousands of points a second (measured by bench/points_wire.py, now in git history).
-    ``points=[MetricPoint(...)]`` still builds one (and a version-2 body with
-    ``points`` still decodes); ``.points`` reads them back as objects.
-    """
+    On the wire as three columns (``steps``, ``names``, ``values``): one JSON array each instead of
+    one object per point, many times cheaper to encode and decode at hundreds of thousands of points
+    a second (measured by bench/points_wire.py, now in git history). ``points=[...]`` still builds
+    one (a version-2 body still decodes); ``.points`` reads them back as objects."""
 
     kind: Literal["trial.metrics"] = "trial.metrics"
     trial_id: str
@@ -276,10 +269,8 @@ class TrialFinished(Envelope):
 
 
 class TrialLost(Envelope):
-    """An agent lost a running attempt's delivery (its channel or connection
-    closed under it) and stopped the process; the broker hands the attempt out
-    again. Published once the agent is connected again, so the planner can
-    show why (e.g. RabbitMQ's consumer_timeout)."""
+    """An agent lost a running attempt's delivery (its channel or connection closed under it) and
+    stopped the process; published once it is connected again, so the planner can show why."""
 
     kind: Literal["trial.lost"] = "trial.lost"
     trial_id: str
@@ -291,10 +282,9 @@ class TrialLost(Envelope):
 
 
 class AgentSeen(Envelope):
-    """What an agent offers its trials, announced when it connects and every minute after
-    (``services/agent/announce.py``), so ``submit`` and ``status`` can name a request no agent
-    of its class can ever hold. About no sweep: ``sweep_id`` is empty. An older collector
-    dead-letters it; an older agent never sends it (and is then not judged)."""
+    """What an agent offers its trials, announced when it connects and every minute after, so
+    ``submit`` and ``status`` can name a request no agent of its class can ever hold (``sweep_id``
+    empty). An older collector dead-letters it; an older agent never sends it (and is not judged)."""
 
     kind: Literal["agent.seen"] = "agent.seen"
     sweep_id: str = ""
@@ -334,11 +324,9 @@ StopReason = Literal["duplicate", "ended", "pruned", "stale"]
 
 
 class StopTrial(Envelope):
-    """Broadcast by the planner: stop run ``run_id`` of an attempt, without a
-    report. ``duplicate``: another run of the same attempt is the one that
-    counts; ``ended``: the trial already ended (a redelivery of a finished run);
-    ``pruned``: early stopping ended the trial (it is recorded as pruned);
-    ``stale``: a run of an earlier attempt (the trial has moved on to a later one)."""
+    """Broadcast by the planner: stop run ``run_id`` of an attempt, without a report. ``duplicate``:
+    another run of the attempt counts; ``ended``: the trial already ended; ``pruned``: early
+    stopping ended it; ``stale``: a run of an earlier attempt."""
 
     kind: Literal["trial.stop"] = "trial.stop"
     trial_id: str
@@ -361,8 +349,6 @@ _COMMAND: TypeAdapter[SubmitSweep | CancelSweep | ExtendSweep] = TypeAdapter(
 COMMAND_KINDS = tuple(m.model_fields["kind"].default for m in COMMANDS)
 
 
-
-
 def encode(message: Envelope) -> bytes:
     return message.model_dump_json().encode()
 
@@ -379,8 +365,7 @@ _E = TypeVar("_E", bound=Envelope)
 
 
 def _checked(validate: Callable[[], _E], what: str) -> _E:
-    """``validate()``'s message, or :class:`DecodeError` naming what is wrong with it (a bad
-    field, or a schema version newer than this build)."""
+    """``validate()``'s message, or :class:`DecodeError` naming a bad field or a newer schema version."""
     try:
         msg = validate()
     except ValidationError as e:

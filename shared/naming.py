@@ -29,10 +29,7 @@ ARG_CHARS = 65536  # one argv element (Linux refuses one past 128 KiB)
 
 
 def _fields(template: str) -> Iterable[tuple[str, str]]:
-    """Yield ``(field_name, format_spec)`` of every field, nested specs included.
-
-    Raises ValueError on a malformed template (an unmatched brace).
-    """
+    """``(field_name, format_spec)`` of every field, nested specs included; ValueError if malformed."""
     for _literal, field, format_spec, _conversion in _FORMATTER.parse(template):
         if field is None:
             continue
@@ -42,10 +39,7 @@ def _fields(template: str) -> Iterable[tuple[str, str]]:
 
 
 def placeholders(template: str) -> set[str]:
-    """The field names a template uses: ``"--lr={lr:.3g}"`` -> ``{"lr"}``.
-
-    Raises ValueError on a malformed template (an unmatched brace).
-    """
+    """The field names a template uses: ``"--lr={lr:.3g}"`` -> ``{"lr"}``; ValueError if malformed."""
     return {field for field, _spec in _fields(template)}
 
 
@@ -120,11 +114,8 @@ def _render_problem(template: str, samples: Mapping[str, Sequence[Any]], max_cha
 
 
 def render(template: str, values: Mapping[str, Any], field: str = "command") -> str:
-    """Fill one template; ``field`` names it in the SpecError an unknown placeholder raises.
-
-    Validation refuses unknown placeholders, so that error means the template
-    or the values did not come from a validated spec.
-    """
+    """Fill one template; ``field`` names it in the SpecError an unknown placeholder raises
+    (validation refuses those: the template or the values did not come from a validated spec)."""
     try:
         # format(float, "") is repr in Python 3: shortest round-tripping form.
         return template.format_map(values)
@@ -133,11 +124,8 @@ def render(template: str, values: Mapping[str, Any], field: str = "command") -> 
 
 
 def render_argv(command: Sequence[str], params: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> list[str]:
-    """The argv of one trial: each element of ``command`` filled from params and extra.
-
-    ``extra`` carries the built-ins (``index``, ``trial_name``); params win on
-    a clash, though validation refuses parameters with those names anyway.
-    """
+    """The argv of one trial: each element of ``command`` filled from params and ``extra``
+    (the built-ins ``index``, ``trial_name``; params win a clash, which validation refuses anyway)."""
     values = {**(extra or {}), **params}
     return [render(arg, values) for arg in command]
 

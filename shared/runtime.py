@@ -94,20 +94,12 @@ RECONNECT_BACKOFF = Backoff(base=1.0, cap=30.0)
 def serve(connect_fn: Callable[[], Broker], start: Callable[[Broker], Cleanup | None],
           on_drain: Callable[[], None] | None = None, on_kill: Callable[[], None] | None = None,
           backoff: Backoff = RECONNECT_BACKOFF, watch: Callable[[Callable[[], None]], None] | None = None) -> int:
-    """Run a service until a signal stops it, reconnecting when the broker goes away.
-
-    ``start(broker)`` declares and consumes on a fresh connection (and may
-    return a cleanup run after the connection's loop ends). When RabbitMQ
-    restarts or the network drops, the loop raises :class:`RetryableError`:
-    unacked messages go back to their queues on the broker's side, and we
-    connect again with backoff and jitter. Nothing here is lost because
-    nothing is acked before its effects are committed.
-
-    ``watch(drain)`` is called once at start with the drain the first signal
-    triggers, for watchers that start it otherwise (preemption notices). Such
-    a drain is not a signal: the platform's SIGTERM after it still drains,
-    and only a second signal stops at once.
-    """
+    """Run a service until a signal stops it, reconnecting (backoff, jitter) when the broker goes away:
+    unacked messages go back to their queues, and nothing is lost because nothing is acked before its
+    effects are committed. ``start(broker)`` declares and consumes on a fresh connection (and may return
+    a cleanup run after the connection's loop ends). ``watch(drain)`` gets the drain the first signal
+    triggers, for watchers that start it otherwise (preemption notices); such a drain is not a signal:
+    the platform's SIGTERM after it still drains, and only a second signal stops at once."""
     current: dict[str, Broker] = {}
     stopping = threading.Event()
     rng = random.Random()

@@ -131,11 +131,9 @@ class Broker(ABC):
             self.publish(m)
 
     def publish_async(self, messages: Sequence[Outgoing]) -> Future[None]:
-        """Publish persistently without waiting: the Future completes once the
-        broker has confirmed every message, or fails with the error
-        :meth:`publish` would raise. Messages published from one thread keep
-        their order. A caller that must not lose them (an agent before it
-        acks a trial) waits on the Future first. Default: synchronous."""
+        """Publish persistently without waiting: the Future completes once the broker has
+        confirmed every message, or fails with the error :meth:`publish` would raise.
+        Messages published from one thread keep their order. Default: synchronous."""
         done: Future[None] = Future()
         try:
             self.publish_many(messages)
@@ -153,20 +151,12 @@ class Broker(ABC):
         """Deliver messages of ``queue`` to ``handler`` on ``concurrency`` worker threads
         (:class:`~spotsweep.shared.broker.dispatch.Workers`), settled by the one policy.
 
-        ``retry``: how a :class:`RetryableError` is retried in place before the
-        delivery is requeued (default :data:`~.dispatch.DEFAULT_RETRY`).
-
-        ``finish_buffered``: when the consumer is cancelled, deliveries it
-        fetched but has not started still go to ``handler`` (which may settle
-        them without doing the work) instead of back to the queue, where they
-        would come back marked redelivered.
-
-        ``accept_users``: only deliveries whose validated ``user_id`` is one of
-        these reach ``handler``; any other is dead-lettered with the reason
-        (None: every sender is accepted).
-
-        ``slow_after``: a delivery whose handler runs longer is logged as slow
-        (None: never, for handlers that last as long as the work they start)."""
+        ``retry``: how a :class:`RetryableError` is retried in place before the delivery is
+        requeued. ``finish_buffered``: on cancel, deliveries fetched but not started still go
+        to ``handler`` (which may settle them without the work) rather than back to the queue,
+        whence they would come back marked redelivered. ``accept_users``: only deliveries whose
+        validated ``user_id`` is one of these reach ``handler``; any other is dead-lettered
+        (None: every sender). ``slow_after``: a longer handler run is logged as slow (None: never)."""
 
     @abstractmethod
     def consumers(self, queue: str) -> int | None:

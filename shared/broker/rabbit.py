@@ -1,24 +1,14 @@
 """The RabbitMQ adapter: one connection per process, on pika's public API.
 
-Threading model (why it looks like this): one ``pika.SelectConnection``, owned
-by its I/O thread (:mod:`.rabbit_io`) from the constructor on, both consumes
-and publishes. Handlers run on per-consumer worker threads
-(:mod:`.rabbit_consumer`, :mod:`.dispatch`); their ``ack``/``nack`` and
-``publish`` are handed to the I/O thread, so a handler may block for hours
-while heartbeats keep flowing. Nobody needs to run a loop for a call to work:
-the CLI publishes a spec and exits; :meth:`RabbitBroker.run` only waits for
-the connection's end and says why it ended.
-
-Publishing uses a channel in confirm mode whose confirms are tracked
-(:mod:`.rabbit_publisher`): ``publish`` returns after the broker's confirm,
-without a round trip per message, and publishes from many threads are in
-flight together. Each consumer has its own channel with its own ``basic_qos``
-prefetch. ``stop`` only sets flags and wakes the loop (safe from a signal
-handler); the loop, which also looks every ``IO_TICK_S``, cancels consumers,
-drains, and closes.
-
-Modules depend one way: this one on the consumer's and the publisher's, both
-on :mod:`.rabbit_io` (the connection, its thread and :func:`translated`).
+One ``pika.SelectConnection``, owned by its I/O thread (:mod:`.rabbit_io`),
+both consumes and publishes. Handlers run on per-consumer worker threads
+(:mod:`.rabbit_consumer`, :mod:`.dispatch`) and hand their ``ack``/``nack``
+and ``publish`` to the I/O thread, so a handler may block for hours while
+heartbeats keep flowing, and nobody needs to run a loop for a call to work
+(the CLI publishes a spec and exits). Publishes are confirmed without a round
+trip per message (:mod:`.rabbit_publisher`). ``stop`` only sets flags and
+wakes the loop (safe from a signal handler); the loop, which also looks every
+``IO_TICK_S``, cancels consumers, drains, and closes.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """The registry of search plugins: strategies and early stoppers by their spec ``type``.
 
-Each plugin owns its spec model, a frozen pydantic model that subclasses
-:class:`StrategyModel` (``strategy:``) or :class:`StopModel`
-(``early_stop:``) with ``type: Literal[...]`` naming the type(s) it takes.
-:func:`register_strategy` / :func:`register_stop` add it; the spec's
-discriminated unions (:func:`strategy_union`, :func:`stop_union`) and type
-lists (:func:`strategy_types`, :func:`stop_types`, shown in error messages)
-are built from what is registered, in registration order, and every
-registration rebuilds :class:`~spotsweep.shared.spec_models.SweepSpec` so
-that validation and the JSON Schema know the new type at once.
-
-A model answers, through its hooks, every question the rest of the code
-used to ask with a type switch: how configurations are drawn, how many
-there are, what early stopping it implies, what is wrong with it in a given
-spec, how to describe it, and how it grows when the sweep is extended. The planner's behaviour for model-based
-samplers and stoppers is registered apart, in
-``spotsweep.services.planner.search.registry`` (specs are validated by the
-CLI and the control plane without the planner).
+Each plugin owns its spec model: a subclass of :class:`StrategyModel`
+(``strategy:``) or :class:`StopModel` (``early_stop:``) with ``type:
+Literal[...]`` naming the type(s) it takes. Every registration rebuilds
+:class:`~spotsweep.shared.spec_models.SweepSpec`'s discriminated unions, so
+validation and the JSON Schema know the new type at once; the model's hooks
+answer what the rest of the code would otherwise ask with a type switch. The
+planner's behaviour for model-based samplers and stoppers is registered apart
+(``spotsweep.services.planner.search.registry``): specs are validated by the
+CLI and the control plane without the planner.
 """
 
 from __future__ import annotations
