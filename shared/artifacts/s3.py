@@ -327,9 +327,7 @@ class S3ArtifactStore(ArtifactStore):
         return True
 
     def list(self, prefix: str) -> list[str]:
-        with self._translate("list", prefix):
-            objects = self._client.list_objects(self.bucket, prefix=prefix, recursive=True)
-            return sorted(o.object_name for o in objects if o.object_name and not o.is_dir)
+        return [o.key for o in self.list_info(prefix)]
 
     def list_info(self, prefix: str) -> builtins.list[ObjectInfo]:
         with self._translate("list", prefix):

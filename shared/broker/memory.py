@@ -130,10 +130,6 @@ class MemoryBroker(Broker):
         self._closing = False
         self._closed = threading.Event()
 
-    def new_connection(self, user: str | None = None) -> MemoryBroker:
-        """Another connection to the same server (its own consumers and lifetime), as ``user`` (default: this one's)."""
-        return MemoryBroker(self.server, user or self.user)
-
     def declare(self, queues: Iterable[QueueSpec]) -> None:
         with self.server.lock:
             self._check_open_locked(closing_ok=True)

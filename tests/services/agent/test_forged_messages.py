@@ -44,8 +44,8 @@ def send_trial(broker: MemoryBroker, msg: TrialMessage) -> None:
 def test_a_forged_trial_and_cancel_never_run_and_never_stop_the_planners_trial(tmp_path: Path) -> None:
     planner = MemoryBroker(user="planner")
     planner.declare(topology.service_queues(("cpu",)))
-    mallory = planner.new_connection(user="mallory")
-    node = planner.new_connection(user="agent")
+    mallory = MemoryBroker(planner.server, user="mallory")
+    node = MemoryBroker(planner.server, user="agent")
     events: queue.Queue[Any] = queue.Queue()
     every_event = planner.declare_private_queue([(topology.EVENTS_EXCHANGE, "#")])
     planner.consume(every_event, lambda d: ([events.put(e) for e in unpack(decode(d.body))], d.ack()), prefetch=100)
@@ -95,7 +95,7 @@ def test_with_users_per_role_a_draining_agent_requeues_the_planners_trial_unchan
     own user not accepted, an agent hands a trial back by requeueing it, the planner's user_id intact."""
     planner = MemoryBroker(user="planner")
     planner.declare(topology.service_queues(("cpu",)))
-    node = planner.new_connection(user="agent")
+    node = MemoryBroker(planner.server, user="agent")
     state = AgentState(store=LocalArtifactStore(tmp_path / "artifacts"), slots=Slots(1, None),
                        config=RunnerConfig(agent_id="a1", workdir=tmp_path / "work"))
     state.preempt.set()  # draining: every trial goes back
@@ -105,7 +105,7 @@ def test_with_users_per_role_a_draining_agent_requeues_the_planners_trial_unchan
     assert conn.trials_consumer is not None
     conn.trials_consumer.cancel()  # the trial went back once; the next consumer takes it
     back: queue.Queue[Delivery] = queue.Queue()
-    other = planner.new_connection(user="agent")
+    other = MemoryBroker(planner.server, user="agent")
     other.consume(topology.trials_queue("cpu"), lambda d: (back.put(d), d.ack()), accept_users={"planner"})
     d = back.get(timeout=20)
     assert (decode(d.body).trial_id, d.user_id) == ("good.0", "planner")  # still the planner's, so it runs

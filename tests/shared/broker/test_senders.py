@@ -95,7 +95,7 @@ def test_a_consumer_runs_what_its_accepted_users_send(connect: Connect) -> None:
 
 def test_memory_connections_log_in_as_their_own_users() -> None:
     planner = MemoryBroker(user="planner")
-    mallory = planner.new_connection(user="mallory")
+    mallory = MemoryBroker(planner.server, user="mallory")
     planner.declare(QUEUES)
     got = collect(planner, SWEEPS_QUEUE, accept_users={"planner"})
     dead = collect(planner, DEAD_LETTER_QUEUE)
