@@ -12,8 +12,8 @@ the decisions read (:data:`.store._DECIDED` for trials).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from spotsweep.services.planner import lineage, store
 from spotsweep.services.planner.decide import TrialUpdate, TrialView
@@ -27,6 +27,8 @@ from spotsweep.shared.messages import Envelope
 from spotsweep.shared.spec import SweepSpec
 
 History = tuple[list[TrialRecord], list[TrialRecord]]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class SweepRepository(Protocol):
@@ -122,50 +124,32 @@ class TrialRepository(Protocol):
         """Published: these ``pending`` trials are ``queued`` (:func:`.store.mark_queued`)."""
 
 
+def _on_conn(f: Callable[Concatenate[Conn, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """A method calling ``f`` with the repository's connection first."""
+    def method(self: Any, *args: P.args, **kwargs: P.kwargs) -> R:
+        return f(self.conn, *args, **kwargs)
+    return method
+
+
 class PgSweeps:
     """:class:`SweepRepository` over one transaction's connection."""
 
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
 
-    def insert(self, sweep_id: str, spec: dict[str, Any], name: str, total: int, priority: int) -> bool:
-        return store.insert_sweep(self.conn, sweep_id, spec, name, total, priority)
-
-    def lock(self, sweep_id: str) -> Row | None:
-        return store.lock_sweep(self.conn, sweep_id)
-
-    def cap(self, sweep_id: str, total: int, note: str) -> None:
-        store.cap_sweep(self.conn, sweep_id, total, note)
-
-    def finish(self, sweep_id: str, state: str = "completed", error: str | None = None) -> None:
-        store.finish_sweep(self.conn, sweep_id, state, error)
-
-    def set_study_attrs(self, sweep_id: str, attrs: dict[str, Any]) -> None:
-        store.set_study_attrs(self.conn, sweep_id, attrs)
-
-    def fail(self, sweep_id: str, error: str) -> None:
-        store.fail_sweep(self.conn, sweep_id, error)
-
-    def spec(self, sweep_id: str) -> tuple[dict[str, Any], int] | None:
-        return store.get_spec(self.conn, sweep_id)
-
-    def insert_rejected(self, sweep_id: str, name: str, error: str) -> None:
-        store.insert_rejected(self.conn, sweep_id, name, error)
-
-    def fill_tombstone(self, sweep_id: str, spec: dict[str, Any], name: str, total: int) -> None:
-        store.fill_tombstone(self.conn, sweep_id, spec, name, total)
-
-    def extend(self, sweep_id: str, spec: dict[str, Any], total: int) -> None:
-        store.extend_sweep(self.conn, sweep_id, spec, total)
-
-    def cancel(self, sweep_id: str) -> int | None:
-        return store.cancel_sweep(self.conn, sweep_id)
-
-    def remember_early_cancel(self, sweep_id: str) -> bool:
-        return store.remember_early_cancel(self.conn, sweep_id)
-
-    def take_early_cancel(self, sweep_id: str) -> bool:
-        return store.take_early_cancel(self.conn, sweep_id)
+    insert = _on_conn(store.insert_sweep)
+    lock = _on_conn(store.lock_sweep)
+    cap = _on_conn(store.cap_sweep)
+    finish = _on_conn(store.finish_sweep)
+    set_study_attrs = _on_conn(store.set_study_attrs)
+    fail = _on_conn(store.fail_sweep)
+    spec = _on_conn(store.get_spec)
+    insert_rejected = _on_conn(store.insert_rejected)
+    fill_tombstone = _on_conn(store.fill_tombstone)
+    extend = _on_conn(store.extend_sweep)
+    cancel = _on_conn(store.cancel_sweep)
+    remember_early_cancel = _on_conn(store.remember_early_cancel)
+    take_early_cancel = _on_conn(store.take_early_cancel)
 
 
 class PgTrials:
@@ -174,52 +158,19 @@ class PgTrials:
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
 
-    def insert(self, sweep_id: str, trials: list[store.NewTrial], advance: bool = True) -> None:
-        store.insert_trials(self.conn, sweep_id, trials, advance)
-
-    def get(self, trial_ids: list[str]) -> dict[str, tuple[Row, TrialView]]:
-        return store.get_trials(self.conn, trial_ids)
-
-    def update(self, trial_id: str, update: TrialUpdate) -> None:
-        store.apply_update(self.conn, trial_id, update)
-
-    def merge_curve(self, trial_id: str, points: list[tuple[int, float]]) -> None:
-        store.merge_curve(self.conn, trial_id, points)
-
-    def in_flight(self, sweep_id: str) -> tuple[int, int]:
-        return store.in_flight(self.conn, sweep_id)
-
-    def history(self, sweep_id: str, spec: SweepSpec, *, steps: list[int] | None = None, full_curve: str | None = None,
-                pruned_curves: bool = False) -> History:
-        return history(self.conn, sweep_id, spec, steps=steps, full_curve=full_curve, pruned_curves=pruned_curves)
-
-    def usage(self, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,
-              ended: tuple[str, float | None] | None = None) -> Usage:
-        return usage(self.conn, sweep_id, spec, budget_param, ended)
-
-    def journal(self, events: Sequence[Envelope], bodies: Mapping[str, bytes]) -> None:
-        journal(self.conn, events, bodies)
-
-    def outcomes(self, sweep_id: str) -> Outcomes:
-        return store.outcomes(self.conn, sweep_id)
-
-    def end_segment(self, trial_id: str, sweep_id: str, end_step: int, params: dict[str, Any], value: float) -> int:
-        return lineage.end_segment(self.conn, trial_id, sweep_id, end_step, params, value)
-
-    def add_segment(self, segment: Segment) -> None:
-        lineage.add_segment(self.conn, segment)
-
-    def copies_to_do(self, sweep_id: str | None) -> list[Row]:
-        return lineage.copies_to_do(self.conn, sweep_id)
-
-    def mark_copied(self, trial_id: str, segment: int, step: int | None, note: str | None) -> None:
-        lineage.mark_copied(self.conn, trial_id, segment, step, note)
-
-    def newest_checkpoints(self, trial_ids: list[str]) -> list[Row]:
-        return lineage.newest_checkpoints(self.conn, trial_ids)
-
-    def pending(self, sweep_id: str | None) -> list[Row]:
-        return store.pending_trials(self.conn, sweep_id)
-
-    def mark_queued(self, trial_ids: list[str]) -> None:
-        store.mark_queued(self.conn, trial_ids)
+    insert = _on_conn(store.insert_trials)
+    get = _on_conn(store.get_trials)
+    update = _on_conn(store.apply_update)
+    merge_curve = _on_conn(store.merge_curve)
+    in_flight = _on_conn(store.in_flight)
+    history = _on_conn(history)
+    usage = _on_conn(usage)
+    journal = _on_conn(journal)
+    outcomes = _on_conn(store.outcomes)
+    end_segment = _on_conn(lineage.end_segment)
+    add_segment = _on_conn(lineage.add_segment)
+    copies_to_do = _on_conn(lineage.copies_to_do)
+    mark_copied = _on_conn(lineage.mark_copied)
+    newest_checkpoints = _on_conn(lineage.newest_checkpoints)
+    pending = _on_conn(store.pending_trials)
+    mark_queued = _on_conn(store.mark_queued)

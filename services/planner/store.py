@@ -230,16 +230,15 @@ def outcomes(conn: Conn, sweep_id: str) -> Outcomes:
     return Outcomes(counts, first["error"] if first else None)
 
 
-def fail_sweep(conn: Conn, sweep_id: str, error: str) -> int:
+def fail_sweep(conn: Conn, sweep_id: str, error: str) -> None:
     """End the sweep as failed (its smoke stage failed): trials in flight are cancelled."""
     error = pg_text(error)
     finish_sweep(conn, sweep_id, "failed", error)
-    cur = conn.execute(
+    conn.execute(
         "UPDATE trials SET state = 'cancelled', finished_at = now(), error = 'the sweep failed: ' || %s"
         " WHERE sweep_id = %s AND state IN ('pending', 'queued', 'running', 'paused')",
         (error, sweep_id),
     )
-    return cur.rowcount
 
 
 def cancel_sweep(conn: Conn, sweep_id: str) -> int | None:
