@@ -96,7 +96,7 @@ def _within_budget(uow: UnitOfWork, row: Row, event: TrialFinished, spec: SweepS
     (the sweep then launches no new trial: it could not promote them either)."""
     assert search.budget_param is not None and verdict.budget is not None
     reached = int(row["params"][search.budget_param])
-    used = uow.usage(row["sweep_id"], spec, search.budget_param, ended=(row["trial_id"], event.duration))
+    used = uow.trials.usage(row["sweep_id"], spec, search.budget_param, ended=(row["trial_id"], event.duration))
     # An exploit resumes at the donor's interval: the steps from there on are trained (again, from a donor behind).
     check = search.may_promote(used, reached if verdict.start is None else verdict.start, verdict.budget)
     if check.ok:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spotsweep.services.planner import store
-from spotsweep.services.planner.decide import RetryPolicy, TrialUpdate, fill
+from spotsweep.services.planner.decide import RetryPolicy, TrialUpdate, TrialView, fill
 from spotsweep.services.planner.outcome import sweep_end
 from spotsweep.services.planner.search import Search, TrialRecord
 from spotsweep.services.planner.unit import UnitOfWork
@@ -103,13 +103,11 @@ def _promote(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: in
     promoted = 0
     for p in search.promotions(regular, n, final):
         trial_id = store.trial_id_for(sweep_id, p.index)
-        uow.load([trial_id])
-        found = uow.trial(trial_id)
-        if found is None or found[1].state != TrialState.PAUSED:
+        view = _paused(uow, trial_id)
+        if view is None:
             continue
-        view = found[1]
         if spec.budget is not None:
-            check = search.may_promote(uow.usage(sweep_id, spec, param), p.rung, p.budget)
+            check = search.may_promote(uow.trials.usage(sweep_id, spec, param), p.rung, p.budget)
             if not check.ok:
                 uow.stage(trial_id, TrialUpdate(TrialState.COMPLETED, view.attempt, view.failures, view.preemptions,
                                                 finished=True))
@@ -125,19 +123,22 @@ def _promote(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: in
     return promoted
 
 
+def _paused(uow: UnitOfWork, trial_id: str) -> TrialView | None:
+    """The trial, locked, while it waits at its rung; None otherwise."""
+    uow.load([trial_id])
+    found = uow.trial(trial_id)
+    return found[1] if found is not None and found[1].state == TrialState.PAUSED else None
+
+
 def _prune_waiting(uow: UnitOfWork, regular: list[TrialRecord], sweep_id: str) -> tuple[str, ...]:
     """Nothing runs and nothing more can: the trials still waiting at a rung were
     never in its best 1/eta; they end pruned there. Returns their ids."""
     pruned: list[str] = []
     for r in regular:
-        if r.state != TrialState.PAUSED:
-            continue
         trial_id = store.trial_id_for(sweep_id, r.index)
-        uow.load([trial_id])
-        found = uow.trial(trial_id)
-        if found is None or found[1].state != TrialState.PAUSED:
+        view = _paused(uow, trial_id) if r.state == TrialState.PAUSED else None
+        if view is None:
             continue
-        view = found[1]
         rung = max(r.rungs) if r.rungs else None
         uow.stage(trial_id, TrialUpdate(TrialState.PRUNED, view.attempt, view.failures, view.preemptions, finished=True,
                                         error=f"not promoted past rung {rung}: never in the best 1/eta of the trials its rung saw"))
@@ -151,7 +152,7 @@ def _launch(uow: UnitOfWork, sweep: Row, spec: SweepSpec, search: Search, n: int
     sweep_id, first, total = sweep["sweep_id"], int(sweep["next_index"]), int(sweep["total_trials"])
     if n <= 0:
         return 0, total
-    used = uow.usage(sweep_id, spec, search.budget_param) if spec.budget is not None else None
+    used = uow.trials.usage(sweep_id, spec, search.budget_param) if spec.budget is not None else None
     study: dict[str, Any] | None = None
     study_attrs = sweep["search_attrs"]
     batch: list[store.NewTrial] = []

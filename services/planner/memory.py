@@ -27,6 +27,7 @@ from spotsweep.shared.db import Row
 from spotsweep.shared.messages import CheckpointSaved, Envelope, json_safe
 from spotsweep.shared.spec import SweepSpec
 from spotsweep.shared.states import IN_FLIGHT, TrialState
+
 DAY = 86400.0  # how long a cancel waits for its sweep (store's ``interval '1 day'``)
 
 
@@ -41,10 +42,12 @@ class MemoryDb:
         self.segments: dict[tuple[str, int], dict[str, Any]] = {}  # PBT's lineage, by trial and segment
 
 
-class MemorySweeps:
+class _Tables:
     def __init__(self, db: MemoryDb) -> None:
         self.db = db
 
+
+class MemorySweeps(_Tables):
     def insert(self, sweep_id: str, spec: dict[str, Any], name: str, total: int, priority: int) -> bool:
         if sweep_id in self.db.sweeps:
             return False
@@ -90,10 +93,8 @@ class MemorySweeps:
 
     def lock(self, sweep_id: str) -> Row | None:
         row = self.db.sweeps.get(sweep_id)
-        if row is None:
-            return None
-        out = {k: v for k, v in row.items() if k != "spec"}
-        return {**copy.deepcopy(out), "has_spec": row["spec"] is not None}
+        return None if row is None else {**copy.deepcopy({k: v for k, v in row.items() if k != "spec"}),
+                                         "has_spec": row["spec"] is not None}
 
     def cap(self, sweep_id: str, total: int, note: str) -> None:
         self.db.sweeps[sweep_id].update(total_trials=total, note=note)
@@ -124,10 +125,7 @@ class MemorySweeps:
         return len(ending)
 
 
-class MemoryTrials:
-    def __init__(self, db: MemoryDb) -> None:
-        self.db = db
-
+class MemoryTrials(_Tables):
     def insert(self, sweep_id: str, trials: list[store.NewTrial], advance: bool = True) -> None:
         for index, name, params, attrs in trials:
             trial_id = store.trial_id_for(sweep_id, index)
@@ -175,7 +173,6 @@ class MemoryTrials:
             curve = r["curve"] if whole else {k: v for k, v in r["curve"].items() if k in keep}
             out.append((r["idx"], record_from_row({**r, "curve": curve}, spec)))
         return split(out)
-
 
     def outcomes(self, sweep_id: str) -> Outcomes:
         rows = [r for r in self.db.trials.values() if r["sweep_id"] == sweep_id and r["idx"] >= 0]
@@ -250,7 +247,6 @@ class MemoryTrials:
         return [{"trial_id": t, "sweep_id": e.sweep_id, "uri": e.uri} for t, e in sorted(newest.items())]
 
 
-
 def _budget(row: dict[str, Any], param: str | None) -> float | None:
     """The trial's budget parameter, when numeric."""
     value = row["params"].get(param or "")
@@ -279,6 +275,7 @@ def _flying(row: dict[str, Any], param: str | None, exploits: list[tuple[float, 
     ran = now - row["run_started_at"] if row["state"] == "running" and row["run_started_at"] else 0.0
     return Flying(row["trial_id"], row["run_seconds"], {int(k): v for k, v in row["rungs"].items()},
                   _budget(row, param), ran, float(row["last_step"]), exploits)
+
 
 def _running_seconds(rows: list[dict[str, Any]], now: float) -> float:
     """The length of the union of the trials' lifetimes (:func:`.searching._running_seconds`)."""

@@ -24,7 +24,6 @@ from spotsweep.services.planner import store
 from spotsweep.services.planner.decide import TrialUpdate, TrialView, merged
 from spotsweep.services.planner.histories import HistoryCache
 from spotsweep.services.planner.ports import History, PgSweeps, PgTrials, SweepRepository, TrialRepository
-from spotsweep.services.planner.search import Usage
 from spotsweep.shared.db import Conn, Database, Row
 from spotsweep.shared.spec import SweepSpec
 
@@ -98,10 +97,6 @@ class UnitOfWork:
         self.read_sweeps.add(sweep_id)
         return self._histories.read(self.conn, sweep_id, spec, steps=steps, full_curve=full_curve,
                                     pruned_curves=pruned_curves)
-
-    def usage(self, sweep_id: str, spec: SweepSpec, budget_param: str | None = None,
-              ended: tuple[str, float | None] | None = None) -> Usage:
-        return self.trials.usage(sweep_id, spec, budget_param, ended)
 
 
 @contextmanager

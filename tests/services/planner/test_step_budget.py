@@ -79,7 +79,7 @@ def test_a_promotion_past_max_steps_completes_the_trial_at_its_rung(h: Any) -> N
     assert sweep["state"] == "completed"
     assert sweep["note"] == "budget.max_steps: 3 step(s) trained, 9 expected with the promotion, the cap is 5"
     with h.deps.unit() as uow:  # what the planner counts (the view's count of a trial's steps: the tests over PostgreSQL)
-        assert uow.usage(SWEEP, parse_spec(h.sweep(SWEEP)["spec"]), "steps").steps == 3
+        assert uow.trials.usage(SWEEP, parse_spec(h.sweep(SWEEP)["spec"]), "steps").steps == 3
 
 
 @ON_PG
