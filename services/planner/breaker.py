@@ -1,28 +1,15 @@
-"""Is this sweep broken? Its own circuit breaker: a pure decision.
+"""Is this sweep broken? Its own circuit breaker: a pure decision (docs/faults.md, "a sweep that fails everywhere").
 
-A sweep whose code fails everywhere (a typo in ``command``, an import that
-is not installed, a refused code archive) would otherwise run every one of
-its trials, each ``retries.max_failures`` + 1 times, on every agent: its
-fault, paid by the fleet, and something any submitter can do on purpose.
-The agents' node breaker no longer counts such failures (they say nothing
-about the node: :mod:`spotsweep.services.agent.health`); this breaker stops
-the sweep instead.
+A sweep whose code fails everywhere would otherwise run every trial, each
+``retries.max_failures`` + 1 times, on every agent: its fault, paid by the
+fleet, and something any submitter can do on purpose. The agents' node
+breaker does not count such failures (:mod:`spotsweep.services.agent.health`).
 
-The rule: once ``retries.max_failed_trials`` (default 10) different regular
-trials of the sweep have failed for good (after their retries) and none has
-run to its end (completed, or pruned: it ran and was judged), the sweep is
-stopped as failed, with a reason naming the count and the last line of the
-last error (one line, so that every trial it cancels shows it whole). One
-trial that ran is enough to keep the sweep going: from then on its failures
-are its configurations' (a learning rate that diverges), not its code's,
-and the sweep ends as it would have. ``0`` turns the breaker off. Smoke
-trials have their own stage (``smoke:``) and are not counted.
-
-The planner applies it (:func:`.service.on_events`) after a batch of
-events that failed one of the sweep's trials for good, and stops the sweep
-the way a failed smoke stage does: the sweep ``failed`` with the reason, its
-pending, queued and paused trials cancelled, and the sweep's cancel sent to
-every agent, which stops its running trials (as ``spotsweep stop`` does).
+Once ``retries.max_failed_trials`` regular trials failed for good and none ran
+to its end, :func:`.service.on_events` stops the sweep as a failed smoke stage
+does. One trial that ran keeps it going: its failures are then its
+configurations', not its code's. The reason keeps one line of the last error,
+so that every trial it cancels shows it whole.
 """
 
 from __future__ import annotations

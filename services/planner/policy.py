@@ -1,21 +1,12 @@
 """Who may command the planner, and what a sweep may run: the planner's policy (docs/security.md).
 
-Two optional checks, both off by default (a one-user setup keeps working):
-
-* ``SPOTSWEEP_SUBMITTERS``: the broker users whose commands on
-  ``spotsweep.sweeps`` are taken. The sender is the message's AMQP
-  ``user_id``, which RabbitMQ validates against the sender's login, so it
-  cannot be forged; a message without one is refused too. A refused
-  submission is recorded ``rejected`` with the reason, a refused cancel or
-  extend is dead-lettered with it.
-* ``SPOTSWEEP_ALLOWED_COMMANDS``: globs (``fnmatch``, case-sensitive) that a
-  spec's command must match, written as a command line: the spec's argv
-  template (``{param}`` slots unfilled) joined with shell quoting
-  (``shlex.join``), so ``python train.py*`` allows ``python train.py --lr
-  {lr}`` and not ``python -c ...``, and a glob cannot be met by an argument
-  holding spaces. A spec that matches none is rejected with the reason. With
-  a policy set, the spec's ``env`` may not set the variables that change
-  which program or code runs (``PATH``, ``LD_PRELOAD``, ``PYTHONPATH``, ...).
+Both checks are off by default (a one-user setup keeps working).
+``SPOTSWEEP_SUBMITTERS`` names the broker users whose commands are taken, by
+the AMQP ``user_id`` RabbitMQ validates against the login (a message without
+one is refused). ``SPOTSWEEP_ALLOWED_COMMANDS`` holds ``fnmatch`` globs the
+spec's command template must match as one ``shlex.join``-ed line, so an
+argument holding spaces cannot pass for several; under a policy the spec's
+``env`` may not set what chooses the program (:data:`CODE_VARIABLES`).
 
 Pure functions of plain values; no I/O.
 """

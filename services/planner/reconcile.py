@@ -1,30 +1,18 @@
 """Which trials the broker no longer holds: PostgreSQL against RabbitMQ, decided without I/O.
 
-PostgreSQL is the record. A broker that comes back empty (a lost disk, a
-dead node that held a classic, non-replicated queue, a vhost deleted and made
-again) forgets every message, while the database still says ``queued`` (the
-message waits on its class's queue) or ``running`` (an agent holds the
-delivery). Nothing would ever publish those attempts again: the planner's
-outbox only publishes ``pending`` rows. :func:`decide` compares what the
-database holds with what the broker tells of each class's queue (a passive
-declare: ready messages, consumers; ``None`` when the queue is gone) and
-names the attempts to publish again; :mod:`.reconciler` does the I/O.
+PostgreSQL is the record (docs/faults.md, "RabbitMQ comes back empty"): a
+broker that lost its messages leaves attempts ``queued`` or ``running`` that
+the outbox (``pending`` rows only) would never publish again. :func:`decide`
+compares them with each class's queue (a passive declare: ready messages,
+consumers; ``None`` when the queue is gone); :mod:`.reconciler` does the I/O.
 
-A classic queue cannot tell which messages it holds, only how many, and
-deliveries held by agents are not counted at all, so only two cases are
-certain: the queue is gone, or it is empty with no consumer (nothing is
-ready and no agent holds anything). Then every ``queued`` attempt of the
-class is missing, and with the queue gone every ``running`` one too (its
-delivery went with it). Otherwise a shortfall (more ``queued`` attempts than
-ready messages) or a class with running attempts and no consumer may be an
-agent's start or end still on its way to the planner: an attempt is
-republished only once it has been suspect for ``grace`` seconds in a row,
-the longest-suspect first and only as many as are short. That guess can be
-wrong (a message in the queue after all, an agent draining with its
-consumer cancelled): the copy is the same attempt, and attempt fencing makes
-a duplicate harmless (the planner stops a second run of a live attempt and
-any run of an ended one, :mod:`.decide`; an agent drops a copy of an attempt
-it runs or ran, :mod:`services.agent.attempts`).
+A classic queue tells how many messages it holds, not which, so only a queue
+gone (every ``queued`` and ``running`` attempt lost) or empty with no consumer
+(every ``queued`` one lost) is certain. Otherwise a shortfall may be an
+agent's start or end still on its way: an attempt is republished only once
+suspect for ``grace`` seconds in a row, the longest-suspect first, only as
+many as are short. A wrong guess is harmless: attempt fencing stops a second
+run of a live attempt (:mod:`.decide`, :mod:`services.agent.attempts`).
 """
 
 from __future__ import annotations
