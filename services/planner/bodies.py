@@ -1,33 +1,14 @@
 """What the planner takes from a message on ``spotsweep.sweeps``: untrusted until checked.
 
-Any AMQP client may post to the sweeps queue, so the body, the ``sweep_id``
-header and the AMQP ``message_id`` are checked before anything is built from
-them (trial ids, S3 prefixes, rows every ``status`` prints):
-
-* the body must be JSON nested at most :data:`~spotsweep.shared.limits.JSON_DEPTH`
-  deep (a 100,000-deep array is a decode error, not a crash);
-* a ``sweep_id`` header must have the shape of the ids ``submit`` makes
-  (``name-<hex8>``): another one is a decode error, dead-lettered with the
-  reason and no row, since nobody can be waiting on an id ``submit`` could
-  not have made;
-* an AMQP ``message_id`` of another shape (client libraries set their own)
-  names the sweep through a hash, ``<name>-<hex8>``: still one sweep per
-  message, redelivered or not;
-* a rejected spec's name is kept only when it is a valid name, else the id
-  stands in for it.
-
-:func:`sweep_command` turns a message into one of the typed commands of
-``shared/messages.py`` (:class:`SubmitSweep`'s content as a :class:`Submission`,
-:class:`CancelSweep`, :class:`ExtendSweep`). It reads both wire forms: the
-typed one the CLI posts (a JSON body with ``kind`` ``sweep.submit``,
-``sweep.cancel`` or ``sweep.extend`` and the envelope), and the untyped one of
-older CLIs and plain AMQP clients (a spec as the body; header ``kind: cancel``
-or ``kind: extend`` with a ``{trials, budget, version}`` body). Every refusal
-is a :class:`DecodeError`, dead-lettered with its reason. :func:`submission`,
-:func:`cancellation` and :func:`extension` make the typed messages, as the CLI
-(and local mode) post them.
-
-Pure functions; no I/O.
+Any AMQP client may post to the sweeps queue, so the body (JSON nested at most
+:data:`~spotsweep.shared.limits.JSON_DEPTH` deep), the ``sweep_id`` header and
+the AMQP ``message_id`` are checked before anything is built from them (trial
+ids, S3 prefixes, rows every ``status`` prints); docs/architecture.md tells
+the rules and both wire forms. :func:`sweep_command` reads a message, typed
+or of an older client, into one of ``shared/messages.py``'s commands; every
+refusal is a :class:`DecodeError`, dead-lettered with its reason.
+:func:`submission`, :func:`cancellation` and :func:`extension` make the typed
+messages the CLI (and local mode) post. Pure functions; no I/O.
 """
 
 from __future__ import annotations

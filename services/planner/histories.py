@@ -1,23 +1,12 @@
-"""Each sweep's search history, kept in the planner between events.
+"""Each sweep's search history, kept in the planner between events (docs/architecture.md, "Search history").
 
-A decision that reads the history (early stopping on a progress event,
-successive halving at a run's end, a model-based sampler's next trial)
-used to read every trial of the sweep, so a sweep's events cost more the
-more trials had finished. Ended trials never change (terminal states are
-immutable, :mod:`spotsweep.shared.states`), so their records are kept here
-and a read fetches only:
-
-* the trials that were in flight at the last read (they may have changed),
-* trials launched since (an index past the highest read: trials are only
-  inserted under the sweep's row lock, which every read holds too),
-* smoke trials (negative indexes; a handful),
-* and, once per new step asked for, that step's point of the kept records.
-
-The kept state is only ever read under the sweep's lock, so it is what the
-database holds; a transaction that fails drops its sweeps' entries (the
-unit of work, :mod:`.unit`), since what it read may never have been committed.
-Several planners may share the database: what another one changed is in
-flight or new, and so read again.
+Reading every trial at each decision made a sweep's events cost more the more
+trials had finished. Ended trials never change (:mod:`spotsweep.shared.states`),
+so their records are kept and a read fetches only the trials in flight at the
+last read, those launched since (trials are inserted under the sweep's row
+lock, which every read holds too), the smoke trials, and a step of the curve
+not asked for before. A transaction that fails drops its sweeps' entries
+(:mod:`.unit`); what another planner changed is in flight or new, so read again.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The planner's repositories: what deciding trial events reads and writes of sweeps and trials.
 
-Two adapters implement them: :class:`PgSweeps`/:class:`PgTrials`, over one
-transaction's connection (the SQL of :mod:`.store` and :mod:`.searching`),
-and :mod:`.memory`'s dictionaries, so that planner logic can be tested
-without PostgreSQL. One contract suite (tests/services/planner/test_ports.py)
-runs over both, as Optuna runs its storage tests over every storage.
-
-Rows are dictionaries with the columns of ``trials`` and ``sweeps`` that
-the decisions read (:data:`.store._DECIDED` for trials).
+PostgreSQL's adapter (:class:`PgSweeps`, :class:`PgTrials`) is the SQL of
+:mod:`.store`, :mod:`.searching` and :mod:`.lineage`; :mod:`.memory`'s tests
+planner logic without PostgreSQL. One contract suite
+(tests/services/planner/test_ports.py) runs over both. Rows are dictionaries
+with the columns the decisions read (:data:`.store._DECIDED` for trials).
 """
 
 from __future__ import annotations

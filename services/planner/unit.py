@@ -1,18 +1,12 @@
-"""The planner's unit of work: one transaction's trial writes, staged.
+"""The planner's unit of work: one transaction's trial writes, staged (docs/architecture.md).
 
-Deciding a batch of events may touch one trial several times (a short run's
-start and end, progress then end). The unit of work keeps each trial's row
-as the decisions so far leave it and the update still to write, merged into
-one (:func:`~.decide.merged`, what :func:`~.store.apply_update` would do in
-order); the next decision about the trial reads the staged row. Every other
-read goes to the database and so sees every decision before it: the staged
-updates are written (flushed) first, before a history read, before any SQL
-through :attr:`UnitOfWork.conn`, and at commit.
-
-The repositories (:mod:`.ports`) are PostgreSQL's in a service and may be
-in memory in a test (:mod:`.memory`). With PostgreSQL it also owns the
-search histories' cache (:mod:`.histories`): what a failed
-transaction read is dropped, as it may never have been committed.
+A batch may touch one trial several times (a short run's start and end): its
+row as the decisions so far leave it and the update still to write, merged
+into one (:func:`~.decide.merged`), serve the next decision about it. Every
+other read goes to the repositories, so the staged updates are written first
+(and at commit). With PostgreSQL it also owns the search histories' cache
+(:mod:`.histories`): what a failed transaction read is dropped, as it may
+never have been committed.
 """
 
 from __future__ import annotations
