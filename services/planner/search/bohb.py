@@ -1,23 +1,14 @@
 """BOHB's sampler for ``asha`` with ``sampler: tpe``: a TPE model per budget.
 
-Falkner, Klein and Hutter, "BOHB: Robust and Efficient Hyperparameter
-Optimization at Scale" (ICML 2018), section 4: configs come from a model
-fitted on the observations at one budget, the largest budget with at least
-``d + 3`` of them (``N_min + 2`` with ``N_min = d + 1``, ``d`` the number of
-params), so that the model sees the most informative values it has enough
-of; a fraction ``1/3`` of configs (BOHB's ``random_fraction``), and every
-config before any budget has enough observations, are drawn at random, so
-the search keeps exploring whatever the model believes.
-
-The model is Optuna's ``TPESampler``, through its public API only: an
-in-memory study holding, for the chosen budget, each trial's value recorded
-there (``create_trial`` ... ``COMPLETE``) and the trials in flight that have
-none yet (``RUNNING``: with ``constant_liar`` the next config moves away
-from them), asked once with the space's distributions. Random configs come
-from the spec's own random design, which on a finite space never repeats a
-config; a model's config that repeats one already tried on a finite space is
-replaced by the next untried random one. No state between calls: the same
-history, index and seed give the same config (a restarted planner agrees).
+Falkner, Klein and Hutter, "BOHB" (ICML 2018), section 4: configs come from
+a model fitted at the largest budget with at least ``d + 3`` observations
+(``d`` params), the most informative values it has enough of; a third of
+configs (BOHB's ``random_fraction``), and every one before such a budget,
+come from the spec's random design, so the search keeps exploring whatever
+the model believes. The model is Optuna's ``TPESampler`` through its public
+API (trials in flight as RUNNING constant liars); on a finite space no config
+repeats. No state between calls: the same history, index and seed give the
+same config (a restarted planner agrees).
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
-"""Budget caps as a launch decision, and what a sweep cost.
+"""Budget caps as a launch decision (docs/search.md, "Budgets, pricing, smoke").
 
 :func:`may_launch` says whether one more trial may start given what the
-sweep has used so far; the planner calls it before each launch and, when it
-says no, launches nothing more (trials in flight finish; the sweep ends when
-they have). A cap is never passed on purpose: a trial is refused when the
-GPU-hours (or cost) used, plus what the trials in flight are still expected
-to use, plus one more trial's expected use would pass the cap, or when it
-could not finish before ``wall_time``. ``max_steps`` is checked the same
-way in training steps (:func:`trial_steps`). Before any trial has finished
-there is no estimate, and only the counts and the time used so far are checked.
-:func:`may_continue` is the same check for a trial in flight that asks to
-run on (a successive-halving promotion): it is not a new trial, so
-``max_trials`` does not apply.
-
-Under successive halving with a budget parameter a trial's cost grows with
-the budget it reaches, so the estimate is per budget unit
-(:func:`estimate_unit_seconds`: seconds run over budget units reached, by the
-trials that ended) times the budget a run trains; otherwise it is one whole
-trial (:func:`estimate_trial_seconds`). Steps are known exactly under
-successive halving with a budget parameter (a run trains to its budget) and
-estimated otherwise, as the median of the steps completed trials reported.
-Times are passed in; nothing here reads a clock. (What a sweep cost is the
-reporter's: services/reporter/summary.py ``cost_of``.)
+sweep has used so far, and :func:`may_continue` whether a trial in flight may
+run on (a promotion: not a new trial, so ``max_trials`` does not apply). A
+cap is never passed on purpose: a trial is refused when what was used, plus
+what the trials in flight are still expected to use, plus its own expected
+use would pass the cap. Before any trial has finished there is no estimate,
+and only what was used counts. Under successive halving with a budget
+parameter cost grows with the budget reached, so the estimate is per budget
+unit (:func:`estimate_unit_seconds`); otherwise per trial. Times are passed
+in; nothing here reads a clock. (What a sweep cost is the reporter's:
+services/reporter/summary.py ``cost_of``.)
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
-"""Median stopping, with the semantics of Optuna's ``MedianPruner``.
+"""Median stopping, with the semantics of Optuna's ``MedianPruner`` (docs/search.md).
 
-At step ``s`` a trial is stopped when its best value so far is worse than
-the median of the values the *completed* trials reported at exactly ``s``.
 Nothing is stopped before ``startup_trials`` trials completed, before
 ``warmup_steps``, off the ``interval_steps`` grid (only the first report in
 each interval is judged), or while fewer than ``min_trials`` completed
-trials reported at ``s``. A trial whose values so far are all NaN or infinite
-(a diverged run, whichever sign) is stopped; other trials' non-finite values
-are left out of the median.
-
-Written against the history (each trial's ``curve``: its objective at every
-reported step), so the decision is the same after a planner restart.
+trials reported at the step. A trial whose values so far are all non-finite
+(a diverged run) is stopped; other trials' non-finite values are left out of
+the median. Written against the history (each trial's ``curve``), so the
+decision is the same after a planner restart.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Model-based suggestions (tpe, gp, cmaes, nsga2) through Optuna's ask-and-tell.
 
-Nothing lives in memory between two suggestions: each call builds an
-in-memory Optuna study from the history the planner passes (the trials in
-its database, in index order), asks it for one trial, and returns the params
-with the attributes the sampler wrote, which the planner persists and passes
-back. So the search survives a planner restart, and the same history, index
-and seed give the same suggestion.
-
-Parallel suggestions: trials in flight enter the study as RUNNING with their
-params, so
-* TPE runs with ``constant_liar=True`` (running trials count as bad ones and
-  the next suggestion moves away from them);
-* GP uses Optuna's batch acquisition over running trials (qLogEI/qLogEHVI);
-* CMA-ES draws each candidate of a generation with a seed that includes the
-  trial number, and NSGA-II makes each child from its own random crossover
-  and mutation; a child equal to a trial in flight is asked again.
-
-The sampler's seed is derived from ``(strategy.seed, index)``, so a
-suggestion does not depend on how many suggestions a planner made before.
+Nothing lives in memory between two suggestions: each builds an in-memory
+study from the history the planner passes and returns the params with the
+attributes the sampler wrote, which the planner persists and passes back, so
+the search survives a restart. The seed is derived from ``(strategy.seed,
+index)``: the same history, index and seed give the same suggestion, however
+many a planner made before. Trials in flight enter as RUNNING, so parallel
+suggestions do not collapse (docs/search.md tells how each sampler uses them);
+a suggestion equal to a trial in flight is asked again.
 """
 
 from __future__ import annotations

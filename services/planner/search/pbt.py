@@ -2,29 +2,16 @@
 
 Jaderberg et al., "Population Based Training of Neural Networks" (2017),
 asynchronous as in Ray Tune's ``PopulationBasedTraining``: a trial decides
-when *it* ends a segment (reaches ``every``, ``2 * every``, ... of the
-budget parameter), against the latest value each other member recorded at
-that interval or below; nothing waits for a generation to fill.
-
-* In the bottom ``quantile`` of the ranked members (at least one member in
-  each quantile; a non-finite value ranks last): **exploit** a member drawn
-  from the top quantile, i.e. continue from its checkpoint with its params,
-  **explored**: each mutated param is drawn afresh from the space with
-  ``resample_probability``, else multiplied by one of ``factor`` (kept
-  inside a range's bounds, on an int range's grid) or moved to a neighbour
-  in ``values``. The next segment starts at the donor's interval and runs
-  one ``every`` past it: ``every`` steps trained, what ``budget.max_steps``
-  is charged. A donor behind the trial is never copied (the trial would
-  train again steps it trained), nor one that reached ``max``.
-* Otherwise **continue** from its own checkpoint with its own params.
-* At ``max``: **complete**.
+when *it* ends a segment, against the latest value each other member
+recorded at that interval or below; nothing waits for a generation to fill.
+docs/search.md ("Population-based training") tells the rules: exploit,
+explore, continue, complete.
 
 No I/O, no clock: the RNG comes in (:class:`Pbt` seeds one per trial and
-interval from the spec's ``seed``, so a decision is reproducible). The
-planner persists the value at each interval as the trial's rung (the
-history the next decisions read), copies the donor's checkpoint before the
-new attempt is published (:mod:`spotsweep.services.planner.exploit`) and
-records each segment's lineage.
+interval from the spec's ``seed``), so a decision is reproducible. The
+planner persists each interval's value as the trial's rung, copies the
+donor's checkpoint (:mod:`spotsweep.services.planner.exploit`) and records
+each segment's lineage.
 """
 
 from __future__ import annotations

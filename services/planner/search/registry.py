@@ -1,21 +1,12 @@
 """The planner's side of the search plugins: what runs each registered type.
 
 The spec models (``spotsweep.shared.spec_search``) say what a strategy or
-stopper *is*; this registry says what the planner *does* with it, in the
-split Optuna makes between samplers and pruners (and Ray Tune between
-search algorithms and schedulers):
-
-* a :class:`Sampler` suggests the params of a new trial from the history
-  (Optuna's samplers: tpe, gp, cmaes, nsga2), registered by the name the
-  strategy model's ``sampler_name`` gives (its spec ``type``, or asha's
-  ``sampler``). A strategy whose configurations are a static design (grid,
-  random, sobol, subset, or a model's own ``design``) needs no sampler:
-  :func:`~spotsweep.shared.space.params_at` gives them;
-* a :class:`Stopper` decides whether a running or ended trial goes on
-  (successive halving, median stopping), registered by the spec ``type`` of
-  the early stopping in force (``early_stop``, or the one the strategy
-  implies: asha implies hyperband's).
-
+stopper *is*; this registry what the planner *does* with it, in Optuna's
+split between samplers and pruners. A :class:`Sampler` suggests a new
+trial's params from the history (tpe, gp, cmaes, nsga2; by the strategy
+model's ``sampler_name``); a static design needs none
+(:func:`~spotsweep.shared.space.params_at`). A :class:`Stopper` decides
+whether a trial goes on (by the ``type`` of the early stopping in force).
 :class:`~.strategy.Search` asks :func:`sampler_for` and :func:`stopper_for`
 and never switches on a type.
 """

@@ -1,45 +1,20 @@
 """Asynchronous successive halving (ASHA) and Hyperband as brackets of it.
 
 Bracket ``s`` has rungs at budgets ``min * eta**(k + s)`` below ``max``.
-Two promotion rules (``promotion``):
+docs/search.md ("ASHA, Hyperband and median stopping") tells the two
+promotion rules: ``paper`` (Li et al., MLSys 2020: a trial waits at its rung,
+PAUSE, and :meth:`Asha.promotions` promotes the best ``floor(n / eta)`` a
+rung saw, never more in all, which bounds a bracket's spend) and ``async``
+(Ray Tune's ``async_hyperband.py``: decided once on arrival; the only rule
+without a budget parameter, as a running trial cannot wait). A non-finite
+value is pruned.
 
-* ``paper`` (the spec's default with a budget parameter): the rule of Li et
-  al., "A System for Massively Parallel Hyperparameter Tuning" (MLSys 2020).
-  A trial that ends its run at a rung *waits* there (PAUSE: the planner keeps
-  it ``paused``); whenever a slot frees up (the paper's ``get_job``, the
-  planner's top-up) :meth:`Asha.promotions` looks from the top rung down for
-  a waiting trial in the best ``floor(n / eta)`` of the ``n`` trials its rung
-  has seen, and promotes it before any new config starts. A trial left out
-  now may be promoted later, when more trials reached its rung; the ones
-  still waiting when nothing else can run are pruned (the planner's top-up).
-  Unlike the paper, a rung never sends on more than ``floor(n / eta)`` of
-  its ``n`` in all (those promoted early and outranked since count): so a
-  bracket trains at most ``sum_k floor(n_k / eta) * (r_k - r_(k-1))`` steps
-  past its first rung, whatever order the values come in.
-* ``async``: Ray Tune's ``async_hyperband.py``: when a trial reaches a rung
-  (the highest one it passed and has not been decided at), its value is
-  compared with the values recorded at that rung by the other trials of its
-  bracket so far: it goes on if it is in the best ``1/eta`` of them (or the
-  rung is empty), otherwise it is pruned. Nothing waits for a rung to fill.
-  Without a budget parameter (a running trial cannot wait) this rule applies
-  whatever ``promotion`` says.
-
-Under both, a non-finite value (a diverged trial) is pruned.
-
-Two ways to go on (``BudgetParam.param``):
-* with a budget parameter the trial runs up to its rung's budget and ends;
-  PROMOTE carries the next budget and the planner relaunches the same trial
-  from its checkpoint with the parameter set to it (it runs to that step);
-* without one the trial runs to its own end and PROMOTE means "keep
-  running"; PRUNE means the planner stops it.
-
-State is the history: ``TrialRecord.rungs`` holds the value each trial
-recorded at each rung, which the planner persists with the decision.
-
-Brackets (Hyperband) get trials by index, deterministically, in proportion
-to Optuna's HyperbandPruner budgets (``ceil(n * eta**s / (s + 1))`` for the
-bracket ``s`` rungs above the most aggressive one), interleaved by smooth
-weighted round-robin so that any run of consecutive trials covers them all.
+With a budget parameter PROMOTE carries the next budget and the planner
+relaunches the trial from its checkpoint; without one PROMOTE means "keep
+running" and PRUNE that the planner stops it. The state is the history
+(``TrialRecord.rungs``). Hyperband's brackets get trials by index in
+Optuna's HyperbandPruner proportions, interleaved by smooth weighted
+round-robin so that any run of consecutive trials covers them all.
 """
 
 from __future__ import annotations

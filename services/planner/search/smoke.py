@@ -1,18 +1,7 @@
-"""The smoke stage: a few short trials before the sweep proper.
+"""The smoke stage: a few short trials before the sweep proper (docs/search.md, ``smoke``).
 
-With ``smoke: {trials: 2, budget: 2}`` the planner first launches only the
-smoke trials (configs 0 and 1 with the budget parameter set to 2), holds
-the rest back, and then:
-* if any smoke trial fails (its first crash: smoke trials are not retried),
-  is cancelled, or completes without reporting every objective or with one
-  that is NaN or infinite (a diverged run), the sweep
-  stops with that trial's error before anything else is launched;
-* when every smoke trial has completed with its objectives, the rest is
-  released. Smoke trials are not part of the search: they are left out of
-  the history the strategies see and out of the leaderboard.
-
-:func:`smoke_stage` is the whole decision; it is a function of the smoke
-trials' records, so a restarted planner decides the same.
+:func:`smoke_stage` is the whole decision, a function of the smoke trials'
+records, so a restarted planner decides the same.
 """
 
 from __future__ import annotations

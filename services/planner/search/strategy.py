@@ -3,23 +3,7 @@ what to do when a trial reports.
 
 :class:`Search` is built from a spec alone (cache it next to the parsed
 spec); every method is a pure function of its arguments and the history the
-planner reads from its database:
-
-* :meth:`Search.propose` -- params for trial ``index``: a static design
-  (grid, random, Sobol, subset) through :func:`~spotsweep.shared.space.params_at`,
-  or Optuna's suggestion for tpe/gp/cmaes/nsga2 (and asha with ``sampler:
-  tpe``); with a successive-halving budget parameter, set to the first rung
-  of the trial's bracket.
-* :meth:`Search.on_report` -- a trial reported its objective at a step
-  (running mode: stop it or let it go on).
-* :meth:`Search.on_run_end` -- a trial's run ended at its budget (ASHA and
-  Hyperband with a budget parameter: relaunch it with the next budget, or
-  prune it, or it is complete).
-* :meth:`Search.smoke` and :meth:`Search.smoke_params` -- the smoke stage.
-* :meth:`Search.may_launch`, :meth:`Search.may_promote`,
-  :meth:`Search.run_seconds` and :meth:`Search.run_steps` -- the budget
-  caps, for a new trial and for a promotion, and what either is expected to
-  take and to train.
+planner reads from its database (docs/search.md, "The pure API").
 """
 
 from __future__ import annotations
