@@ -46,7 +46,7 @@ def stop_of(sweep_id: str, trial_id: str, decision: Decision) -> StopTrial | Non
 def send(deps: PlannerDeps, effects: Effects) -> None:
     """Cancel, then stops, then the outbox: what the decisions committed asked for."""
     if effects.cancel:
-        broadcast_cancel(deps, effects.sweep_id)
+        deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(CancelSweep(sweep_id=effects.sweep_id))))
     for stop in effects.stops:
         _log.info("stopping a run", trial_id=stop.trial_id, run_id=stop.run_id, reason=stop.reason)
         deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(stop)))
@@ -73,7 +73,3 @@ def discard_checkpoints(deps: PlannerDeps, sweep_id: str, trial_ids: list[str]) 
             _log.warning("could not delete a pruned trial's checkpoints", trial_id=trial_id, error=str(e))
         else:
             _log.info("deleted a pruned trial's checkpoints", trial_id=trial_id, keys=deleted)
-
-
-def broadcast_cancel(deps: PlannerDeps, sweep_id: str) -> None:
-    deps.broker.publish(Outgoing(topology.CONTROL_EXCHANGE, "", encode(CancelSweep(sweep_id=sweep_id))))

@@ -1,22 +1,13 @@
 """Planner handlers: ``(delivery, deps)`` functions that tests call directly.
 
-Exactly-once effects on at-least-once delivery:
-* A spec is written with ``ON CONFLICT DO NOTHING`` on its sweep id, so a
-  redelivered submission changes nothing.
-* New trials are written as ``pending`` in the same transaction as the
-  decision that launched them (the outbox, :mod:`.outbox`), published with
-  confirms after the commit.
-* Every trial event is decided under a row lock on its sweep, fenced by
-  attempt and run, and acked only after the commit (:mod:`.events`).
-* Commands on the sweeps queue are typed messages (``SubmitSweep``,
-  ``CancelSweep``, ``ExtendSweep``; untyped bodies of older CLIs are still
-  read, :func:`.bodies.sweep_command`), run by :mod:`.commands` in a unit of
-  work. ``cancel`` and ``extend`` are idempotent too: a cancelled sweep
-  stays cancelled, and an extension carries the spec version it extends, so
-  a redelivered one changes nothing.
-
-This module only decodes, checks the sender, dispatches and sends what the
-application (:mod:`.commands`, :func:`.service.on_events`) returns.
+Exactly-once effects on at-least-once delivery: a spec is written ``ON
+CONFLICT DO NOTHING`` on its sweep id; new trials are written ``pending`` in
+the decision's transaction and published after the commit (:mod:`.outbox`);
+every trial event is decided under its sweep's row lock, fenced by attempt
+and run, and acked after the commit (:mod:`.events`); a cancelled sweep stays
+cancelled and an extension names the spec version it extends. This module
+only decodes, checks the sender, dispatches and sends what the application
+(:mod:`.commands`, :func:`.service.on_events`) returns.
 """
 
 from __future__ import annotations
@@ -51,16 +42,12 @@ _COMMANDS: dict[str, Callable[[PlannerDeps, Any], Effects]] = {
 
 
 def handle_sweep_message(delivery: Delivery, deps: PlannerDeps) -> None:
-    """A typed command (submit, cancel, extend) about a sweep, or the untyped
-    body of an older client (a spec; header ``kind``: ``cancel``, ``extend``).
+    """A command about a sweep (:func:`.bodies.sweep_command`), run, its effects sent, then acked.
 
-    The message is untrusted (:mod:`.bodies`): a bad id or an undecodable body
-    raises :class:`DecodeError` (dead-lettered with the reason); any other
-    failure to accept a spec records the sweep as ``rejected`` with the
-    reason, so whoever waits on it sees it end. A sender not among the
-    policy's submitters (:mod:`.policy`) has its submission recorded as
-    rejected and its cancel or extend dead-lettered, with the reason. The
-    command's effects are sent once it has committed; then the message is acked."""
+    A bad id or an undecodable body raises :class:`DecodeError` (dead-lettered);
+    a spec that cannot be accepted, or a sender not among the policy's
+    submitters, records the sweep ``rejected`` with the reason, so whoever
+    waits on it sees it end (a refused cancel or extend is dead-lettered)."""
     refused = sender_problem(deps.policy, getattr(delivery, "user_id", None))
     try:
         command = sweep_command(delivery.headers, delivery.message_id, delivery.body)

@@ -1,11 +1,7 @@
 """The planner's application service: one sweep's trial events, decided in one unit of work.
 
-:func:`on_events` locks the sweep, decides each event in delivery order
-(:func:`.events.apply`, which stages each trial's update in the unit of
-work), journals the lifecycle events, stops the sweep if its own breaker
-finds it broken (:mod:`.breaker`), tops the sweep up, and commits. What
-must then be sent (stops, a re-broadcast cancel, the sweep's outbox) comes
-back as :class:`.effects.Effects`, which the caller sends after the commit.
+What must be sent then (stops, a re-broadcast cancel, the outbox) comes back
+as :class:`.effects.Effects`, which the caller sends after the commit.
 """
 
 from __future__ import annotations
@@ -78,8 +74,10 @@ def _decide(uow: UnitOfWork, sweep: Any, event: Any, spec: SweepSpec, search: Se
         stop = stop_of(sweep["sweep_id"], event.trial_id, done.decision)
         if stop is not None:
             effects.stops.append(stop)
-        elif _pruned_after_its_run(event, done.decision) and spec.checkpoints.keep != "all":
-            effects.discard.append(event.trial_id)  # a run stopped by the planner is cleaned by its agent
+        elif isinstance(event, TrialFinished) and update is not None \
+                and update.state == TrialState.PRUNED and spec.checkpoints.keep != "all":
+            # successive halving pruned it at its run's end (a run the planner stopped is cleaned by its agent)
+            effects.discard.append(event.trial_id)
         return failed
 
 
@@ -92,12 +90,6 @@ def _breaker(uow: UnitOfWork, sweep_id: str, spec: SweepSpec, last_error: str, e
     uow.sweeps.fail(sweep_id, reason)
     effects.cancel = True
     _log.warning("sweep stopped by its breaker", reason=reason)
-
-
-def _pruned_after_its_run(event: Any, decision: Any) -> bool:
-    """Successive halving pruned the trial on the end of its run (not by stopping it)."""
-    update = decision.update
-    return isinstance(event, TrialFinished) and update is not None and update.state == TrialState.PRUNED
 
 
 def _cleaned(events: list[Any], spec: SweepSpec, bodies: dict[str, bytes]) -> list[Any]:

@@ -1,23 +1,14 @@
 """Trial events as the planner may store them: what the database cannot take is dropped, with a reason.
 
-Events come from agents, but the queue takes any AMQP client's bytes (an old
-agent, a hostile script). The agent already refuses bad metric names; the
-planner must still never let one value keep a trial ``running`` for ever (a
-NUL in a metric name makes the jsonb write fail, the end is dead-lettered and
-the trial holds its ``max_concurrent`` slot). So before deciding, every
-lifecycle event is cleaned:
-
-* final metrics whose name breaks the spec's ``limits`` (empty, too long, a
-  control character) are dropped, past ``limits.metric_names`` too, each
-  named in the trial's ``warnings``;
-* free text (error, reason, agent, run id) loses its NULs, which PostgreSQL's
-  text refuses, and is capped (:data:`~spotsweep.shared.limits.ERROR_CHARS`);
-* ``flags`` and ``warnings`` are bounded in number and length.
-
-:func:`bare` is the last resort when the database still refuses an end: the
-end without its final values, so the trial's state is recorded all the same.
-
-Pure functions of the event; no I/O.
+The events queue takes any AMQP client's bytes, and one value the database
+refuses (a NUL in a metric name fails the jsonb write) would dead-letter a
+trial's end and keep it ``running`` for ever, holding its ``max_concurrent``
+slot. So before deciding, every lifecycle event is cleaned: metrics that
+break the spec's ``limits`` are dropped and named in the trial's
+``warnings``; free text loses its NULs and is capped; ``flags`` and
+``warnings`` are bounded (docs/architecture.md). :func:`bare` is the last
+resort when the database still refuses an end: the end without its final
+values. Pure functions of the event; no I/O.
 """
 
 from __future__ import annotations
