@@ -1,12 +1,9 @@
 """The planner's commands on a sweep (submit, cancel, extend), each in one unit of work.
 
-Each runs in ``deps.unit()`` over the repositories (:mod:`.ports`), so it
-runs over PostgreSQL in a service and in memory in a test, and returns the
-:class:`.effects.Effects` to send once its transaction has committed (the
-sweep's outbox, a cancel for every agent): the caller sends them with
-:func:`.effects.send`. All are idempotent on redelivery: a spec is inserted
-once by its sweep id, a cancelled sweep stays cancelled, and an extension
-names the spec version it extends.
+Each returns the :class:`.effects.Effects` to send once its transaction has
+committed (:func:`.effects.send`). All are idempotent on redelivery: a spec is
+inserted once by its sweep id, a cancelled sweep stays cancelled, and an
+extension names the spec version it extends.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The planner's application context: what every part of the application reads (the
 database or a test's units of work, the broker, parsed specs and searches, the policy).
 
-Low in the application layer (below the handlers, the commands and the event
-service, above the repositories), so the application modules import it and
+Below the handlers, the commands and the event service, so they import it and
 never the handlers back; :mod:`.main` builds one per connection.
 """
 

@@ -1,14 +1,10 @@
 """One trial event, decided and applied inside the caller's transaction.
 
-Lifecycle events (started, finished, lost) go through :func:`~.decide.decide`;
-a completed run first asks the search whether successive halving promotes
-it, prunes it or lets it complete; a promotion the budget caps refuse
-completes the trial at the rung it reached (and the sweep launches no new
-trials: it could not promote them either). Progress events (the objective's
-points of a running trial) feed early stopping: the curve is recorded and
-the search may prune the trial, which the planner then stops on its agent.
-The caller tops the sweep up once after a batch of events
-(:func:`~.launch.top_up`).
+Lifecycle events go through :func:`~.decide.decide`, a completed run first
+past successive halving (promote, prune or complete; a promotion the budget
+caps refuse completes the trial at its rung). Progress events record the
+objective's curve for early stopping, which may prune the trial. The caller
+tops the sweep up once after a batch (:func:`~.launch.top_up`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """What runs next: new trials within ``max_concurrent`` and the queue window,
 through the smoke stage and the budget caps, with params from the sweep's search.
 
-:func:`top_up` runs inside the caller's unit of work (:mod:`.unit`), under
-the sweep's row lock, after any decision about a trial was staged: it reads the sweep's
-counts afresh, launches what :func:`~.decide.fill` allows (rows written as
-``pending``: the outbox that ``publish_pending`` sends after the commit), and
-ends the sweep when nothing is left to run. Every new trial and every
-promotion must fit the spec's budget caps (trials, steps, GPU-hours, cost,
-wall time: :mod:`.search.budget`); a refusal is the sweep's note. The
-choices themselves are the pure objects of :mod:`.search`; this module only
-feeds them what the database holds.
+:func:`top_up` runs in the caller's unit of work, under the sweep's row lock,
+after the decisions about its trials were staged; new trials are written
+``pending`` (the outbox, published after the commit), and a budget cap's
+refusal is the sweep's note (:mod:`.search.budget`). The choices are the pure
+objects of :mod:`.search`; this module only feeds them what the database holds.
 """
 
 from __future__ import annotations

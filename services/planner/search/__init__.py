@@ -1,13 +1,10 @@
 """The planner's search decisions: pure objects, no I/O, no clock.
 
 The planner builds one :class:`Search` per sweep from its spec and calls it
-with plain values read from its database (:class:`TrialRecord`): what the
-next trial runs (:meth:`Search.propose`), what to do when a trial reports
-(:meth:`Search.on_report`, :meth:`Search.on_run_end`), the smoke stage and
-the budget caps. Samplers and stoppers come from :mod:`.registry` by the
-spec's types, never from a switch on them. See docs/search.md for the
-strategies, for what the planner persists and sends, and for how to add a
-strategy or a stopper.
+with plain values read from its database (:class:`TrialRecord`). Samplers and
+stoppers come from :mod:`.registry` by the spec's types, never from a switch
+on them. docs/search.md tells the strategies, what the planner persists and
+sends, and how to add a strategy or a stopper.
 """
 
 from spotsweep.services.planner.search.budget import Usage, Verdict, committed, estimate_trial_seconds

@@ -1,13 +1,10 @@
 """What the search decisions know about past trials: plain values the planner
 reads from its database, so that every decision can be rebuilt after a restart.
 
-A :class:`TrialRecord` is one trial as the planner stores it: its index and
-params, its state, its final objective values, the objective at each step it
-reported (for median stopping and Optuna's view of pruned trials), the value
-recorded at each successive-halving rung it passed (persisted by the planner
-when it decides, so a restart sees exactly what the decisions saw), and the
-sampler's per-trial attributes (Optuna's ``system_attrs``, JSON, persisted
-with the trial: CMA-ES and NSGA-II keep their generation there).
+A :class:`TrialRecord` is one trial as stored; the values recorded at its rungs
+are persisted when decided, so a restart sees exactly what the decisions saw,
+and the sampler's per-trial attributes (Optuna's ``system_attrs``, JSON) hold
+CMA-ES's and NSGA-II's generation.
 """
 
 from __future__ import annotations
