@@ -31,8 +31,6 @@ class Segment(NamedTuple):
 
 
 def end_segment(conn: Conn, trial_id: str, sweep_id: str, end_step: int, params: dict[str, Any], value: float) -> int:
-    """Record the value the trial's latest segment ended with (its first, as launched, written
-    once when none is); returns that segment's number."""
     conn.execute(
         "INSERT INTO pbt_segments (trial_id, segment, sweep_id, attempt, start_step, end_step, params)"
         " VALUES (%s, 1, %s, 1, 0, %s, %s) ON CONFLICT DO NOTHING", (trial_id, sweep_id, end_step, Jsonb(params)))
@@ -44,7 +42,6 @@ def end_segment(conn: Conn, trial_id: str, sweep_id: str, end_step: int, params:
 
 
 def add_segment(conn: Conn, s: Segment) -> None:
-    """Write the segment a trial goes on with (once: a redelivered decision writes nothing)."""
     conn.execute(
         "INSERT INTO pbt_segments (trial_id, segment, sweep_id, attempt, start_step, end_step, params, from_trial_id,"
         " from_step) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
@@ -65,13 +62,11 @@ def copies_to_do(conn: Conn, sweep_id: str | None) -> list[Row]:
 
 
 def mark_copied(conn: Conn, trial_id: str, segment: int, step: int | None, note: str | None) -> None:
-    """An exploit copy done: the donor's step copied (None: none was) and why not, once."""
     conn.execute("UPDATE pbt_segments SET copied_at = now(), from_step = %s, copy_note = %s"
                  " WHERE trial_id = %s AND segment = %s AND copied_at IS NULL", (step, note, trial_id, segment))
 
 
 def newest_checkpoints(conn: Conn, trial_ids: list[str]) -> list[Row]:
-    """Each trial's newest journaled checkpoint (``trial_id``, ``sweep_id``, ``uri``); trials without one left out."""
     return conn.execute(
         "SELECT DISTINCT ON (trial_id) trial_id, sweep_id, body->>'uri' AS uri FROM trial_events"
         " WHERE kind = 'trial.checkpoint' AND trial_id = ANY(%s)"

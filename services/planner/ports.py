@@ -56,7 +56,7 @@ class SweepRepository(Protocol):
         """Give its spec to a sweep cancelled before it came (:func:`.store.fill_tombstone`)."""
 
     def extend(self, sweep_id: str, spec: dict[str, Any], total: int) -> None:
-        """The next spec version; an ended sweep runs again."""
+        """The next spec version; an ended sweep runs again (its history intact)."""
 
     def cancel(self, sweep_id: str) -> int | None:
         """Cancel the sweep and its trials not yet ended; how many trials, or None (nothing written) without the sweep."""
@@ -70,8 +70,8 @@ class SweepRepository(Protocol):
 
 class TrialRepository(Protocol):
     def insert(self, sweep_id: str, trials: list[store.NewTrial], advance: bool = True) -> None:
-        """New ``pending`` trials (an existing index is left as it is); ``advance``:
-        the sweep's ``next_index`` moves past the last one."""
+        """New ``pending`` trials (an existing index is left as it is); ``advance`` (regular
+        trials, not smoke ones): the sweep's ``next_index`` moves past the last one."""
 
     def get(self, trial_ids: list[str]) -> dict[str, tuple[Row, TrialView]]:
         """These trials, locked; unknown ids left out."""
@@ -102,7 +102,7 @@ class TrialRepository(Protocol):
         """PBT: the value the trial's latest segment ended with (its first written when none is); its number."""
 
     def add_segment(self, segment: Segment) -> None:
-        """PBT: the segment a trial goes on with (once)."""
+        """PBT: the segment a trial goes on with (once: a redelivered decision writes nothing)."""
 
     def copies_to_do(self, sweep_id: str | None) -> list[Row]:
         """PBT: exploit copies not done of pending trials (:func:`.lineage.copies_to_do`)."""
@@ -111,7 +111,7 @@ class TrialRepository(Protocol):
         """PBT: an exploit copy done, with the step copied or why none was (once)."""
 
     def newest_checkpoints(self, trial_ids: list[str]) -> list[Row]:
-        """Each trial's newest journaled checkpoint (``trial_id``, ``sweep_id``, ``uri``)."""
+        """Each trial's newest journaled checkpoint (``trial_id``, ``sweep_id``, ``uri``); none without one."""
 
     def pending(self, sweep_id: str | None) -> list[Row]:
         """The outbox (:func:`.store.pending_trials`): a page of ``pending`` trials with their sweep's

@@ -1,7 +1,8 @@
 """The planner's SQL: sweeps and trials are written only through here.
 
 Every function takes an open connection inside the caller's transaction, so
-a decision and its effects commit together or not at all.
+a decision and its effects commit together or not at all; the contract of
+one that a repository method binds is that method's (:mod:`.ports`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ def lock_sweep(conn: Conn, sweep_id: str) -> Row | None:
 
 
 def in_flight(conn: Conn, sweep_id: str) -> tuple[int, int]:
-    """Trials in flight, and how many of those wait (pending or queued)."""
     row = conn.execute(
         "SELECT count(*) AS n, count(*) FILTER (WHERE state IN ('pending', 'queued')) AS waiting"
         " FROM trials WHERE sweep_id = %s AND state IN ('pending', 'queued', 'running')", (sweep_id,)
@@ -120,8 +120,6 @@ NewTrial = tuple[int, str, dict[str, Any], dict[str, Any]]  # index, name, param
 
 
 def insert_trials(conn: Conn, sweep_id: str, trials: list[NewTrial], advance: bool = True) -> None:
-    """Write new trials as ``pending`` (the outbox); ``advance``: move the cursor past
-    the last index (regular trials; smoke trials have negative indexes and do not)."""
     if not trials:
         return
     with conn.cursor() as cur:
@@ -135,7 +133,6 @@ def insert_trials(conn: Conn, sweep_id: str, trials: list[NewTrial], advance: bo
 
 
 def extend_sweep(conn: Conn, sweep_id: str, spec: dict[str, Any], total: int) -> None:
-    """Store an extended spec; a finished sweep runs again (its history intact)."""
     conn.execute(
         "UPDATE sweeps SET spec = %s, total_trials = %s, spec_version = spec_version + 1, note = NULL,"
         " state = 'running', finished_at = NULL WHERE sweep_id = %s",
@@ -222,7 +219,6 @@ def finish_sweep(conn: Conn, sweep_id: str, state: str = "completed", error: str
 
 
 def outcomes(conn: Conn, sweep_id: str) -> Outcomes:
-    """The sweep's regular trials by state, and its first failed trial's error."""
     counts = {r["state"]: int(r["n"]) for r in conn.execute(
         "SELECT state, count(*) AS n FROM trials WHERE sweep_id = %s AND idx >= 0 GROUP BY state", (sweep_id,))}
     first = conn.execute("SELECT error FROM trials WHERE sweep_id = %s AND idx >= 0 AND state = 'failed'"
@@ -242,8 +238,6 @@ def fail_sweep(conn: Conn, sweep_id: str, error: str) -> None:
 
 
 def cancel_sweep(conn: Conn, sweep_id: str) -> int | None:
-    """Cancel the sweep and every trial not yet ended; returns trials cancelled,
-    or None when there is no such sweep (nothing is written)."""
     cur = conn.execute(
         "UPDATE sweeps SET state = CASE WHEN state = 'running' THEN 'cancelled' ELSE state END,"
         " finished_at = CASE WHEN state = 'running' THEN now() ELSE finished_at END WHERE sweep_id = %s",
@@ -267,7 +261,6 @@ EARLY_CANCELS = 10_000
 
 
 def remember_early_cancel(conn: Conn, sweep_id: str) -> bool:
-    """Keep a cancel of a sweep not seen yet; False when the table is full."""
     conn.execute("DELETE FROM early_cancels WHERE received_at < now() - interval '1 day'")
     cur = conn.execute(
         "INSERT INTO early_cancels (sweep_id) SELECT %s WHERE (SELECT count(*) FROM early_cancels) < %s"
@@ -278,7 +271,6 @@ def remember_early_cancel(conn: Conn, sweep_id: str) -> bool:
 
 
 def take_early_cancel(conn: Conn, sweep_id: str) -> bool:
-    """Whether a cancel of this sweep came before its spec (and forget it)."""
     cur = conn.execute("DELETE FROM early_cancels WHERE sweep_id = %s AND received_at >= now() - interval '1 day'",
                        (sweep_id,))
     return cur.rowcount > 0
