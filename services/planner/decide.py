@@ -3,17 +3,11 @@
 No I/O, no clock: the handlers read the state from PostgreSQL, call these,
 and apply the result in the same transaction. Tests feed plain values.
 
-Fencing lives here. An event whose attempt is not the trial's current
-attempt, or about a trial already in a terminal state, changes nothing; a
-run that starts for an earlier attempt (an agent published its end and died
-before its ack, so the broker handed the old attempt out again) or for an
-ended trial is stopped, since it would only redo work and move the trial's
-checkpoint. Within an attempt, runs are told apart by ``run_id``: the broker
-may hand one attempt out twice (redelivery after its agent vanished, or a
-duplicate publish), and only one run counts. A second run that starts while
-the first is alive is stopped; a redelivered one replaces a run whose agent
-is gone; while a trial runs, the end or loss of any other run of its attempt
-is ignored.
+Fencing lives here (docs/faults.md: attempts and runs). An event of an
+attempt that is not the trial's current one, or about an ended trial,
+changes nothing; a run that starts for either is stopped, since it would
+only redo work and move the trial's checkpoint. The broker may hand one
+attempt out twice, so runs are told apart by ``run_id`` and only one counts.
 """
 
 from __future__ import annotations

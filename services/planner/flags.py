@@ -1,13 +1,10 @@
 """The anomaly flags the planner stores: the names and the preemption rule.
 
-The agent raises ``nan``, ``stalled``, ``diverging`` and ``idle_gpu`` while a
-run goes on (:mod:`spotsweep.services.agent.anomalies`) and sends each as it
-rises on a ``trial.progress`` event; :func:`~.decide.live` turns those into an update
-of the trial's ``flags``. The planner itself sees preemptions:
-:func:`preemption_flags` adds ``preempted_often`` from
-:data:`PREEMPTED_OFTEN` preemptions on. Flags are merged into
-``trials.flags`` each once (set semantics: a redelivered event changes
-nothing), next to what the agent skipped or cut (``skipped_lines``, ...).
+The agent raises the live ones as a run goes on
+(:mod:`spotsweep.services.agent.anomalies`, sent on ``trial.progress``;
+:func:`~.decide.live` stores them); the planner itself sees preemptions.
+Flags are merged into ``trials.flags`` each once, so a redelivered event
+changes nothing.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """The I/O around :mod:`.reconcile`: read the database, ask the broker, put the missing attempts back in the outbox.
 
-Runs on its own thread, once at every (re)connection and every ``every``
-seconds while the connection lasts (:meth:`Reconciler.attach`). A missing
-attempt goes back to ``pending`` with the same attempt number, only if its
-row is still as it was read (same state and attempt, locked), and the
-planner's outbox (:func:`~.outbox.publish_pending`) publishes it again: the
-message id, ``trial_id#attempt``, is the one first published. A ``running``
-trial put back journals a ``trial.lost`` for its run, as local mode's
-:func:`~.orphans.requeue_orphans` does. Errors (the broker gone again) are
-logged and left to the next round.
+Runs on its own thread, at every (re)connection and every ``every`` seconds
+(:meth:`Reconciler.attach`). A missing attempt goes back to ``pending`` with
+the same attempt number, only if its row is still as it was read (locked),
+so the outbox republishes it under the message id first published
+(``trial_id#attempt``); a ``running`` one journals a ``trial.lost`` for its
+run, as :func:`~.orphans.requeue_orphans` does. Errors (the broker gone
+again) are left to the next round.
 """
 
 from __future__ import annotations
