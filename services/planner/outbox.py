@@ -28,11 +28,9 @@ from spotsweep.shared.spec import SweepSpec
 def resume_points(trials: TrialRepository, rows: list[dict[str, Any]]) -> dict[str, ResumeFrom]:
     """What each row's attempt resumes from (``TrialMessage.resume_from``), so the agent need not list S3.
 
-    A trial no run of which has started (neither ``started_at`` nor ``run_id``, both
-    recorded from its first ``trial.started``) has no checkpoint: ``ResumeFrom()``. Of the
-    others, those whose checkpoint commits the collector journaled get the newest one (its
-    folder and step), checked to lie under the trial's own prefix; the rest are left out
-    (the agent lists, as it does for a checkpoint the journal has not caught up with)."""
+    A trial that never started has no checkpoint (``ResumeFrom()``); the others get the
+    newest journaled checkpoint under the trial's own prefix, or are left out (the agent
+    lists, as it does for a checkpoint the journal has not caught up with)."""
     fresh = {r["trial_id"] for r in rows if r.get("started_at") is None and r.get("run_id") is None}
     known = {trial_id: ResumeFrom() for trial_id in fresh}
     ran = [r["trial_id"] for r in rows if r["trial_id"] not in fresh]

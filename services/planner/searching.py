@@ -32,10 +32,9 @@ def history(conn: Conn, sweep_id: str, spec: SweepSpec, *, steps: Sequence[int] 
             full_curve: str | None = None, pruned_curves: bool = False) -> tuple[list[TrialRecord], list[TrialRecord]]:
     """The sweep's regular trials and its smoke trials (numbered 0, 1, ... by smoke order).
 
-    Curves: only at ``steps`` (median stopping compares one step), plus the
-    whole curve of trial ``full_curve``, and with ``pruned_curves`` the whole
-    curves of the pruned trials (model-based samplers: Optuna ranks a pruned
-    trial by its intermediate values, and reads no other trial's).
+    Curves only at ``steps``, but whole for trial ``full_curve`` and, with
+    ``pruned_curves``, for the pruned trials (Optuna ranks a pruned trial by
+    its intermediate values, and reads no other trial's).
     """
     rows = conn.execute(
         f"SELECT {COLUMNS} FROM trials WHERE sweep_id = %(sweep)s ORDER BY idx",
@@ -95,14 +94,11 @@ def usage(conn: Conn, sweep_id: str, spec: SweepSpec, budget_param: str | None =
           ended: tuple[str, float | None] | None = None) -> Usage:
     """What the sweep used so far, with the clock read from PostgreSQL (one clock for every planner).
 
-    A CPU-only trial (``resources.gpus: 0``) counts as one GPU: it holds a
-    slot. ``budget_param``: successive halving's budget parameter; runs are
-    then estimated per budget unit. ``ended``: ``(trial_id, seconds)`` of a
-    run that has just ended but is not recorded yet (a promotion is being
-    decided): it counts as used, no longer in flight, and in the estimate.
-    The elapsed time is the time the sweep has been running: the union of
-    its trials' lifetimes, so the time between its end and an ``extend``
-    does not count against ``wall_time``.
+    ``budget_param``: successive halving's, by whose units runs are then
+    estimated. ``ended``: ``(trial_id, seconds)`` of a run that has just ended
+    but is not recorded yet (a promotion is being decided): it counts as used,
+    no longer in flight, and in the estimate. A CPU-only trial counts as one
+    GPU: it holds a slot.
     """
     args = {"sweep": sweep_id, "param": budget_param or "", "pbt": spec.strategy.inherits_checkpoints}
     row = conn.execute(

@@ -63,7 +63,6 @@ class SegmentEnd:
     index: int
     step: int
     value: float
-    params: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -190,8 +189,7 @@ class Pbt:
 
     def decide(self, history: Sequence[TrialRecord], trial: TrialRecord, step: int, value: float) -> StepDecision:
         population = [Member(r.index, r.params, r.rungs) for r in history]
-        d = decide(self.config, population, SegmentEnd(trial.index, step, value, trial.params),
-                   self.rng(trial.index, step))
+        d = decide(self.config, population, SegmentEnd(trial.index, step, value), self.rng(trial.index, step))
         if d.action == "complete":
             return StepDecision(Action.COMPLETE, step, reason=d.reason)
         return StepDecision(Action.PROMOTE, step, d.budget, relaunch=True, reason=d.reason,

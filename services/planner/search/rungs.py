@@ -143,15 +143,10 @@ class Asha:
                             reason=f"{value:.6g} at rung {rung} is within the best 1/{self.eta} of {len(recorded)}")
 
     def promotions(self, history: Sequence[TrialRecord], slots: int, final: bool = False) -> list[Promotion]:
-        """The paper's ``get_job`` for ``slots`` free slots: waiting (``paused``)
-        trials in the best ``floor(n / eta)`` of their rung's ``n`` finite values
-        (their bracket's), from the top rung down, best first. Call it whenever
-        a slot frees up, before starting a new config.
-
-        ``final``: no new config is left and nothing runs, so no rung will see
-        more trials. A rung that promoted no one yet (fewer than ``eta`` reached
-        it) then promotes its best, so that every bracket trains at least one
-        trial to ``max`` (a finite grid would otherwise stop short of it)."""
+        """The paper's ``get_job`` for ``slots`` free slots: waiting trials in the best
+        ``floor(n / eta)`` of their rung's, from the top rung down, best first. ``final``:
+        no rung will see more trials, so one that promoted no one yet promotes its best
+        (every bracket trains one trial to ``max``; a finite grid would stop short)."""
         if not self.waits or slots <= 0:
             return []
         out = self._ranked(history, slots)

@@ -43,7 +43,7 @@ def population(scores: list[float], step: int = 10) -> list[Member]:
 
 
 def end(index: int, value: float, step: int = 10) -> SegmentEnd:
-    return SegmentEnd(index, step, value, {"lr": 0.5, "layers": 3, "opt": "sgd", "steps": step})
+    return SegmentEnd(index, step, value)
 
 
 def test_the_bottom_quantile_exploits_a_top_quantile_member_with_explored_params() -> None:
@@ -92,9 +92,9 @@ def test_asynchronous_a_trial_compares_with_the_latest_value_at_or_below_its_int
            member(1, {10: 1.0}),  # behind: its latest value at or below 20 is the one at 10
            member(2, {}),  # nothing ended yet: not ranked
            member(3, {10: 9.0, 20: 3.0})]
-    d = decide(config(quantile=0.5), pop, SegmentEnd(3, 20, 3.0, pop[3].params), random.Random(0))
+    d = decide(config(quantile=0.5), pop, SegmentEnd(3, 20, 3.0), random.Random(0))
     assert d.action == "exploit" and d.donor in (0, 1) and "of 3" in d.reason
-    at_10 = decide(config(quantile=0.5), pop, SegmentEnd(3, 10, 9.0, pop[3].params), random.Random(0))
+    at_10 = decide(config(quantile=0.5), pop, SegmentEnd(3, 10, 9.0), random.Random(0))
     assert at_10.action == "exploit" and "ranked 3 of 3" in at_10.reason  # 0 counts with its 5.0 at 10
 
 
@@ -110,12 +110,12 @@ def test_an_exploit_goes_one_interval_past_the_donor_and_never_copies_a_finished
 def test_a_donor_behind_the_trial_is_never_taken() -> None:
     # 0 and 1 lead at their step 10 while 2 has reached 20: copying them would train 10-20 again
     pop = [member(0, {10: 1.0}), member(1, {10: 2.0}), member(2, {10: 3.0, 20: 9.0}), member(3, {10: 4.0})]
-    runs = [decide(config(quantile=0.5), pop, SegmentEnd(2, 20, 9.0, pop[2].params), random.Random(s)) for s in range(30)]
+    runs = [decide(config(quantile=0.5), pop, SegmentEnd(2, 20, 9.0), random.Random(s)) for s in range(30)]
     assert {(d.action, d.donor, d.budget) for d in runs} == {("continue", None, 30)}
     assert "behind it" in runs[0].reason
     # of a top with one member behind and one at the trial's step, only the latter is a donor
     even = [member(0, {10: 1.0}), member(1, {10: 2.0, 20: 2.0}), member(2, {10: 3.0, 20: 9.0}), member(3, {10: 4.0})]
-    runs = [decide(config(quantile=0.5), even, SegmentEnd(2, 20, 9.0, even[2].params), random.Random(s)) for s in range(30)]
+    runs = [decide(config(quantile=0.5), even, SegmentEnd(2, 20, 9.0), random.Random(s)) for s in range(30)]
     assert {(d.action, d.donor, d.start, d.budget) for d in runs} == {("exploit", 1, 20, 30)}
 
 
