@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from spotsweep.services.agent import runner
+from spotsweep.services.agent import launch
 from spotsweep.services.agent.orphans import PR_SET_CHILD_SUBREAPER
 from spotsweep.services.agent.runner import RunControls
 from tests.services.agent.conftest import Kit
@@ -46,11 +46,11 @@ def gone_within(pid: int, seconds: float) -> bool:
 @pytest.fixture()
 def reaping(kit: Any) -> Iterator[Any]:
     """The kit with the agent service's reaping on; this test process is no subreaper afterwards."""
-    if not runner.REAPER.adopt():
+    if not launch.REAPER.adopt():
         pytest.skip("no PR_SET_CHILD_SUBREAPER here")
     yield Kit(kit.store, replace(kit.config, reap_orphans=True))
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-    runner.REAPER.adopted = False
+    launch.REAPER.adopted = False
 
 
 @pytest.mark.parametrize(("linger", "stop"), [(0, False), (60, True)])

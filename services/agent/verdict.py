@@ -1,0 +1,74 @@
+"""How an attempt whose process has exited ended: its outcome, failure kind and error (pure but for reading the
+end of its stderr and asking its memory cgroup or container runtime), and its final event's flags and warnings."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+from spotsweep.services.agent import container
+from spotsweep.services.agent.launch import Launch
+from spotsweep.services.agent.supervise import Outcome
+from spotsweep.shared.messages import Failure, Outcome as Result, TrialMessage
+from spotsweep.shared.quantity import human_bytes
+
+ERROR_TAIL_LINES = 20
+# What a CUDA out-of-memory exit leaves on stderr (torch's error text and the
+# allocator failures that come with it), for retries.on_oom.
+OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "HIP out of memory")
+
+
+def _tail_text(f: BinaryIO, lines: int = ERROR_TAIL_LINES, limit: int = 4000) -> str:
+    """The last lines of a log, read from the agent's own descriptor (never the
+    path, which the trial may have swapped for a FIFO)."""
+    size = os.fstat(f.fileno()).st_size
+    text = os.pread(f.fileno(), 64 * 1024, max(0, size - 64 * 1024)).decode("utf-8", "replace")
+    return "\n".join(text.rstrip().splitlines()[-lines:])[-limit:]
+
+
+def verdict(outcome: Outcome, rc: int | None, err: BinaryIO, msg: TrialMessage, launch: Launch,
+            runtime: container.Runtime | None, container_oom: bool) -> tuple[Result, Failure | None, str | None]:
+    """:func:`classify` with what the memory cgroup or the container runtime knows of the process's end."""
+    container_oom = container_oom or (runtime is not None and container.oom_unsaid(msg, outcome.reason, rc))
+    over = outcome.over_memory or container_oom or (launch.cgroup is not None and launch.cgroup.oom_killed())
+    result, failure, error = classify(outcome, rc, lambda: _tail_text(err), msg, over)
+    if runtime is not None and failure == "exit":
+        failure = runtime.failure(rc) or failure
+    return result, failure, error
+
+
+def screened(outcome: Outcome, cut: str | None) -> dict[str, list[Any]]:
+    """The final event's flags and warnings from the run's metric screen (a truncated log noted)."""
+    screen = outcome.screen
+    if screen is None:
+        return {"flags": [], "warnings": []}
+    if cut is not None:
+        screen.note("log_truncated", cut)
+    return {"flags": screen.flags(outcome.final), "warnings": screen.warnings()}
+
+
+def classify(outcome: Outcome, rc: int | None, stderr_tail: Callable[[], str],
+             msg: TrialMessage, over_memory: bool = False) -> tuple[Result, Failure | None, str | None]:
+    """(outcome, failure kind, error) of an attempt whose process has exited; ``stderr_tail``: the end of its stderr;
+    ``over_memory``: its cgroup's OOM killer or the resource monitor killed a process of it."""
+    if outcome.reason in ("preempted", "cancelled"):
+        return outcome.reason, None, None  # type: ignore[return-value]
+    if outcome.reason == "exited" and rc == 0:
+        return "completed", None, None
+    tail = stderr_tail()
+    if over_memory and msg.memory is not None:
+        # "oom": retries.on_oom applies to it as to a CUDA out-of-memory exit.
+        why = f"exceeded its memory request ({human_bytes(msg.memory)}, resources.memory): killed"
+        return "failed", "oom", f"{why}\n{tail}".rstrip()
+    if outcome.reason == "stalled":
+        why = f"stalled: no metric, checkpoint or heartbeat line for {msg.stall_timeout:g} s (timeout.stall); killed"
+        return "failed", "stalled", f"{why}\n{tail}".rstrip()
+    if outcome.reason == "timeout":
+        why = f"timed out: ran {msg.total_timeout:g} s in all (timeout.total); killed"
+        return "failed", "timeout", f"{why}\n{tail}".rstrip()
+    error = tail or f"exit code {rc}"
+    if rc is not None and rc < 0:
+        error = f"killed by signal {-rc}\n{error}"
+    failure: Failure = "oom" if any(m in tail for m in OOM_MARKERS) else "exit"
+    return "failed", failure, error
