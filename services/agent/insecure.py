@@ -4,7 +4,7 @@
 every trial as root, and a trial as root reads every process's
 ``/proc/<pid>/environ`` (the broker, database and S3 secrets of whatever runs
 on the node), every file, and links any of them into its checkpoint: what
-:mod:`.harden` and :mod:`.trial_env` keep from a trial, root reads anyway.
+:func:`non_dumpable` and :mod:`.trial_env` keep from a trial, root reads anyway.
 So it refuses to start (exit 78, one line naming both flags) unless
 ``--allow-root-trials`` says the node runs only its owner's code, and then
 warns at every start. A non-root agent, or one with ``--trial-user``, is
@@ -19,6 +19,22 @@ rule is exactly that: it warns once when the two are the same. It cannot
 tell whether the planner's user is also given to people or to other
 services (docs/security.md, "Insecure setups").
 
+*A store that loses work.* A bucket the agent may read but not write would
+fail every checkpoint upload: the agent stops at start (exit 69). Without S3
+checkpoints stay on the node's disk, so a preempted trial cannot resume on
+another: said loudly, or refused with ``--require-s3``.
+
+*The agent's own process* is made hard for a trial to read (:func:`non_dumpable`,
+:func:`forget_credentials`): a trial running as the agent's user may read
+``/proc/<agent>/environ`` and ``/proc/<agent>/mem`` or attach a debugger,
+unless the agent is non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): the kernel
+then makes its ``/proc`` entries root's and refuses ``ptrace`` from other
+processes of the same user (``execve`` makes every trial dumpable again).
+Removing the credential variables from ``os.environ`` keeps them from what
+the agent starts, but not from the block ``/proc/<agent>/environ`` shows:
+hence non-dumpable, and the ``*_FILE`` settings, with which the secret is
+never in any environment (docs/security.md says which to use when).
+
 Local mode (``spotsweep run``) is not an agent in this sense: it runs its
 user's own sweep in that user's process, over an in-process broker nobody
 else can reach, and is not checked.
@@ -26,10 +42,23 @@ else can reach, and is not checked.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import os
+import sys
 from collections.abc import Collection
 from enum import Enum
+from urllib.parse import unquote, urlsplit
 
 from spotsweep.services.agent.trial_env import names
+from spotsweep.shared import log
+from spotsweep.shared.artifacts.port import ArtifactStore
+from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError, UnsafeSetup
+from spotsweep.shared.settings import AgentSettings
+
+_log = log.get("spotsweep.agent")
+PR_SET_DUMPABLE = 4
+CREDENTIALS = ("SPOTSWEEP_AMQP_URL", "SPOTSWEEP_DATABASE_URL", "SPOTSWEEP_S3_ACCESS_KEY", "SPOTSWEEP_S3_SECRET_KEY")
 
 
 class Verdict(Enum):
@@ -71,3 +100,79 @@ def shared_user_warning(own_user: str, planner_user_set: bool) -> str:
             f"it runs (SPOTSWEEP_PLANNER_USER {why}): anyone with these credentials, which every agent node holds, can "
             "run any command on every agent that trusts them; give agents a broker user of their own and set "
             "SPOTSWEEP_PLANNER_USER to the planner's (deploy/rabbitmq/definitions.json, docs/security.md)")
+
+
+def non_dumpable() -> bool:
+    """Mark this process non-dumpable (Linux); False where that is not possible."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def forget_credentials(environ: dict[str, str] | None = None) -> list[str]:
+    """Remove the credential variables (and their ``*_FILE`` names) from the
+    environment, once the settings hold them; returns the names removed."""
+    env = os.environ if environ is None else environ
+    gone = [name for name in env if name in CREDENTIALS or name.removesuffix("_FILE") in CREDENTIALS]
+    for name in gone:
+        del env[name]
+    return gone
+
+
+def planner_users(settings: AgentSettings) -> frozenset[str]:
+    """Whose trials and control messages this agent runs: ``SPOTSWEEP_PLANNER_USER``, else the
+    agent's own broker user (the URL's; RabbitMQ's default ``guest`` when it names none), so that
+    one user for everything keeps working and separate users refuse by default (docs/security.md)."""
+    return frozenset({settings.planner_user or broker_user(settings)})
+
+
+def broker_user(settings: AgentSettings) -> str:
+    """The agent's own broker user: its URL's, RabbitMQ's default ``guest`` when it names none."""
+    try:
+        user = urlsplit(settings.amqp_url.get_secret_value()).username
+    except ValueError:  # the connection refuses it too, with the redacted URL; never print it here
+        raise PermanentError("SPOTSWEEP_AMQP_URL is not a URL") from None
+    return unquote(user or "") or "guest"
+
+
+def check_setup(settings: AgentSettings, euid: int) -> None:
+    """Refuse to run trials as root unless ``--allow-root-trials`` (then warn), and say once
+    when the agent trusts its own broker user: before anything is connected."""
+    verdict = root_trials(euid, settings.trial_user, settings.allow_root_trials)
+    if verdict is Verdict.REFUSE:
+        raise UnsafeSetup(ROOT_REFUSED)
+    if verdict is Verdict.WARN:
+        _log.warning(ROOT_ALLOWED)
+    own = broker_user(settings)
+    if shares_planner_user(own, planner_users(settings)):
+        _log.warning(shared_user_warning(own, bool(settings.planner_user)))
+
+
+def check_writable(store: ArtifactStore, agent_id: str) -> None:
+    """Write and delete a small object, so a bucket the agent may read but not write (whose checkpoints
+    would all fail to upload) stops the agent at start: one line naming the settings, exit 69."""
+    key = f"sweeps/_spotsweep-write-probe/{agent_id}"  # under sweeps/: the agents' key may write only there
+    try:
+        store.put_bytes(key, b"")
+        store.delete(key)
+    except SpotsweepError as e:
+        raise RetryableError(f"SPOTSWEEP_S3_BUCKET/SPOTSWEEP_S3_ACCESS_KEY: the agent cannot write to its artifact "
+                             f"store {store!r}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}") from None
+
+
+def check_store_settings(settings: AgentSettings) -> None:
+    """Without S3 an agent keeps checkpoints on its own disk, so a preempted trial cannot
+    resume on another node: say so loudly, or refuse with ``--require-s3``."""
+    if settings.s3_endpoint:
+        return
+    where = settings.home / "artifacts"
+    if settings.require_s3:
+        raise PermanentError(f"--require-s3: SPOTSWEEP_S3_ENDPOINT is not set (checkpoints would stay in {where} on "
+                             "this node, and a preempted trial could not resume elsewhere)")
+    _log.warning(f"SPOTSWEEP_S3_ENDPOINT is not set: checkpoints and logs stay in {where} on this node, so a trial "
+                 "preempted here restarts from step 0 on any other node; set SPOTSWEEP_S3_* (and --require-s3 to refuse "
+                 "to start without it)")

@@ -16,14 +16,16 @@ import uuid
 from collections.abc import Callable, Collection
 from functools import partial
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
-from spotsweep.services.agent import announce, cgroup, container, harden, idle, insecure, notice
+from spotsweep.services.agent import announce, cgroup, container, idle, notice
 from spotsweep.services.agent.capacity import Ledger, detect
 from spotsweep.services.agent.handlers import (
     Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
 )
 from spotsweep.services.agent.health import Health
+from spotsweep.services.agent.insecure import (
+    broker_user, check_setup, check_store_settings, check_writable, forget_credentials, non_dumpable, planner_users,
+)
 from spotsweep.services.agent.runner import RunnerConfig, kill_all
 from spotsweep.services.agent.unpack import Caps, MiB
 from spotsweep.services.agent.state import Agent, Slots
@@ -34,7 +36,6 @@ from spotsweep.shared import metrics as exported
 from spotsweep.shared.artifacts import open_store
 from spotsweep.shared.artifacts.port import ArtifactStore
 from spotsweep.shared.broker.port import Broker, Consumer
-from spotsweep.shared.errors import PermanentError, RetryableError, SpotsweepError, UnsafeSetup
 from spotsweep.shared.health import probes
 from spotsweep.shared.health_startup import CurrentBroker, broker_check, first_broker, reusing
 from spotsweep.shared.middleware import Backoff
@@ -75,7 +76,7 @@ def connect(broker: Broker, agent: Agent, resource_class: str = "gpu",
     """Declare, subscribe to control messages, and consume trials with one worker per slot.
 
     ``accept_users``: the broker users whose trials and control messages run
-    (the planner's, :func:`planner_users`); the dispatcher dead-letters any
+    (the planner's, :func:`~.insecure.planner_users`); the dispatcher dead-letters any
     other sender's before a handler sees it. None: every sender (local mode).
     ``own_user``: the agent's broker user; when it is not accepted, a trial
     is handed back by requeueing it, not republished under this user.
@@ -123,22 +124,6 @@ def consume_trials(broker: Broker, conn: Connection, resource_class: str, prefet
     return consumer
 
 
-def planner_users(settings: AgentSettings) -> frozenset[str]:
-    """Whose trials and control messages this agent runs: ``SPOTSWEEP_PLANNER_USER``, else the
-    agent's own broker user (the URL's; RabbitMQ's default ``guest`` when it names none), so that
-    one user for everything keeps working and separate users refuse by default (docs/security.md)."""
-    return frozenset({settings.planner_user or broker_user(settings)})
-
-
-def broker_user(settings: AgentSettings) -> str:
-    """The agent's own broker user: its URL's, RabbitMQ's default ``guest`` when it names none."""
-    try:
-        user = urlsplit(settings.amqp_url.get_secret_value()).username
-    except ValueError:  # the connection refuses it too, with the redacted URL; never print it here
-        raise PermanentError("SPOTSWEEP_AMQP_URL is not a URL") from None
-    return unquote(user or "") or "guest"
-
-
 CONSUMER_TIMEOUT_HINT = (
     "RabbitMQ's consumer_timeout closed the delivery of a trial that ran longer than it allows ({reason}); "
     "the trial goes back to the queue and resumes from its last checkpoint, but would be cut off again: raise "
@@ -176,15 +161,9 @@ def gpu_groups(gpus: list[str], per_slot: int) -> list[str]:
 
 def bound_drain(seconds: float, kill: Callable[[], None], done: threading.Event,
                 exit_now: Callable[[int], None] = os._exit) -> threading.Thread:
-    """Give a drain a deadline: still draining ``seconds`` after it began, stop as on a second signal.
-
-    After the grace a drain only has short steps left (upload the logs,
-    publish the final events, ack), but each waits on S3 or RabbitMQ: a hung
-    S3 endpoint or a RabbitMQ resource alarm (which blocks publishers) would
-    keep the node busy long after the platform expects it gone. Past the
-    deadline the trials are killed and the agent exits 137; its unacked
-    trials go back to the queue (a loss each), as on a second SIGTERM.
-    """
+    """Give a drain a deadline: still draining ``seconds`` after it began, stop as on a second SIGTERM (exit 137;
+    unacked trials go back to the queue, a loss each). A drain's last steps (logs, final events, acks) each wait on
+    S3 or RabbitMQ: a hung endpoint or a resource alarm would keep the node busy long after the platform expects it gone."""
 
     def watchdog() -> None:
         if done.wait(seconds):
@@ -199,50 +178,11 @@ def bound_drain(seconds: float, kill: Callable[[], None], done: threading.Event,
     return thread
 
 
-def check_setup(settings: AgentSettings, euid: int) -> None:
-    """Refuse to run trials as root unless ``--allow-root-trials`` (then warn), and say once
-    when the agent trusts its own broker user: before anything is connected (:mod:`.insecure`)."""
-    verdict = insecure.root_trials(euid, settings.trial_user, settings.allow_root_trials)
-    if verdict is insecure.Verdict.REFUSE:
-        raise UnsafeSetup(insecure.ROOT_REFUSED)
-    if verdict is insecure.Verdict.WARN:
-        _log.warning(insecure.ROOT_ALLOWED)
-    own = broker_user(settings)
-    if insecure.shares_planner_user(own, planner_users(settings)):
-        _log.warning(insecure.shared_user_warning(own, bool(settings.planner_user)))
-
-
-def check_writable(store: ArtifactStore, agent_id: str) -> None:
-    """Write and delete a small object, so a bucket the agent may read but not write (whose checkpoints
-    would all fail to upload) stops the agent at start: one line naming the settings, exit 69."""
-    key = f"sweeps/_spotsweep-write-probe/{agent_id}"  # under sweeps/: the agents' key may write only there
-    try:
-        store.put_bytes(key, b"")
-        store.delete(key)
-    except SpotsweepError as e:
-        raise RetryableError(f"SPOTSWEEP_S3_BUCKET/SPOTSWEEP_S3_ACCESS_KEY: the agent cannot write to its artifact "
-                             f"store {store!r}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}") from None
-
-
-def check_store_settings(settings: AgentSettings) -> None:
-    """Without S3 an agent keeps checkpoints on its own disk, so a preempted trial cannot
-    resume on another node: say so loudly, or refuse with ``--require-s3``."""
-    if settings.s3_endpoint:
-        return
-    where = settings.home / "artifacts"
-    if settings.require_s3:
-        raise PermanentError(f"--require-s3: SPOTSWEEP_S3_ENDPOINT is not set (checkpoints would stay in {where} on "
-                             "this node, and a preempted trial could not resume elsewhere)")
-    _log.warning(f"SPOTSWEEP_S3_ENDPOINT is not set: checkpoints and logs stay in {where} on this node, so a trial "
-                 "preempted here restarts from step 0 on any other node; set SPOTSWEEP_S3_* (and --require-s3 to refuse "
-                 "to start without it)")
-
-
 def _slots(settings: AgentSettings) -> tuple[Slots, UserPool | None]:
     """This process hardened (a trial may run as our user), and its slots and trial users."""
     # A trial may run as this user: it must not read our /proc entries, nor inherit credentials (docs/security.md).
-    harden.non_dumpable()
-    harden.forget_credentials()
+    non_dumpable()
+    forget_credentials()
     trial_users = UserPool.from_setting(settings.trial_user)
     gpus = gpu_groups(detect_gpus(), settings.gpus_per_slot)
     pool = Slots(settings.slots or max(1, len(gpus)), gpus)

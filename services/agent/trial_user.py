@@ -2,7 +2,7 @@
 
 An agent holds the cluster's credentials; a trial is someone else's code.
 Run as the same user, a trial could read the agent's ``/proc/<pid>/environ``
-(unless the agent is non-dumpable: :mod:`.harden`), its credential files,
+(unless the agent is non-dumpable: :func:`~.insecure.non_dumpable`), its credential files,
 and every other trial's workspace. So an agent running as root starts each
 trial as ``USER`` (``Popen(user=, group=, extra_groups=[])``: no group of
 root's) in a workspace that user owns (0700), with ``HOME``, ``USER`` and

@@ -7,7 +7,7 @@ import os
 from spotsweep.services.agent.trial_env import names, passes, trial_environment
 from spotsweep.shared.secret_files import SecretFiles, file_variable
 from spotsweep.shared.settings import AgentSettings
-from spotsweep.services.agent.harden import forget_credentials
+from spotsweep.services.agent.insecure import forget_credentials
 
 AGENT = {
     "PATH": "/usr/bin", "HOME": "/home/agent", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "TMPDIR": "/tmp",

@@ -18,7 +18,8 @@ import pytest
 from waiting import take
 
 from spotsweep.services.agent.handlers import Agent as AgentState, Slots
-from spotsweep.services.agent.main import connect, planner_users
+from spotsweep.services.agent.insecure import planner_users
+from spotsweep.services.agent.main import connect
 from spotsweep.services.agent.runner import RunnerConfig
 from spotsweep.shared import topology
 from spotsweep.shared.artifacts.local import LocalArtifactStore
