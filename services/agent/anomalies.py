@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from spotsweep.services.agent.lines import Points  # the trial reported values at a step (one line)
+
 STALL_FRACTION = 0.5  # `stalled` after this share of timeout.stall without a line
 IDLE_GPU_PERCENT = 20.0  # `idle_gpu`: utilisation under this...
 IDLE_GPU_SECONDS = 300.0  # ...for this long without a break
@@ -53,14 +55,6 @@ def idle_since(since: float | None, at: float, gpu_util: float) -> float | None:
     if not math.isfinite(gpu_util) or gpu_util >= IDLE_GPU_PERCENT:
         return None
     return at if since is None else since
-
-
-@dataclass(frozen=True)
-class Points:
-    """The trial reported ``values`` at ``step`` (one line of its metrics file)."""
-
-    step: int
-    values: Mapping[str, float]
 
 
 @dataclass(frozen=True)

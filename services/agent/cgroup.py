@@ -87,14 +87,12 @@ class TrialCgroup:
         procs = os.fsencode(self.path / "cgroup.procs")
 
         def join() -> None:
-            try:
+            with suppress(OSError):
                 fd = os.open(procs, os.O_WRONLY)
                 try:
                     os.write(fd, b"0")
                 finally:
                     os.close(fd)
-            except OSError:
-                pass
 
         return join
 

@@ -32,6 +32,7 @@ import shutil
 import tempfile
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from spotsweep.services.agent.unpack import DEFAULT_CAPS, Caps, extract
@@ -89,10 +90,8 @@ def fetch(store: ArtifactStore, cache: Path, sha256: str, caps: Caps = DEFAULT_C
 
 def _used(tree: Path) -> Path:
     """``tree``, marked as just used (its mtime: what :func:`evict` ranks by)."""
-    try:
+    with suppress(OSError):  # evicted this instant by another agent on the node: the caller's copy fails and retries
         os.utime(tree)
-    except OSError:  # evicted this instant by another agent on the node: the caller's copy fails and retries
-        pass
     return tree
 
 

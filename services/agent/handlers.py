@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,10 +217,8 @@ def _settle(delivery: Delivery, sent: Future[None], conn: Connection, key: tuple
     # Not reported: the trial runs again elsewhere (as when the agent dies
     # here); the planner fences off the second run of an attempt it has decided.
     _log.error("final event not confirmed: trial requeued", error=str(error))
-    try:
+    with suppress(RetryableError):  # the connection is gone: the broker requeues it anyway
         delivery.nack(requeue=True)
-    except RetryableError:
-        pass  # the connection is gone: the broker requeues it anyway
 
 
 def _run(delivery: Delivery, msg: TrialMessage, conn: Connection, losses: int) -> TrialFinished | None:
@@ -263,10 +261,8 @@ def _trip(conn: Connection) -> None:
                "and stops again at the next such failure if the node is still broken", agent=conn.agent.config.agent_id,
                detail=health.summary())
     if conn.trials_consumer is not None:
-        try:
+        with suppress(RetryableError):  # the connection is gone; start() will not consume again either
             conn.trials_consumer.cancel()
-        except RetryableError:
-            pass  # the connection is gone; start() will not consume again either
     resume_after_cooldown(conn)
 
 
@@ -284,10 +280,8 @@ def _resume(conn: Connection) -> None:
         resume_after_cooldown(conn)
         return
     _log.warning("breaker cooldown over: taking trials again", agent=conn.agent.config.agent_id)
-    try:
+    with suppress(RetryableError):  # the connection is gone: the next connection's start() consumes
         conn.resume()
-    except RetryableError:
-        pass  # the connection is gone: the next connection's start() consumes
 
 
 def _failed(msg: TrialMessage, conn: Connection, error: str, outcome: str = "failed", failure: str | None = None) -> TrialFinished:

@@ -59,7 +59,7 @@ class RunMonitor:
 
     def points(self, points: lines.Points) -> None:
         """A line of the trial's points, as the pump took it."""
-        self.watch = anomalies.decide(self.watch, anomalies.Points(points.step, points.values))
+        self.watch = anomalies.decide(self.watch, points)
 
     def poll(self, silent_for: float) -> None:
         """Once per poll: ``silent_for`` seconds since the trial's last line. Samples when due; sends new flags."""

@@ -34,8 +34,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from contextlib import suppress
 
+from spotsweep.services.agent.signals import killpg
 from spotsweep.shared import log
 
 _log = log.get("spotsweep.agent")
@@ -111,7 +112,8 @@ class Reaper:
                 continue
             if state in ("Z", "X"):
                 if pgrp in groups or pid in self._seen or pid in self.killed:
-                    _reap(pid)
+                    with suppress(ChildProcessError):
+                        os.waitpid(pid, os.WNOHANG)
                     self._seen.discard(pid)
                 continue
             env = _environ(pid)
@@ -119,8 +121,9 @@ class Reaper:
                 continue
             if any(m <= env for m in marks):
                 if pgrp == pid:
-                    _signal(os.killpg, pid)
-                _signal(os.kill, pid)
+                    killpg(pid)
+                with suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
                 self.killed = [*self.killed[-999:], pid]
                 _log.warning("a process the trial left outside its process group (setsid) was killed", pid=pid)
             elif any(e.startswith(b"SPOTSWEEP_AGENT_TOKEN=") for e in env):
@@ -155,16 +158,3 @@ def _environ(pid: int) -> set[bytes] | None:
     except OSError:
         return None
 
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def _signal(send: Callable[[int, int], None], pid: int) -> None:
-    try:
-        send(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

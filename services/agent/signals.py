@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
+from contextlib import suppress
 
 _ON_KILL: dict[int, Callable[[], None]] = {}
 
@@ -32,7 +33,5 @@ def killpg(pgid: int, sig: int = signal.SIGKILL) -> None:
     hook = _ON_KILL.get(pgid) if sig == signal.SIGKILL else None
     if hook is not None:
         hook()
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -21,6 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -122,10 +123,8 @@ class ExitClock:
         self._thread.start()
 
     def _wait(self, pid: int) -> None:
-        try:
+        with suppress(ChildProcessError, OSError):  # reaped already: it has exited by now
             os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-        except (ChildProcessError, OSError):
-            pass  # reaped already: it has exited by now
         self._at = time.monotonic()
 
     def at(self) -> float:

@@ -18,6 +18,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import suppress
 from functools import partial
 from pathlib import Path
 from typing import IO, BinaryIO
@@ -195,10 +196,8 @@ def _bytes_under(staged: Path) -> int:
     total = 0
     for parent, _dirs, files in os.walk(staged):
         for name in files:
-            try:
+            with suppress(OSError):
                 total += os.lstat(os.path.join(parent, name)).st_size
-            except OSError:
-                pass
     return total
 
 

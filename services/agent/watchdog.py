@@ -31,6 +31,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
+from contextlib import suppress
 
 import psutil
 
@@ -100,11 +101,9 @@ def _carriers(token: str) -> list[int]:
     cannot read another user's environment, and they are not ours to kill)."""
     found = []
     for proc in psutil.process_iter():
-        try:
+        with suppress(psutil.Error, OSError):  # gone, a zombie, or not ours
             if proc.environ().get(TOKEN_VAR) == token:
                 found.append(proc.pid)
-        except (psutil.Error, OSError):
-            pass  # gone, a zombie, or not ours
     return found
 
 
@@ -121,10 +120,8 @@ def serve(token: str) -> None:
     me = os.getpid()
     for pid in _carriers(token):
         if pid != me:
-            try:
+            with suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
 
 if __name__ == "__main__":

@@ -28,10 +28,12 @@ import itertools
 import os
 import re
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from spotsweep.services.agent.trial_user import TrialUser
 
@@ -75,10 +77,8 @@ def _remove_tree(root: str) -> None:
     (which removes links inside the tree without following them)."""
     try:
         for name in FILES:
-            try:
+            with suppress(FileNotFoundError):
                 os.unlink(os.path.join(root, name))
-            except FileNotFoundError:
-                pass
         os.rmdir(os.path.join(root, "run"))
         os.rmdir(os.path.join(root, "checkpoint"))
         os.rmdir(root)
@@ -125,36 +125,24 @@ def _owner(name: str) -> int | None:
     return int(head[1:]) if head[:1] == "p" and head[1:].isdigit() else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: not ours to judge
-    return True
-
-
 def remove_stale(parent: Path) -> None:
     """Delete the trees under ``parent`` whose agent process is gone (killed outright)."""
+    _remove_trees(parent, lambda pid: pid != os.getpid() and not psutil.pid_exists(pid))
+
+
+def remove_own(parent: Path) -> None:
+    """Delete this agent's trees under ``parent`` (it is exiting: runs it stopped
+    hard may not have removed theirs)."""
+    _remove_trees(parent, lambda pid: pid == os.getpid())
+
+
+def _remove_trees(parent: Path, doomed: Callable[[int], bool]) -> None:
+    """Delete the trees under ``parent`` whose agent pid is ``doomed`` (another user's process is alive)."""
     try:
         entries = list(parent.iterdir())
     except OSError:
         return
     for entry in entries:
         pid = _owner(entry.name)
-        if pid is not None and pid != os.getpid() and not _alive(pid):
-            shutil.rmtree(entry, ignore_errors=True)
-
-
-def remove_own(parent: Path) -> None:
-    """Delete this agent's trees under ``parent`` (it is exiting: runs it stopped
-    hard may not have removed theirs)."""
-    me = os.getpid()
-    try:
-        entries = list(parent.iterdir())
-    except OSError:
-        return
-    for entry in entries:
-        if _owner(entry.name) == me:
+        if pid is not None and doomed(pid):
             shutil.rmtree(entry, ignore_errors=True)
