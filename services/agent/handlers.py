@@ -8,18 +8,13 @@ acks: the closing connection puts the trial back.
 
 A delivery that comes back ``redelivered`` was lost with its previous holder
 (kill -9, a node gone, a broker restart, RabbitMQ's consumer_timeout). Each
-such loss is counted in the artifact store; past the spec's
-``retries.max_lost`` the attempt is reported failed and dead-lettered, so a
-trial that takes its agents down cannot circle forever. A trial an agent hands
-back on purpose never counts as a loss: a draining agent, or one whose node
-looks broken, republishes it with a confirm, then acks; or, with users per
-role (agents may not publish trials), requeues it after marking the requeue a
-hand-back in the artifact store (:mod:`.handback`). That includes deliveries
-prefetched but not yet started when the trials consumer is cancelled: the
-consumer passes them to this handler (see :func:`~.main.consume_trials`),
-which hands them back the same way. A second copy of an attempt this agent
-runs or ran to its end (a republished trial, :mod:`.attempts`) is acked and
-dropped before anything starts.
+loss is counted in the artifact store; past ``retries.max_lost`` the attempt
+is reported failed and dead-lettered, so a trial that takes its agents down
+cannot circle forever. A trial handed back on purpose (a draining agent, a
+node that looks broken, a prefetched delivery of a cancelled consumer) never
+counts as a loss: it is republished, or requeued after a hand-back marker
+(:mod:`.handback`). A second copy of an attempt this agent runs or ran
+(:mod:`.attempts`) is acked and dropped before anything starts.
 """
 
 from __future__ import annotations
@@ -57,10 +52,8 @@ class Connection:
     lost_reason: str = "the connection to RabbitMQ was lost"
     trials_consumer: Consumer | None = None
     resume: Callable[[], object] | None = None  # subscribe to the trials queue again (set by main.connect)
-    # Hand a trial back by republishing it. A republished trial carries this
-    # agent's user_id, which other agents refuse unless agents and the planner
-    # share a broker user; otherwise (main.connect) it is requeued, marked a
-    # hand-back in the artifact store. Neither counts as a loss.
+    # Hand a trial back by republishing it (it then carries this agent's user_id, which other agents refuse
+    # unless agents and the planner share a broker user); else it is requeued with a hand-back marker.
     republish: bool = True
     _busy: int = 0  # trial handlers running on this connection
     _idle: threading.Condition = field(default_factory=threading.Condition)

@@ -31,10 +31,6 @@ A trip lasts ``cooldown`` seconds, not forever: a node that was only
 unlucky takes trials again afterwards. The streak is kept across the
 cooldown, so on a node that is still broken the next failure with evidence
 trips it again at once (a half-open breaker), and only a success clears it.
-
-Pure apart from its clock (passed in): :meth:`Health.record` takes the final
-event and returns whether the breaker has just tripped; the agent does the
-stopping and the resuming.
 """
 
 from __future__ import annotations

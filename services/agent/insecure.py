@@ -12,28 +12,17 @@ not this setup.
 
 *A shared broker user.* An agent runs the trials and control messages that
 its planner's broker user sent (``SPOTSWEEP_PLANNER_USER``; unset, its own).
-When that user is the agent's own, as with one user for every service, the
-credentials every agent node holds are enough to make every such agent run
-any command. The agent sees only its own URL and the user it trusts, so the
-rule is exactly that: it warns once when the two are the same. It cannot
-tell whether the planner's user is also given to people or to other
-services (docs/security.md, "Insecure setups").
+When that user is the agent's own, the credentials every agent node holds
+are enough to make every such agent run any command: it warns once. It sees
+only its own URL and the user it trusts, so it cannot tell whether the
+planner's user is also given to people or other services (docs/security.md).
 
-*A store that loses work.* A bucket the agent may read but not write would
-fail every checkpoint upload: the agent stops at start (exit 69). Without S3
-checkpoints stay on the node's disk, so a preempted trial cannot resume on
-another: said loudly, or refused with ``--require-s3``.
-
-*The agent's own process* is made hard for a trial to read (:func:`non_dumpable`,
-:func:`forget_credentials`): a trial running as the agent's user may read
-``/proc/<agent>/environ`` and ``/proc/<agent>/mem`` or attach a debugger,
-unless the agent is non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): the kernel
-then makes its ``/proc`` entries root's and refuses ``ptrace`` from other
-processes of the same user (``execve`` makes every trial dumpable again).
-Removing the credential variables from ``os.environ`` keeps them from what
-the agent starts, but not from the block ``/proc/<agent>/environ`` shows:
-hence non-dumpable, and the ``*_FILE`` settings, with which the secret is
-never in any environment (docs/security.md says which to use when).
+*The agent's own process* is made hard for a trial to read: a trial running as the agent's user could read
+``/proc/<agent>/environ`` and ``/proc/<agent>/mem`` or attach a debugger, unless the agent is non-dumpable
+(the kernel then makes its ``/proc`` entries root's and refuses ``ptrace`` from the same user; ``execve``
+makes every trial dumpable again). Credentials removed from ``os.environ`` still show in the block
+``/proc/<agent>/environ`` holds: hence non-dumpable, and the ``*_FILE`` settings (docs/security.md).
+The store checks refuse or warn about a store that would lose work (:func:`check_store_settings`).
 
 Local mode (``spotsweep run``) is not an agent in this sense: it runs its
 user's own sweep in that user's process, over an in-process broker nobody

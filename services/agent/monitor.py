@@ -1,22 +1,15 @@
 """One run's resource samples and anomaly flags, wired into the supervision loop.
 
-:class:`RunMonitor` is what :func:`~.supervise.supervise` calls: the pump
-hands it every point the trial reported (:meth:`RunMonitor.points`), and
-each poll (:meth:`RunMonitor.poll`) it takes a resource sample when one is
-due (:mod:`.resources`), sends it as ``sys/`` points through the pump, and
-folds points, samples and silence into the run's anomaly
-:class:`~.anomalies.Watch`. A flag that rises goes to the planner at once,
-as a ``trial.progress`` event with no points and the new ``flags``, so
-``trial_results.flags`` shows it while the trial runs; at the end every
-flag raised is noted on the run's :class:`~.screen.Screen`, so the final
-event carries them too (with the reason among its ``warnings``).
-
-With ``memory_limit`` (a trial's ``resources.memory`` on a node where the
-agent cannot give it a memory cgroup: :mod:`.cgroup`), a sample whose
-``sys/rss_mb`` is over it kills the trial's process group and sets
-:attr:`RunMonitor.over_memory`; the first sample comes a second after the
-start, then one every ``every`` seconds, so a fast leak can go past the
-limit until then (a cgroup stops it at once).
+Each poll :class:`RunMonitor` takes a resource sample when one is due
+(:mod:`.resources`), sends it as ``sys/`` points through the pump, and folds
+the trial's points, samples and silence into the run's anomaly
+:class:`~.anomalies.Watch`. A flag that rises goes to the planner at once (a
+``trial.progress`` event with no points), so ``trial_results.flags`` shows it
+while the trial runs; at the end every flag is noted on the run's screen, for
+the final event. With ``memory_limit`` (where the agent cannot give the trial
+a memory cgroup: :mod:`.cgroup`) a sample over it kills the trial's process
+group: a fast leak can go past the limit until the next sample, as a cgroup's
+would not.
 """
 
 from __future__ import annotations

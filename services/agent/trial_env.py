@@ -7,26 +7,18 @@ agent's environment would hand them over, so a trial gets only:
 * the trial contract's variables (``SPOTSWEEP_PARAMS``, ``SPOTSWEEP_METRICS``
   ...: the runner's ``ours``, which win over everything) and the spec's
   ``env`` (the sweep author's own, passed as written);
-* from the agent's environment, the names in :data:`PASS` and :data:`PASS_GLOBS`:
-  what a program needs to run (``PATH``, ``HOME``, locale, time zone, temp
-  folder, user name), the Python interpreter's own knobs (``PYTHONPATH``
-  included: it names code, not secrets, and a sweep run from a checkout
-  needs it), the virtualenv, and the GPU runtime's (``CUDA_*``, ``NVIDIA_*``,
-  ``NCCL_*``, ``HIP_``/``ROCR_VISIBLE_DEVICES``, ``LD_LIBRARY_PATH``, the
-  thread counts of OpenMP and MKL);
-* the operator's extra names or globs (``SPOTSWEEP_TRIAL_ENV_PASS``).
+* from the agent's environment, the names in :data:`PASS` and :data:`PASS_GLOBS`
+  (what a program, the Python interpreter and the GPU runtime need to run;
+  ``PYTHONPATH`` included: it names code, not secrets, and a sweep run from a
+  checkout needs it) and the operator's extra names or globs
+  (``SPOTSWEEP_TRIAL_ENV_PASS``);
+* between the agent's and the spec's, the experiment trackers' ids
+  (:func:`tracker_ids`), the same on every attempt, so a preempted trial goes
+  on with its W&B run.
 
-Between the agent's and the spec's come the experiment trackers' ids
-(:func:`tracker_ids`): ``WANDB_RUN_ID`` derived from the trial id and
-``WANDB_RESUME=allow``, the same on every attempt, so a preempted trial goes
-on with its W&B run; the spec's ``env`` may set either itself.
-
-``SPOTSWEEP_HOME`` passes too (no secret; the trainer keeps its data cache
-under it). Whatever the lists say, these never pass from the agent: every other
-``SPOTSWEEP_*`` (the broker and database URLs, ``SPOTSWEEP_S3_*``, the
-``*_FILE`` settings), any name ending in ``_PASSWORD``, ``_SECRET``,
-``_TOKEN`` or ``_KEY`` (and ``_PASSWD``, ``_CREDENTIALS``), and the names or
-globs the operator marks secret (``SPOTSWEEP_TRIAL_ENV_DENY``).
+Whatever the lists say, :data:`DENY_GLOBS` (every ``SPOTSWEEP_*`` but
+``SPOTSWEEP_HOME``, any name ending in ``_PASSWORD``, ``_TOKEN``, ``_KEY``...)
+and the operator's ``SPOTSWEEP_TRIAL_ENV_DENY`` never pass from the agent.
 """
 
 from __future__ import annotations
@@ -57,11 +49,8 @@ _NOT_WANDB = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 def wandb_run_id(sweep_id: str, trial_id: str) -> str:
-    """A W&B run id for a trial, the same for every attempt: the trial id
-    (which begins with the sweep's id; one that does not gets it in front),
-    every run of characters other than letters, digits, ``-`` and ``_`` made
-    one ``-``; past :data:`WANDB_ID_CHARS` cut, ending in 12 hex digits of the
-    whole id's sha256 so two long ids stay apart."""
+    """A W&B run id for a trial, the same for every attempt: the trial id (the sweep's id in front when it
+    lacks it) made of letters, digits, ``-`` and ``_``; a long one cut, ending in a hash of the whole id."""
     full = trial_id if trial_id.startswith(sweep_id) else f"{sweep_id}.{trial_id}"
     slug = _NOT_WANDB.sub("-", full).strip("-") or "trial"
     if len(slug) <= WANDB_ID_CHARS:

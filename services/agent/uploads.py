@@ -48,19 +48,12 @@ S3_BACKOFF = Backoff(base=0.5, cap=8.0, attempts=5)
 
 def restore(store: ArtifactStore, msg: TrialMessage, directory: Path, metrics: dict[str, float],
             redelivered: bool = False) -> int | None:
-    """The latest checkpoint's step, restored into ``directory``; None on a fresh start.
-    ``metrics`` gets the metric values reported up to that checkpoint.
-
-    ``msg.resume_from`` spares the store what the planner already knows: when no
-    run of the trial has started, a first delivery makes no S3 request at all (a
-    listing of an empty prefix used to cost every trial start a round trip); a
-    known checkpoint is fetched without a listing (:func:`restore_known`). A
-    ``redelivered`` delivery may follow a run the planner never heard of, which may
-    have committed a checkpoint: it lists, as does a message without the field.
-
-    Raises :class:`RetryableError` when S3 stays unreachable: the trial goes
-    back to the queue rather than restart from step 0.
-    """
+    """The latest checkpoint's step, restored into ``directory`` (``metrics``: the values reported up to it);
+    None on a fresh start. ``msg.resume_from`` spares the store what the planner knows: no request at all
+    when no run has started, no listing for a known checkpoint. A ``redelivered`` delivery may follow a run
+    the planner never heard of, which may have committed one: it lists, as does a message without the field.
+    Raises :class:`RetryableError` when S3 stays unreachable: the trial goes back to the queue rather than
+    restart from step 0."""
     known = msg.resume_from
     if known is not None and known.folder is None and not redelivered:
         return None
@@ -73,26 +66,14 @@ def restore(store: ArtifactStore, msg: TrialMessage, directory: Path, metrics: d
 
 
 def snapshot(directory: Path, into: Path, max_files: int | None = None) -> Path:
-    """Hard-link the checkpoint's files into ``into``: a consistent set even if
-    the script renames newer files into place while the upload runs (the
-    contract allows that once the line is written). Copies across devices.
-
-    A file renamed or deleted between the listing and its link is skipped:
-    scripts write ``ckpt-N`` through a temp file and delete older ones (as
-    Lightning's ``save_top_k`` does), so a vanished file is normal, never
-    an error of the trial.
-
-    No link is followed (:mod:`~spotsweep.shared.artifacts.safe_files`): a
-    trial that links ``/etc/passwd`` or the agent's files into its checkpoint
-    directory gets a warning naming them, not their content in the bucket.
-    When the agent runs as root and the directory belongs to another user
-    (``--trial-user``), only files that user owns are taken: a trial hands
-    over only what it could read itself; and a hard link to a file the trial
-    does not own (or any hard link, when the trial runs as root and so owns
-    every file) is skipped and named (:func:`~spotsweep.shared.artifacts.safe_files.regular_files`).
-
-    ``max_files`` (``limits.checkpoint_files``): a directory with more files is
-    :class:`Refused` (each file is a request, and the upload holds the slot)."""
+    """Hard-link the checkpoint's files into ``into`` (copies across devices): a consistent set even if
+    the script renames newer files into place while the upload runs, as the contract allows. A file gone
+    between the listing and its link is skipped (scripts delete older checkpoints, as Lightning's
+    ``save_top_k`` does). No link is followed, and as root only files the trial's user owns are taken,
+    never a hard link to one it does not (:func:`~spotsweep.shared.artifacts.safe_files.regular_files`):
+    a trial hands over only what it could read itself, and a warning names the rest.
+    More than ``max_files`` (``limits.checkpoint_files``) is :class:`Refused`: each file is a request,
+    and the upload holds the slot."""
     shutil.rmtree(into, ignore_errors=True)
     into.mkdir(parents=True, exist_ok=True)
     walk = Walk()
@@ -133,20 +114,14 @@ def _link_or_copy(entry: Entry, dst: Path) -> None:
 
 
 def stage(directory: Path, tries: int = 3, max_files: int | None = None) -> Path:
-    """A hard-link snapshot of the checkpoint directory, to upload (see :func:`snapshot`).
-
-    A folder that vanishes while the walk lists it (the script replaced a
-    sub-directory) makes the walk itself fail: the snapshot is taken again,
-    up to ``tries`` times, then the error goes to the caller, which skips
-    that checkpoint (:meth:`.committer.LineReader.checkpoint`)."""
+    """A hard-link snapshot of the checkpoint directory, to upload (:func:`snapshot`), taken again up to
+    ``tries`` times when a folder vanishes during the walk (the script replaced a sub-directory); then the
+    caller skips that checkpoint."""
     into = directory.with_name(directory.name + ".uploading")
-    for attempt in range(tries):
-        try:
+    for _ in range(tries - 1):
+        with suppress(FileNotFoundError):
             return snapshot(directory, into, max_files)
-        except FileNotFoundError:
-            if attempt == tries - 1:
-                raise
-    raise AssertionError("unreachable")
+    return snapshot(directory, into, max_files)
 
 
 def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
@@ -202,10 +177,8 @@ def _bytes_under(staged: Path) -> int:
 
 
 def nothing_stored(msg: TrialMessage, redelivered: bool, resumed: int | None, committed: int) -> bool:
-    """Whether the store holds no checkpoint of the trial once a run ends: the planner knew
-    it had none (``resume_from``, on a first delivery), the run restored none and committed
-    none. Then retention has nothing to prune and is skipped: a no-op trial's end on the
-    S3 path cost a request for a ``LATEST`` that cannot exist."""
+    """Whether the store holds no checkpoint of the trial once a run ends (the planner knew of none, on a
+    first delivery, and the run restored and committed none): then retention, a request, is skipped."""
     known = msg.resume_from
     return known is not None and known.folder is None and not redelivered and resumed is None and committed == 0
 
@@ -224,27 +197,16 @@ def retain(store: ArtifactStore, msg: TrialMessage, pruned: bool = False) -> Non
         _log.warning("checkpoint retention not applied", error=str(e), trial_id=msg.trial_id)
 
 
-def log_budgets(out_size: int, err_size: int, log_bytes: int) -> tuple[int, int]:
-    """Bytes of (stdout, stderr) to keep within ``log_bytes`` for both: each
-    stream gets half, and what one does not use the other may (stderr first:
-    it holds the error)."""
-    keep_err = min(err_size, max(log_bytes // 2, log_bytes - out_size))
-    return min(out_size, log_bytes - keep_err), keep_err
-
-
 def logs(store: ArtifactStore, msg: TrialMessage, streams: dict[str, tuple[Path, BinaryIO]],
          log_bytes: int, backoff: Backoff = S3_BACKOFF, copy: bool = False) -> tuple[str | None, str | None]:
-    """Upload stdout and stderr (those not empty), the last ``log_bytes`` of the
-    two together. Returns the logs folder's URI (None if there was nothing to
-    upload or the upload failed) and a note of what was cut, if anything.
-
-    The sizes and bytes come from the agent's own file descriptors, not from
-    the paths, which the trial may have replaced (with a FIFO, a link).
-    ``copy``: upload a copy of the bytes written so far, never the file
-    itself (the trial is still writing it: :mod:`.log_shipper`).
-    """
+    """Upload stdout and stderr (those not empty), the last ``log_bytes`` of the two together: the logs
+    folder's URI (None: nothing uploaded) and a note of what was cut, if anything. Sizes and bytes come from
+    the agent's own descriptors, never the paths, which the trial may have replaced (with a FIFO, a link).
+    ``copy``: upload a copy of the bytes written so far, never the file the trial is still writing."""
     sizes = {stream: os.fstat(f.fileno()).st_size for stream, (_, f) in streams.items()}
-    keep = dict(zip(("stdout", "stderr"), log_budgets(sizes.get("stdout", 0), sizes.get("stderr", 0), log_bytes)))
+    # Each stream gets half, and what one does not use the other may (stderr first: it holds the error).
+    keep_err = min(sizes.get("stderr", 0), max(log_bytes // 2, log_bytes - sizes.get("stdout", 0)))
+    keep = {"stdout": min(sizes.get("stdout", 0), log_bytes - keep_err), "stderr": keep_err}
     dropped = {stream: sizes[stream] - keep[stream] for stream in sizes if sizes[stream] > keep[stream]}
     uri = None
     try:
