@@ -43,7 +43,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 from spotsweep.services.agent import inputs_url
@@ -240,20 +240,16 @@ def evict(cache: Path, cap_bytes: int) -> list[str]:
     for _, path, size in sorted(trees):
         if total <= cap_bytes:
             break
-        fd = os.open(cache / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a trial is using it
-            if path.is_dir():
-                doomed = cache / f".{path.name}-evicted"
-                os.rename(path, doomed)
-                _remove(doomed)
-                total -= size
-                gone.append(path.name)
-        finally:
-            os.close(fd)
+            with _locked(cache / f".{path.name}.lock", fcntl.LOCK_EX | fcntl.LOCK_NB):
+                if path.is_dir():
+                    doomed = cache / f".{path.name}-evicted"
+                    os.rename(path, doomed)
+                    _remove(doomed)
+                    total -= size
+                    gone.append(path.name)
+        except BlockingIOError:
+            continue  # a trial is using it
     if gone:
         _log.info("input cache: least recently used versions deleted", versions=gone, bytes_left=total)
     return gone
@@ -265,14 +261,9 @@ def _leftovers(cache: Path) -> None:
     for path in cache.iterdir() if cache.is_dir() else []:
         if not (path.name.startswith(".") and "-" in path.name and path.is_dir()):
             continue
-        fd = os.open(cache / f".{path.name[1:].split('-', 1)[0]}.make", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with suppress(BlockingIOError), _locked(cache / f".{path.name[1:].split('-', 1)[0]}.make",
+                                                fcntl.LOCK_EX | fcntl.LOCK_NB):
             _remove(path)
-        except BlockingIOError:
-            continue
-        finally:
-            os.close(fd)
 
 
 def _remove(tree: Path) -> None:

@@ -5,7 +5,7 @@ Shortly after a trial starts (:data:`FIRST_SAMPLE_S`) and then every
 tree (its first process and every descendant, from one reading of the
 machine's processes per second that all the agent's trials share:
 :class:`ProcessTable`) and the GPUs it holds, and sends the values as
-metric points through the run's :class:`~.pump.MetricPump`, like the
+metric points through the run's :class:`~.committer.MetricPump`, like the
 trial's own:
 
 * ``sys/cpu_percent``: CPU time the tree used since the last sample, as a

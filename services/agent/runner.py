@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 
 from spotsweep.services.agent import code_cache, container, inputs, pyenv, uploads, workspace
 from spotsweep.services.agent.container import ImageUnavailable
-from spotsweep.services.agent.controls import RunControls
+from spotsweep.services.agent.stop_policy import RunControls
 from spotsweep.services.agent.launch import REAPER, WATCHDOG, Launch, NotStarted, environment, kill_all, launched
 from spotsweep.services.agent.log_shipper import LogShipper
 from spotsweep.services.agent.orphans import marks

@@ -4,7 +4,7 @@
 slots, node health, the agent's own signals (preempt, hard stop), the sweeps
 cancelled and runs stopped by the planner, and the lost runs still to
 report. Per broker connection there is a :class:`~.handlers.Connection`;
-per run, :class:`~.controls.RunControls` made by :meth:`Agent.controls`.
+per run, :class:`~.stop_policy.RunControls` made by :meth:`Agent.controls`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from spotsweep.services.agent.attempts import Attempts
 from spotsweep.services.agent.capacity import Ledger, detect
-from spotsweep.services.agent.controls import RunControls
+from spotsweep.services.agent.stop_policy import RunControls
 from spotsweep.services.agent.health import Health
 from spotsweep.services.agent.idle import Idle
 from spotsweep.services.agent.supervise import RunnerConfig

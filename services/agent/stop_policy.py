@@ -14,11 +14,18 @@ wins:
   (``cancelled``), no line for ``timeout.stall`` seconds (``stalled``), past
   the running time left of ``timeout.total`` (``timeout``): SIGKILL now;
 * preemption: SIGTERM once (reason ``preempted``), SIGKILL after the grace.
+
+The agent's signals, a lost connection, a cancelled sweep and the planner's
+stops are set from other threads (the signal handler, the broker's I/O
+thread, the control consumer) on a run's :class:`RunControls`, which a run
+reads once per poll as plain :class:`Signals`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 Action = Literal["none", "term", "kill"]
@@ -35,6 +42,24 @@ class Signals:
     stop: str | None = None  # the planner's reason to stop this run
     cancelled: bool = False  # its sweep was cancelled
     preempt: bool = False  # the node is going away
+
+
+@dataclass(frozen=True)
+class RunControls:
+    """The controls of one run; the events are shared with the agent (preempt,
+    kill) and with the run's broker connection (lost)."""
+
+    preempt: threading.Event = field(default_factory=threading.Event)  # SIGTERM the trial, wait for grace
+    kill: threading.Event = field(default_factory=threading.Event)  # SIGKILL now
+    lost: threading.Event = field(default_factory=threading.Event)  # the delivery's connection died: SIGKILL, no report
+    grace: float = 90.0
+    cancelled: Callable[[], bool] = lambda: False  # the run's sweep was cancelled
+    stopped: Callable[[str], str | None] = lambda run_id: None  # the planner's stop reason for a run, if any
+
+    def signals(self, run_id: str) -> Signals:
+        """What the controls say now about run ``run_id``, as plain values."""
+        return Signals(kill=self.kill.is_set(), lost=self.lost.is_set(), stop=self.stopped(run_id),
+                       cancelled=self.cancelled(), preempt=self.preempt.is_set())
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 :func:`supervise` polls the process until it exits. Each poll it hands the
 new lines of the metrics file to a :class:`~.committer.LineReader` (points
-to the :class:`~.pump.MetricPump`, which batches and publishes them;
+to the :class:`~.committer.MetricPump`, which batches and publishes them;
 checkpoints uploaded and committed after every point before them), and asks
 the pure :func:`~.stop_policy.decide` whether to SIGTERM or SIGKILL the
 trial's process group (hard stop, a lost delivery, a stop from the planner,
@@ -26,11 +26,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from spotsweep.services.agent.cgroup import Hierarchy
-from spotsweep.services.agent.committer import DrainClock, LineReader
+from spotsweep.services.agent.committer import DrainClock, LineReader, MetricPump
 from spotsweep.services.agent.container import Runtime
-from spotsweep.services.agent.controls import RunControls
+from spotsweep.services.agent.stop_policy import RunControls
 from spotsweep.services.agent.monitor import RunMonitor
-from spotsweep.services.agent.pump import MetricPump
 from spotsweep.services.agent.screen import Screen
 from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.stop_policy import Action, Limits, StopState, decide

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from spotsweep.services.agent.lines import Points
-from spotsweep.services.agent.pump import MetricPump
+from spotsweep.services.agent.committer import MetricPump
 from spotsweep.shared.messages import TrialMessage, TrialMetrics, TrialProgress
 
 
