@@ -1,22 +1,14 @@
 """The trial's code on an agent: a sweep's packed ``workdir``, fetched once per hash, copied per run.
 
 A trial message with ``workdir_sha256`` runs in a fresh copy of that archive's
-tree (so no trial sees what another wrote). The tree is cached under the
-agent's work folder, ``code/<sha256>/``, and made atomically: the archive is
-downloaded to a temporary name, its sha256 checked against its name, and
-unpacked member by member within caps (bytes, members, compression ratio;
-no absolute path, ``..``, link resolving outside, hard link, device or
-FIFO: :mod:`.unpack`) into a temporary folder, which is then renamed into
-place. A reader never sees a
-half-made tree; two agents on one node racing for one hash both end with
-the same one.
-
-The cache does not grow without end on an agent that serves sweep after
-sweep: once a new tree is made, the least recently used ones past the
-newest :data:`KEEP_TREES` are deleted, but only those no run has used for
-:data:`IDLE_S` (a run copies its tree right after using it, so a tree a slot
-may still be copying is never deleted), and so are temporary folders a
-killed agent left.
+tree (so no trial sees what another wrote). The tree is cached under
+``code/<sha256>/``, made atomically: downloaded, its sha256 checked, unpacked
+within caps (:mod:`.unpack`) into a temporary folder renamed into place, so a
+reader never sees a half-made tree and two agents racing for one hash end
+with the same one. Past the newest :data:`KEEP_TREES`, trees no run used for
+:data:`IDLE_S` are deleted (a run copies its tree right after using it, so a
+tree a slot may still be copying never is), and so are a killed agent's
+temporary folders.
 
 A missing or corrupt archive is a :class:`PermanentError` (the attempt fails
 with it: every retry would meet the same archive), one the caps or checks

@@ -20,14 +20,9 @@ is handed back again passes on the verdict about its earlier requeue (a loss
 or a hand-back, whose marker is already there) unchanged, and its own requeue
 costs nothing, so no marker is ever left over to excuse a later real loss.
 
-Why not a "handed back" event the planner turns into a republish: the planner
-cannot tell whether the trial is still on its queue, so an agent that died
-between its event and its ack, or a forged event, would put a second copy
-there and the attempt would run twice; acking first would lose it when the
-event is lost. Here the trial never leaves RabbitMQ, so it is never lost nor
-duplicated, and a marker (forged or not) can only waive a loss count, never
-make anything run: whoever can write one holds an agent's bucket key, which
-can already delete the loss markers themselves.
+The trial never leaves RabbitMQ, so it is never lost nor duplicated, and a
+marker (forged or not) can only waive a loss count, never make anything run
+(why not a "handed back" event the planner republishes: docs/security.md).
 """
 
 from __future__ import annotations

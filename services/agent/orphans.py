@@ -1,30 +1,23 @@
 """A trial's processes that left its process group (``setsid``): killed once the trial is over.
 
-Every trial starts in a session of its own and ends with a SIGKILL to its
-process group (:mod:`.signals`), which reaches its children, but not one
-that called ``setsid`` (a daemonising script, ``setsid sleep 1000 &``): that
-one has a session and group of its own, and used to outlive its trial.
+The SIGKILL to a trial's process group (:mod:`.signals`) does not reach a
+child that called ``setsid`` (a daemonising script, ``setsid sleep 1000 &``),
+which used to outlive its trial. So the agent makes itself a *child
+subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``): an orphan anywhere below it
+is handed to the agent, not to init. Once a trial is over, :meth:`Reaper.ended`
+hands its marks (the agent's token and ``SPOTSWEEP_RUN_ID``, new for every
+run, so a redelivery is never taken for it) to one reaper thread per agent,
+which looks at the agent's children for :data:`WATCH_S` (one reading of the
+machine's processes per look, off the trial's path): a child the agent did
+not start that is alive and carries a run's marks is SIGKILLed with the
+group it leads; a dead one is reaped when it was a member of a trial's
+group, seen alive with the agent's token, or killed here (never one of the
+agent's own ``Popen`` children, whose status their owner reads).
 
-So the agent makes itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``):
-a process orphaned anywhere below it is handed to the agent, not to init.
-Once a trial is over, :meth:`Reaper.ended` hands its marks (the environment
-entries that name this run: the agent's token and ``SPOTSWEEP_RUN_ID``, new
-for every run, so a redelivery of the same attempt is never taken for it)
-to one reaper thread per agent, which looks at the
-agent's children for a couple of seconds (one reading of the machine's
-processes per look, at most :data:`LOOK_S` apart, off the trial's path):
-a child the agent did not start that is alive and carries a run's marks
-is SIGKILLed with the group it leads; and a dead one is reaped when it was a
-member of a trial's group, or seen alive carrying the agent's token, or
-killed here (never one of the agent's own ``Popen`` children, whose status
-their owner reads).
-
-What it cannot find, as the watchdog cannot: a process that clears its
-environment and leaves its group. Where ``prctl`` is missing (not Linux)
-orphans go to init and only the group is killed. Only the agent service
-turns it on (``RunnerConfig.reap_orphans``): a subreaper changes where every
-orphan below the process goes, which a test runner calling :func:`~.runner.run_trial`
-in-process must not inherit.
+It cannot find a process that clears its environment and leaves its group;
+without ``prctl`` (not Linux) orphans go to init. Only the agent service
+turns it on (``RunnerConfig.reap_orphans``): a test runner calling
+:func:`~.runner.run_trial` in-process must not inherit a subreaper.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Watching one running trial process: its lines, the agent's signals, its time limits.
 
-:func:`supervise` polls the process until it exits. Each poll it hands the
-new lines of the metrics file to a :class:`~.committer.LineReader` (points
-to the :class:`~.committer.MetricPump`, which batches and publishes them;
-checkpoints uploaded and committed after every point before them), and asks
-the pure :func:`~.stop_policy.decide` whether to SIGTERM or SIGKILL the
-trial's process group (hard stop, a lost delivery, a stop from the planner,
-a cancelled sweep, ``timeout.stall``/``timeout.total``, preemption).
-
-It returns why the process ended; :mod:`.runner` turns that into the
-attempt's final event.
+:func:`supervise` polls the process until it exits: each poll the new lines of the metrics
+file go to a :class:`~.committer.LineReader`, and the pure :func:`~.stop_policy.decide` says
+whether to SIGTERM or SIGKILL the trial's process group. It returns why the process ended.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Each run's scratch tree: made new for the run, removed when it is over.
 
-A run needs an empty working directory, an empty checkpoint directory and
-three files (metrics, stdout, stderr). Every run gets a tree of its own under
-the agent's work folder, under a name no other run had, and the tree is
-removed when the run ends. So nothing one trial leaves behind reaches the
-next, not even what a process that left the trial's group (``setsid``: a
-daemon a script started) writes after the trial ended: its inherited stdout,
-a file it holds open, its working directory are all in a tree no run reads
-any more (writes through the removed cwd fail).
-
-Removal never follows a symbolic link: a trial may replace any of these paths
-with a link (its checkpoint directory onto a volume, say), and cleaning up
-removes the link, never what it points to (``shutil.rmtree`` does not follow
-links inside the tree).
+Every run gets a tree of its own (working and checkpoint directories, the
+metrics file and the logs) under a name no other run had, removed when the
+run ends: nothing one trial leaves behind reaches the next, not even what a
+process that left its group (``setsid``) writes after the trial ended, into
+a tree no run reads any more. Removal never follows a symbolic link: a trial
+may replace any of these paths with one, and cleaning up removes the link,
+never what it points to.
 
 With ``--trial-user`` the run's folders belong to the trial's user, 0700,
 and the tree to the agent (:func:`_hand_over`): one trial cannot read another's.
