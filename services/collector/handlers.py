@@ -27,16 +27,14 @@ dead-lettered.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from spotsweep.shared import log
-from spotsweep.shared.broker.port import Delivery
 from spotsweep.shared.db import Conn, Database
 from spotsweep.shared.db.journal import journal
 from spotsweep.shared.limits import HARD_METRIC_NAME_CHARS, Limits, metric_name_problem
-from spotsweep.shared.messages import AgentSeen, Envelope, TrialMetrics, TrialProgress, decode
+from spotsweep.shared.messages import AgentSeen, Envelope, TrialMetrics, TrialProgress
 
 _log = log.get("spotsweep.collector")
 
@@ -50,17 +48,6 @@ _STAGE = (
 _NAMES = Limits(metric_name_chars=HARD_METRIC_NAME_CHARS)  # what the database can index, whatever the spec allows
 _STEPS = (-(2**63), 2**63 - 1)  # points.step is a bigint
 Point = tuple[str, str, int, int, str, float]  # a row of points, in _COLUMNS order
-
-
-@dataclass
-class CollectorDeps:
-    db: Database
-
-
-def handle_batch(deliveries: Sequence[Delivery], deps: CollectorDeps) -> None:
-    """Decode and write a batch. Raises on an undecodable message so the
-    batching wrapper can isolate and dead-letter it."""
-    write_events([decode(d.body) for d in deliveries], deps.db)
 
 
 def write_events(events: Sequence[Envelope], db: Database) -> int:

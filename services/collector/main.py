@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 
-from spotsweep.services.collector.handlers import CollectorDeps, write_events
+from spotsweep.services.collector.handlers import write_events
 from spotsweep.shared import log, metrics, topology
 from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.port import Broker, Delivery
@@ -23,11 +24,12 @@ _log = log.get("spotsweep.collector")
 MAX_BATCH = 500
 
 
-def measured_batch(deliveries: Sequence[Delivery], deps: CollectorDeps) -> None:
-    """The collector's batch handler (``handle_batch``), timed and counted: ``spotsweep_ingest_batch_seconds``
+def measured_batch(deliveries: Sequence[Delivery], db: Database) -> None:
+    """The collector's batch handler: decode and write the batch (an undecodable message raises, so the
+    batching wrapper isolates and dead-letters it), timed and counted: ``spotsweep_ingest_batch_seconds``
     and ``spotsweep_points_ingested_total`` (new points only; a failed batch counts nothing)."""
     began = time.perf_counter()
-    inserted = write_events([decode(d.body) for d in deliveries], deps.db)
+    inserted = write_events([decode(d.body) for d in deliveries], db)
     metrics.INGEST_BATCH_SECONDS.observe(time.perf_counter() - began)
     metrics.POINTS_INGESTED.inc(inserted)
 
@@ -35,8 +37,7 @@ def measured_batch(deliveries: Sequence[Delivery], deps: CollectorDeps) -> None:
 def start(broker: Broker, db: Database, max_batch: int = MAX_BATCH, max_wait: float = 0.05) -> BatchingHandler:
     broker.declare(topology.service_queues())
     with_startup_retries(db.migrate, "migrate the database")
-    deps = CollectorDeps(db)
-    batcher = BatchingHandler(lambda batch: measured_batch(batch, deps), max_batch=max_batch, max_wait=max_wait)
+    batcher = BatchingHandler(partial(measured_batch, db=db), max_batch=max_batch, max_wait=max_wait)
     broker.consume(topology.COLLECTOR_QUEUE, batcher, prefetch=max_batch * 2)
     return batcher
 

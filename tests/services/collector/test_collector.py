@@ -6,7 +6,8 @@ import math
 from functools import partial
 from typing import Any
 
-from spotsweep.services.collector.handlers import CollectorDeps, handle_batch, write_events
+from spotsweep.services.collector.handlers import write_events
+from spotsweep.services.collector.main import measured_batch
 from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.db import Database
 from spotsweep.shared.messages import CheckpointSaved, MetricPoint, TrialMetrics, encode
@@ -93,7 +94,7 @@ def test_a_message_the_database_refuses_is_dead_lettered_alone_and_the_batch_sto
     poison = TrialMetrics(sweep_id="s", trial_id="t" * 3_000_000, attempt=1, points=[MetricPoint(step=0, name="loss", value=1)])
     good = [_metrics(1, range(i, i + 1), f"s.{i}") for i in range(7)]
     deliveries = [delivery(encode(m)) for m in [*good[:3], poison, *good[3:]]]
-    batcher = BatchingHandler(partial(handle_batch, deps=CollectorDeps(db)), max_batch=8, max_wait=0.01, retry_pause=0.01)
+    batcher = BatchingHandler(partial(measured_batch, db=db), max_batch=8, max_wait=0.01, retry_pause=0.01)
     try:
         for d in deliveries:
             batcher(d)
