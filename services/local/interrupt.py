@@ -26,9 +26,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from spotsweep.services.reporter.safe import printable
 from spotsweep.shared.broker.memory import MemoryBroker
 from spotsweep.shared.errors import PermanentError
+from spotsweep.shared.limits import cap_text, is_sweep_id
 from spotsweep.shared.runtime import ExitCode
+from spotsweep.shared.settings import Settings
 
 SETTLE_S = 30.0  # at most this long for the planner and the collector to take the last events
 
@@ -81,9 +84,8 @@ def wait_settled(broker: MemoryBroker, queues: tuple[str, ...], timeout: float =
 @contextmanager
 def sweep_lock(home: Path, sweep_id: str) -> Iterator[None]:
     """Hold the sweep's lock while this process runs it; refuse when another does."""
-    folder = home / "runs"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{sweep_id}.lock"
+    path = _lock_path(home, sweep_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -101,7 +103,7 @@ def sweep_lock(home: Path, sweep_id: str) -> Iterator[None]:
 
 def is_locked(home: Path, sweep_id: str) -> bool:
     """Whether a process holds the sweep's lock now (a local `run` or `resume` of it is going on)."""
-    path = home / "runs" / f"{sweep_id}.lock"
+    path = _lock_path(home, sweep_id)
     if not path.exists():
         return False
     fd = os.open(path, os.O_RDONLY)
@@ -112,3 +114,19 @@ def is_locked(home: Path, sweep_id: str) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def _lock_path(home: Path, sweep_id: str) -> Path:
+    return home / "runs" / f"{sweep_id}.lock"
+
+
+def run_here(settings: Settings, sweep_id: str) -> bool:
+    """Whether the sweep is local mode's: no ``SPOTSWEEP_DATABASE_URL``, or a `spotsweep run` with this
+    ``SPOTSWEEP_HOME`` started it (its lock file stays after it ends; a sweep submitted to a planner has none).
+    Its planner is in the process that runs it, which no RabbitMQ message reaches."""
+    return settings.database_url is None or (is_sweep_id(sweep_id) and _lock_path(settings.home, sweep_id).exists())
+
+
+def quoted(sweep_id: str) -> str:
+    """A sweep id as an error message shows it: bounded, quoted, escaped."""
+    return repr(printable(cap_text(sweep_id, 200)))

@@ -22,23 +22,17 @@ from rich.console import Console
 
 from spotsweep.services.local import run as local
 from spotsweep.services.local import spool as local_spool
-from spotsweep.services.local.interrupt import is_locked, sweep_lock
+from spotsweep.services.local.interrupt import is_locked, quoted, run_here, sweep_lock
 from spotsweep.services.planner import store as planner_store
 from spotsweep.services.planner.orphans import requeue_orphans
-from spotsweep.services.reporter.safe import printable
 from spotsweep.shared.db import Database
 from spotsweep.shared.db.embedded import configured
 from spotsweep.shared.errors import PermanentError
-from spotsweep.shared.limits import cap_text
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import LocalSettings, Settings
 from spotsweep.shared.spec import parse_spec
 
 LOST = "its run ended with the `spotsweep run` (or `resume`) process that ran it; resumed by `spotsweep resume`"
-
-
-def _named(sweep_id: str) -> str:
-    return repr(printable(cap_text(sweep_id, 200)))
 
 
 def _sweep(db: Database, sweep_id: str, settings: Settings) -> dict[str, object]:
@@ -47,23 +41,8 @@ def _sweep(db: Database, sweep_id: str, settings: Settings) -> dict[str, object]
         row = planner_store.get_sweep(conn, sweep_id)
     if row is None:
         where = "the database at SPOTSWEEP_DATABASE_URL" if settings.database_url else f"local mode's database ({settings.home})"
-        raise PermanentError(f"no sweep with id {_named(sweep_id)} in {where} (see `spotsweep status`)")
+        raise PermanentError(f"no sweep with id {quoted(sweep_id)} in {where} (see `spotsweep status`)")
     return dict(row)
-
-
-def _ran_here(sweep_id: str, settings: Settings) -> None:
-    """Refuse to resume a sweep no `spotsweep run` with this ``SPOTSWEEP_HOME`` started.
-
-    With ``SPOTSWEEP_DATABASE_URL`` the database may hold sweeps submitted to the
-    planner: their trials in flight run on agents, and the planner requeues what a
-    lost agent held. Resuming one here would requeue those trials as orphans and run
-    them a second time beside the agents. A local run leaves its lock file in
-    ``SPOTSWEEP_HOME/runs`` (kept after it ends), which a submitted sweep never has."""
-    if settings.database_url is None or (settings.home / "runs" / f"{sweep_id}.lock").exists():
-        return
-    raise PermanentError(f"sweep {_named(sweep_id)} was not started by `spotsweep run` with this SPOTSWEEP_HOME "
-                         f"({settings.home}): a sweep submitted to the planner goes on by itself (its planner requeues "
-                         "what a lost agent held), and `resume` would run its trials a second time here")
 
 
 def resume(sweep_id: str, settings: LocalSettings, workers: int, csv: Path | None, console: Console | None = None,
@@ -73,7 +52,10 @@ def resume(sweep_id: str, settings: LocalSettings, workers: int, csv: Path | Non
     db = configured(settings)
     db.migrate()  # local mode's database is this user's: brought up to date, as `run` does
     row = _sweep(db, sweep_id, settings)
-    _ran_here(sweep_id, settings)
+    if not run_here(settings, sweep_id):  # submitted to a planner: resuming here would run its trials in flight twice
+        raise PermanentError(f"sweep {quoted(sweep_id)} was not started by `spotsweep run` with this SPOTSWEEP_HOME "
+                             f"({settings.home}): a sweep submitted to the planner goes on by itself (its planner requeues "
+                             "what a lost agent held), and `resume` would run its trials a second time here")
     extending = row["state"] == "completed" and bool(local_spool.waiting(settings.home, sweep_id))
     if row["state"] != "running" and not extending:
         console.print(f"sweep {sweep_id} already ended: {row['state']}; nothing to resume "

@@ -13,7 +13,7 @@ from typing import Any
 
 from spotsweep.commands import command, idle_classes, names, positive
 from spotsweep.services.local import spool as local_spool
-from spotsweep.services.local.interrupt import is_locked
+from spotsweep.services.local.interrupt import is_locked, quoted, run_here
 from spotsweep.services.planner.bodies import cancellation, extension
 from spotsweep.services.planner.extend import extended
 from spotsweep.services.reporter import report as reporter
@@ -49,19 +49,14 @@ def post(message: Outgoing, settings: Settings, served: str | None = None) -> No
         broker.stop(drain=False)
 
 
-def _named(sweep_id: str) -> str:
-    """A sweep id as an error message shows it: bounded, quoted, escaped."""
-    return repr(printable(cap_text(sweep_id, 200)))
-
-
 def unknown(sweep_id: str) -> PermanentError:
-    return PermanentError(f"no sweep with id {_named(sweep_id)} (see `spotsweep status`)")
+    return PermanentError(f"no sweep with id {quoted(sweep_id)} (see `spotsweep status`)")
 
 
 def _postable(sweep_id: str) -> None:
     """Refuse an id the planner would refuse (``submit`` makes ``name-<hex8>``), before posting it."""
     if not is_sweep_id(sweep_id):
-        raise PermanentError(f"sweep id {_named(sweep_id)} is not of the form NAME-<8 hex digits> that `submit` makes; "
+        raise PermanentError(f"sweep id {quoted(sweep_id)} is not of the form NAME-<8 hex digits> that `submit` makes; "
                              "the planner would refuse it")
 
 
@@ -73,17 +68,8 @@ def _resolve(settings: Settings, sweep: str) -> tuple[Database, str]:
         with db.transaction() as conn:
             header = find_sweep(conn, sweep)
     if db is None or header is None:
-        raise PermanentError(f"no sweep has the id or name {_named(sweep)} (see `spotsweep ls`)")
+        raise PermanentError(f"no sweep has the id or name {quoted(sweep)} (see `spotsweep ls`)")
     return db, str(header["sweep_id"])
-
-
-def _run_here(settings: Settings, sweep_id: str) -> bool:
-    """Whether the sweep is local mode's: no ``SPOTSWEEP_DATABASE_URL``, or a `spotsweep run`
-    with this ``SPOTSWEEP_HOME`` started it (its lock file stays in ``runs/``). Its planner
-    is in the process that runs it, which no RabbitMQ message reaches."""
-    if settings.database_url is None:
-        return True
-    return is_sweep_id(sweep_id) and (settings.home / "runs" / f"{sweep_id}.lock").exists()
 
 
 def _reachable(db: Database, sweep_id: str, what: str) -> None:
@@ -93,7 +79,7 @@ def _reachable(db: Database, sweep_id: str, what: str) -> None:
         local = conn.execute("SELECT 1 FROM trial_results WHERE sweep_id = %s AND agent = 'local' LIMIT 1",
                              (sweep_id,)).fetchone()
     if local is not None:
-        raise PermanentError(f"sweep {_named(sweep_id)} was run by `spotsweep run` with another SPOTSWEEP_HOME (or on "
+        raise PermanentError(f"sweep {quoted(sweep_id)} was run by `spotsweep run` with another SPOTSWEEP_HOME (or on "
                              f"another machine), not by a planner: {what} it where it ran, with that SPOTSWEEP_HOME")
 
 
@@ -152,9 +138,9 @@ def extend(args: argparse.Namespace, settings: Settings) -> int:
     if row is None or row["spec"] is None:
         raise unknown(sweep_id)
     if row["state"] not in ("running", "completed"):
-        raise PermanentError(f"sweep {_named(sweep_id)} is {row['state']}; only a running or completed sweep can be extended")
+        raise PermanentError(f"sweep {quoted(sweep_id)} is {row['state']}; only a running or completed sweep can be extended")
     new = extended(parse_spec(row["spec"]), trials, budget)  # SpecError names the field
-    if _run_here(settings, sweep_id):
+    if run_here(settings, sweep_id):
         local_spool.put(settings.home, sweep_id, row["spec_version"], trials, budget)
         taker = ("the `spotsweep run` running it takes it within a moment" if is_locked(settings.home, sweep_id)
                  else f"`spotsweep resume {sweep_id}` runs it")
@@ -174,7 +160,7 @@ def cancel(args: argparse.Namespace, settings: Settings) -> int:
     A local mode sweep is cancelled in its database, no RabbitMQ involved
     (:func:`spotsweep.services.local.resume.cancel`)."""
     db, sweep_id = _resolve(settings, args.sweep)
-    if _run_here(settings, sweep_id):
+    if run_here(settings, sweep_id):
         from spotsweep.services.local import resume  # deferred: local mode's planner (Optuna, NumPy)
 
         print(resume.cancel(sweep_id, settings))
