@@ -18,12 +18,30 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
 _NAME = re.compile(r"step-(\d+)\.pt")
+
+
+def write_atomically(path: Path, write: Callable[[IO[bytes]], object], mode: int | None = None) -> None:
+    """``write`` a temp file beside ``path``, fsync it (``mode``: then chmod it) and rename it into place:
+    a reader sees the whole file or none."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 class CheckpointDir:
@@ -47,16 +65,7 @@ class CheckpointDir:
         """Write ``state`` as the checkpoint of ``step`` (temp file, fsync, rename), then prune."""
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.path(step)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{final.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(final, lambda f: torch.save(state, f))
         for old in self.steps()[: -self.keep_last]:
             self.path(old).unlink(missing_ok=True)
         return final

@@ -27,7 +27,8 @@ from spotsweep.trainer.models.tinylm_config import TinyLMConfig
 
 MODELS = ("tinylm",)
 PREEMPTED = 143  # 128 + SIGTERM, what a shell reports for a process killed by it
-GROUPS = {TRAJECTORY: "training (changing these on resume is refused)",
+MODEL = "model"
+GROUPS = {TRAJECTORY: "training (changing these on resume is refused)", MODEL: "model (changing these on resume is refused)",
           BUDGET: "budget and cadence (may change on resume)", SPEED: "where and how fast (may change on resume)"}
 
 
@@ -94,18 +95,14 @@ def parser() -> argparse.ArgumentParser:
     """The flags; ``(default %(default)s)`` in a help text is argparse's, filled from the config's defaults."""
     p = argparse.ArgumentParser(prog="spotsweep train tinylm",
                                 description="Train the tiny DeepSeek-style byte-level language model under the trial contract.")
-    groups = {key: p.add_argument_group(title) for key, title in GROUPS.items() if key == TRAJECTORY}
-    m = p.add_argument_group("model (changing these on resume is refused)")
+    groups = {key: p.add_argument_group(title) for key, title in GROUPS.items()}
     for name, field in model_knobs().items():
-        _add(m, (name,), field)
-    m.add_argument("--data", type=Path, help="a text file to train on, as bytes (default: the built-in corpus)")
-    groups[BUDGET] = p.add_argument_group(GROUPS[BUDGET])
+        _add(groups[MODEL], (name,), field)
+    groups[MODEL].add_argument("--data", type=Path, help="a text file to train on, as bytes (default: the built-in corpus)")
     groups[BUDGET].add_argument("--eval-windows", type=int, default=64, help="validation sequences per evaluation (default 64)")
-    groups[SPEED] = p.add_argument_group(GROUPS[SPEED])
     for path, field in knobs():
         _add(groups[_extra(field)["group"]], path, field)
-    r = groups[SPEED]
-    r.add_argument("--data-dir", type=Path, help="shared directory of token files (default $SPOTSWEEP_HOME/data)")
+    groups[SPEED].add_argument("--data-dir", type=Path, help="shared directory of token files (default $SPOTSWEEP_HOME/data)")
     return p
 
 

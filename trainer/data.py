@@ -18,7 +18,6 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from spotsweep.trainer import corpus
+from spotsweep.trainer.checkpoint import write_atomically
 from spotsweep.trainer.errors import SetupError
 
 VAL_FRACTION = 0.1  # the last 10% of the tokens are the validation split
@@ -50,17 +50,7 @@ def ensure_file(directory: Path, name: str, build: Callable[[], bytes]) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second trial waits here, then finds the file
         if path.exists():
             return path
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(build())
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o444)  # read-only: shared by every trial on the node
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, lambda f: f.write(build()), mode=0o444)  # read-only: shared by every trial on the node
     return path
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from spotsweep.trainer.config import EarlyStopConfig
 
@@ -30,7 +30,7 @@ class StopState:
     bad_evals: int = 0  # evaluations since the best one
 
     def to_dict(self) -> dict[str, float | int | None]:
-        return {"best": self.best, "bad_evals": self.bad_evals}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, float | int | None]) -> StopState:

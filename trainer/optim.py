@@ -30,22 +30,11 @@ def param_groups(model: nn.Module, weight_decay: float) -> Groups:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
 
 
-def _adam(groups: Groups, lr: float, betas: tuple[float, float], momentum: float) -> torch.optim.Optimizer:
-    return torch.optim.Adam(groups, lr=lr, betas=betas)
-
-
-def _adamw(groups: Groups, lr: float, betas: tuple[float, float], momentum: float) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(groups, lr=lr, betas=betas)
-
-
-def _sgd(groups: Groups, lr: float, betas: tuple[float, float], momentum: float) -> torch.optim.Optimizer:
-    return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=momentum > 0)
-
-
-BUILDERS: dict[str, Callable[[Groups, float, tuple[float, float], float], torch.optim.Optimizer]] = {
-    "adam": _adam,
-    "adamw": _adamw,
-    "sgd": _sgd,
+Builder = Callable[[Groups, float, tuple[float, float], float], torch.optim.Optimizer]  # (groups, lr, betas, momentum)
+BUILDERS: dict[str, Builder] = {
+    "adam": lambda groups, lr, betas, momentum: torch.optim.Adam(groups, lr=lr, betas=betas),
+    "adamw": lambda groups, lr, betas, momentum: torch.optim.AdamW(groups, lr=lr, betas=betas),
+    "sgd": lambda groups, lr, betas, momentum: torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=momentum > 0),
 }
 
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 
 from spotsweep.trainer.errors import SetupError
 
 AmpMode = Literal["auto", "bf16", "fp16", "fp32"]
-AMP_MODES: tuple[AmpMode, ...] = ("auto", "bf16", "fp16", "fp32")
+AMP_MODES: tuple[AmpMode, ...] = get_args(AmpMode)
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,6 @@ class Precision:
     name: Literal["bf16", "fp16", "fp32"]
     autocast_dtype: torch.dtype | None  # None: no autocast
     scaler: bool  # loss scaling, needed by fp16 only
-
-    @property
-    def autocast(self) -> bool:
-        return self.autocast_dtype is not None
 
 
 _BY_NAME = {

@@ -6,14 +6,12 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
 
 from spotsweep.trainer import corpus
 from spotsweep.trainer.config import TrainConfig
 from spotsweep.trainer.data import TokenFile, TrainWindows, ValWindows, check_size, corpus_file
 from spotsweep.trainer.models.tinylm import TinyLM, TinyLMConfig
-from spotsweep.trainer.task import Batch, Task
+from spotsweep.trainer.task import Task
 
 
 def fingerprint(path: Path) -> str:
@@ -30,14 +28,6 @@ def fingerprint(path: Path) -> str:
         f.seek(max(0, size - (1 << 20)))
         h.update(f.read(1 << 20))
     return f"{path.name}:{size}:{h.hexdigest()[:16]}"
-
-
-def _loss(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    return model.loss(*batch)  # type: ignore[operator, no-any-return]
-
-
-def _evaluate(model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
-    return model.eval_metrics(*batch)  # type: ignore[operator, no-any-return]
 
 
 def build(model_cfg: TinyLMConfig, train_cfg: TrainConfig, data: Path | None, data_dir: Path | None,
@@ -58,8 +48,8 @@ def build(model_cfg: TinyLMConfig, train_cfg: TrainConfig, data: Path | None, da
         model=TinyLM(model_cfg),
         train=TrainWindows(tokens, model_cfg.seq_len, train_cfg.effective_batch, train_cfg.seed),
         val=ValWindows(tokens, model_cfg.seq_len, eval_windows, train_cfg.batch_size),
-        loss=_loss,
-        evaluate=_evaluate,
+        loss=lambda model, batch: model.loss(*batch),  # type: ignore[operator]
+        evaluate=lambda model, batch: model.eval_metrics(*batch),  # type: ignore[operator]
         identity=identity,
         tokens_per_sample=model_cfg.seq_len,
     )
