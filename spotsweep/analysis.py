@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -37,7 +36,7 @@ from spotsweep.services.reporter.values import metric_float
 from spotsweep.services.reporter.web import importance as imp
 from spotsweep.services.reporter.web import present, queries
 from spotsweep.commands.trial_lookup import find_trial
-from spotsweep.shared.db import Conn, Database
+from spotsweep.shared.db import Database
 from spotsweep.shared.db.embedded import configured
 from spotsweep.shared.errors import PermanentError, SpecError
 from spotsweep.shared.settings import Settings
@@ -94,21 +93,15 @@ class Results:
     def close(self) -> None:
         self.db.close()
 
-    @contextmanager
-    def _conn(self) -> Iterator[Conn]:
-        with self.db.transaction() as conn:
-            yield conn
-
     def sweeps(self) -> pd.DataFrame:
         """One row per sweep, newest first: id, name, state, objective and
         mode, the best final objective so far, trials per state, times."""
-        with self._conn() as conn:
-            rows = queries.sweeps(conn)
-        return sweeps_frame(rows)
+        with self.db.transaction() as conn:
+            return sweeps_frame(queries.sweeps(conn))
 
     def sweep(self, id_or_name: str) -> Sweep:
         """A sweep by its id, or the newest sweep with that name."""
-        with self._conn() as conn:
+        with self.db.transaction() as conn:
             row = queries.find_sweep(conn, id_or_name)
         if row is None:
             raise UnknownSweep(f"no sweep has the id or name {id_or_name!r} (see spotsweep.results().sweeps())")
@@ -133,7 +126,7 @@ class Sweep:
     def trials(self) -> pd.DataFrame:
         """One row per trial, best first (NaN and infinite objectives after every
         finite one, then running, queued, pruned, failed, cancelled trials)."""
-        with self._results._conn() as conn:
+        with self._results.db.transaction() as conn:
             rows = queries.trials(conn, self.sweep_id)
         return trials_frame(present.ranked(rows, self.metric, self.mode), list(self.spec.get("space") or {}))
 
@@ -155,7 +148,7 @@ class Sweep:
         distinct = "DISTINCT ON (p.trial_id, p.name, p.step) " if merged else ""
         order = "p.trial_id, p.name, p.step, p.attempt DESC" if merged else "p.trial_id, p.name, p.step, p.attempt"
         buffer = io.BytesIO()
-        with self._results._conn() as conn, conn.cursor() as cur:
+        with self._results.db.transaction() as conn, conn.cursor() as cur:
             names = {r["trial_id"]: r["trial_name"] for r in conn.execute(
                 "SELECT trial_id, trial_name FROM trial_results WHERE sweep_id = %s", (self.sweep_id,))}
             # COPY as CSV and pandas' parser: ~10x faster than a row at a time for millions of points
@@ -195,7 +188,7 @@ class Sweep:
         from spotsweep.shared.artifacts import open_store
         from spotsweep.shared.artifacts.browse import download_checkpoint  # the store's: see above
 
-        with self._results._conn() as conn:
+        with self._results.db.transaction() as conn:
             row = find_trial(conn, trial, self.sweep_id)
         return download_checkpoint(open_store(Settings()), self.sweep_id, row["trial_id"], Path(out), step)
 
@@ -208,7 +201,7 @@ class Sweep:
             space = parse_spec(self.spec).space
         except (SpecError, TypeError) as e:
             return imp.Importance(metric, method=method, reason=f"the sweep's stored spec cannot be read: {e}")
-        with self._results._conn() as conn:
+        with self._results.db.transaction() as conn:
             rows = conn.execute("SELECT trial_id, state, params, metrics, smoke FROM trial_results"
                                 " WHERE sweep_id = %s AND state = 'completed'", (self.sweep_id,)).fetchall()
         return imp.importance(space, rows, metric, mode, method)

@@ -36,19 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "attempt",
-    "checkpoint_dir",
-    "checkpoint_saved",
-    "heartbeat",
-    "is_managed",
-    "params",
-    "report",
-    "resume_step",
-    "sweep_id",
-    "trial_id",
-    "trial_name",
-]
+__all__ = ["attempt", "checkpoint_dir", "checkpoint_saved", "heartbeat", "is_managed", "params", "report", "resume_step",
+           "sweep_id", "trial_id", "trial_name"]
 
 # Keys the agent reads from a line itself; a metric of that name would make
 # the line mean something else.

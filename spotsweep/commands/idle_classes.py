@@ -63,16 +63,13 @@ def warnings_for(settings: Settings, classes: list[str]) -> list[str]:
         return []
     try:
         broker = connect_broker(settings.amqp_url.get_secret_value(), settings.heartbeat, ONCE, amqp_tls(settings))
+        try:
+            return [advice(c) for c in unread(broker, classes)]
+        finally:
+            broker.stop(drain=False)
     except SpotsweepError as e:
         _log.debug("cannot ask RabbitMQ which classes agents serve", error=str(e))
         return []
-    try:
-        return [advice(c) for c in unread(broker, classes)]
-    except SpotsweepError as e:
-        _log.debug("cannot ask RabbitMQ which classes agents serve", error=str(e))
-        return []
-    finally:
-        broker.stop(drain=False)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from spotsweep.shared.spec import SweepSpec, load_spec_file
 from spotsweep.shared.spec_search import summary
 
 
-def resolve_command(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
-    """Make a relative command argument that names a file next to the spec absolute.
+def load(path: Path) -> SweepSpec:
+    """The spec file, a relative command argument that names a file next to it made absolute.
 
     ``command: [python, mlp/train.py]`` in ``examples/x.yaml`` then works from
     any working directory (the agent starts trials in a fresh one). On a
@@ -35,19 +35,16 @@ def resolve_command(spec: SweepSpec, spec_dir: Path) -> SweepSpec:
     the spec has a ``workdir``: then the command is left as written, and its
     relative paths resolve inside the workdir, the trial's working directory.
     """
+    spec = load_spec_file(path)
     if spec.workdir is not None:
         return spec
     argv = []
     for arg in spec.command:
-        candidate = spec_dir / arg
+        candidate = path.parent / arg
         if "{" not in arg and not Path(arg).is_absolute() and candidate.is_file():
             arg = str(candidate.resolve())
         argv.append(arg)
     return spec.model_copy(update={"command": argv})
-
-
-def load(path: Path) -> SweepSpec:
-    return resolve_command(load_spec_file(path), path.parent)
 
 
 _SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".jl", ".R", ".lua", ".js")
@@ -115,8 +112,6 @@ def wait(sweep_id: str, settings: Settings, timeout: float | None, poll: float =
             console.print(f"timed out after {timeout}s; the sweep goes on")
             return ExitCode.TIMEOUT
         time.sleep(poll)
-
-
 
 
 def spec_of(args: argparse.Namespace) -> SweepSpec:

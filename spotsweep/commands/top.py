@@ -5,10 +5,7 @@ latest resource samples the agent sent (``sys/gpu_util``, ``sys/gpu_mem_mb``,
 ``sys/cpu_percent``, ``sys/rss_mb``), its step, its last metric, and an ETA
 from its step rate in this attempt and its maximum step when its params name
 one (:data:`MAX_STEP_PARAMS`), else blank. It reads only the public views
-(``trial_results``, ``metric_points``) of ``SPOTSWEEP_DATABASE_URL``'s
-database, or local mode's, as ``ls`` does, and redraws every
-:data:`REFRESH_S` seconds until Ctrl-C; ``--once`` prints one table and
-``--json`` one JSON list, for scripts and tests.
+(``trial_results``, ``metric_points``), as ``ls`` does.
 """
 
 from __future__ import annotations
@@ -75,9 +72,8 @@ def eta_seconds(first_step: int | None, first_at: float | None, step: int | None
                 last: int | None) -> float | None:
     """Seconds until step ``last`` at the rate from (``first_step``, ``first_at``) to (``step``, ``step_at``);
     None without a last step or a rate (fewer than two steps apart, no time between them)."""
-    if None in (first_step, first_at, step, step_at, last):
+    if first_step is None or first_at is None or step is None or step_at is None or last is None:
         return None
-    assert first_step is not None and first_at is not None and step is not None and step_at is not None and last is not None
     if step <= first_step or step_at <= first_at:
         return None
     return max(0.0, (last - step) / ((step - first_step) / (step_at - first_at)))
@@ -95,14 +91,13 @@ def rows(db: Database | None, sweep: str | None) -> list[dict[str, Any]]:
         found = conn.execute(_SQL, {"sweep": sweep}).fetchall()
     out = []
     for r in found:
-        sys = dict(zip(r["sys_names"] or [], r["sys_values"] or []))
+        sys, last = dict(zip(r["sys_names"] or [], r["sys_values"] or [])), max_steps(r["params"] or {})
         out.append({
             "sweep_id": r["sweep_id"], "trial_id": r["trial_id"], "trial_name": r["trial_name"], "agent": r["agent"],
             "attempt": r["attempts"], "gpu_util": sys.get("sys/gpu_util"), "gpu_mem_mb": sys.get("sys/gpu_mem_mb"),
             "cpu_percent": sys.get("sys/cpu_percent"), "rss_mb": sys.get("sys/rss_mb"), "step": r["step"],
-            "metric": r["metric"], "value": r["value"], "max_steps": max_steps(r["params"] or {}),
-            "eta_seconds": eta_seconds(r["first_step"], _epoch(r["first_at"]), r["step"], _epoch(r["step_at"]),
-                                       max_steps(r["params"] or {})),
+            "metric": r["metric"], "value": r["value"], "max_steps": last,
+            "eta_seconds": eta_seconds(r["first_step"], _epoch(r["first_at"]), r["step"], _epoch(r["step_at"]), last),
             "flags": list(r["flags"] or []),
         })
     return out
