@@ -3,10 +3,8 @@
 Each checkpoint is one file, ``step-<step>.pt``, written to a temp file in the
 same directory and renamed into place, so the directory always holds complete
 checkpoints only: the agent may upload it at any moment after a checkpoint
-line. Older files beyond ``keep_last`` are removed after the new one is in
-place. The agent uploads the whole directory, so every kept file is uploaded
-each time: keep_last 1 (the default) is enough for resuming, more is for
-inspecting or rolling back.
+line. It uploads the whole directory, so every kept file is uploaded each
+time: keep_last 1 (the default) is enough for resuming, more is for inspecting.
 
 Files are read with ``weights_only=True``: a checkpoint restored from shared
 storage cannot run code.

@@ -42,8 +42,10 @@ class _Frozen(BaseModel):
 TRAJECTORY, BUDGET, SPEED = "trajectory", "budget", "speed"
 
 
-def _flag(group: str, flag: str | None = None) -> dict[str, Any]:
-    return {"group": group, **({"flag": flag} if flag else {})}
+def _knob(group: str, default: Any, description: str, flag: str | None = None, **checks: Any) -> Any:
+    """A field that is a flag (see above); ``checks`` are the Field's (``ge=0``...)."""
+    return Field(default=default, description=description, json_schema_extra={"group": group, **({"flag": flag} if flag else {})},
+                 **checks)
 
 
 class Threshold(_Frozen):
@@ -71,64 +73,45 @@ class Threshold(_Frozen):
 
 
 class EarlyStopConfig(_Frozen):
-    metric: str = Field(default="val_loss", min_length=1, description="metric for --patience",
-                        json_schema_extra=_flag(BUDGET, "--early-stop-metric"))
-    mode: Literal["min", "max"] = Field(default="min", description="whether --early-stop-metric improves going down or up",
-                                        json_schema_extra=_flag(BUDGET, "--early-stop-mode"))
-    patience: int = Field(default=0, ge=0, description="stop after N evaluations without improvement; 0 = off",
-                          json_schema_extra=_flag(BUDGET))
-    min_delta: Finite = Field(default=0.0, ge=0, description="smallest change that counts as an improvement",
-                              json_schema_extra=_flag(BUDGET))
-    thresholds: tuple[Threshold, ...] = Field(
-        default=(), description="stop when the rule holds at an evaluation at or after STEP, e.g. 'val_acc<0.3@200' "
-                                "(repeatable)", json_schema_extra=_flag(BUDGET, "--stop-if"))
-    max_seconds: Finite | None = Field(default=None, gt=0, description="stop after this many seconds of training, over "
-                                       "all attempts", json_schema_extra=_flag(BUDGET, "--time-budget"))
+    metric: str = _knob(BUDGET, "val_loss", "metric for --patience", "--early-stop-metric", min_length=1)
+    mode: Literal["min", "max"] = _knob(BUDGET, "min", "whether --early-stop-metric improves going down or up", "--early-stop-mode")
+    patience: int = _knob(BUDGET, 0, "stop after N evaluations without improvement; 0 = off", ge=0)
+    min_delta: Finite = _knob(BUDGET, 0.0, "smallest change that counts as an improvement", ge=0)
+    thresholds: tuple[Threshold, ...] = _knob(BUDGET, (), "stop when the rule holds at an evaluation at or after STEP, e.g. "
+                                              "'val_acc<0.3@200' (repeatable)", "--stop-if")
+    max_seconds: Finite | None = _knob(BUDGET, None, "stop after this many seconds of training, over all attempts",
+                                       "--time-budget", gt=0)
 
 
 class TrainConfig(_Frozen):
     # trajectory
-    lr: Finite = Field(default=1e-3, gt=0, description="peak learning rate", json_schema_extra=_flag(TRAJECTORY))
-    lr_horizon: int | None = Field(default=None, ge=1, description="step where the cosine reaches its floor (default: "
-                                   "--steps); fix it at the largest budget to resume a run with more --steps",
-                                   json_schema_extra=_flag(TRAJECTORY))
-    warmup: int | None = Field(default=None, ge=0, description="linear warmup steps (default: 10% of the horizon)",
-                               json_schema_extra=_flag(TRAJECTORY))
-    min_lr_ratio: Finite = Field(default=0.1, ge=0, le=1, description="final lr as a fraction of the peak",
-                                 json_schema_extra=_flag(TRAJECTORY))
-    batch_size: int = Field(default=32, ge=1, description="sequences per micro-batch", json_schema_extra=_flag(TRAJECTORY))
-    grad_accum: int = Field(default=1, ge=1, description="micro-batches per step; the effective batch is batch-size x "
-                            "grad-accum", json_schema_extra=_flag(TRAJECTORY))
-    optimizer: OptimizerName = Field(default="adamw", description="", json_schema_extra=_flag(TRAJECTORY))
-    weight_decay: Finite | None = Field(default=None, ge=0, description="default 0.1 for adamw, 0 for adam and sgd",
-                                        json_schema_extra=_flag(TRAJECTORY))
+    lr: Finite = _knob(TRAJECTORY, 1e-3, "peak learning rate", gt=0)
+    lr_horizon: int | None = _knob(TRAJECTORY, None, "step where the cosine reaches its floor (default: --steps); fix it at "
+                                   "the largest budget to resume a run with more --steps", ge=1)
+    warmup: int | None = _knob(TRAJECTORY, None, "linear warmup steps (default: 10% of the horizon)", ge=0)
+    min_lr_ratio: Finite = _knob(TRAJECTORY, 0.1, "final lr as a fraction of the peak", ge=0, le=1)
+    batch_size: int = _knob(TRAJECTORY, 32, "sequences per micro-batch", ge=1)
+    grad_accum: int = _knob(TRAJECTORY, 1, "micro-batches per step; the effective batch is batch-size x grad-accum", ge=1)
+    optimizer: OptimizerName = _knob(TRAJECTORY, "adamw", "")
+    weight_decay: Finite | None = _knob(TRAJECTORY, None, "default 0.1 for adamw, 0 for adam and sgd", ge=0)
     betas: tuple[Finite, Finite] = (0.9, 0.95)  # not a flag
-    momentum: Finite = Field(default=0.9, ge=0, lt=1, description="SGD momentum, Nesterov",
-                             json_schema_extra=_flag(TRAJECTORY))
-    grad_clip: Finite = Field(default=1.0, ge=0, description="max gradient norm, 0 = off", json_schema_extra=_flag(TRAJECTORY))
-    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="initial weights, dropout and data order",
-                      json_schema_extra=_flag(TRAJECTORY))
-    amp: AmpMode = Field(default="auto", description="auto: bf16 autocast on CUDA, fp32 on the CPU; fp16 uses a GradScaler",
-                         json_schema_extra=_flag(TRAJECTORY))
+    momentum: Finite = _knob(TRAJECTORY, 0.9, "SGD momentum, Nesterov", ge=0, lt=1)
+    grad_clip: Finite = _knob(TRAJECTORY, 1.0, "max gradient norm, 0 = off", ge=0)
+    seed: int = _knob(TRAJECTORY, 0, "initial weights, dropout and data order", ge=0, le=MAX_SEED)
+    amp: AmpMode = _knob(TRAJECTORY, "auto", "auto: bf16 autocast on CUDA, fp32 on the CPU; fp16 uses a GradScaler")
     # budget and cadence
-    steps: int = Field(default=200, ge=1, description="optimizer steps", json_schema_extra=_flag(BUDGET))
-    eval_every: int = Field(default=10, ge=1, description="evaluate every N steps and at the end",
-                            json_schema_extra=_flag(BUDGET))
-    ckpt_every: int = Field(default=100, ge=1, description="checkpoint every N steps and at the end",
-                            json_schema_extra=_flag(BUDGET))
-    keep_last: int = Field(default=1, ge=1, description="checkpoints kept in the directory", json_schema_extra=_flag(BUDGET))
-    log_every: int = Field(default=1, ge=1, description="report loss, lr and tokens/s every N steps",
-                           json_schema_extra=_flag(BUDGET))
+    steps: int = _knob(BUDGET, 200, "optimizer steps", ge=1)
+    eval_every: int = _knob(BUDGET, 10, "evaluate every N steps and at the end", ge=1)
+    ckpt_every: int = _knob(BUDGET, 100, "checkpoint every N steps and at the end", ge=1)
+    keep_last: int = _knob(BUDGET, 1, "checkpoints kept in the directory", ge=1)
+    log_every: int = _knob(BUDGET, 1, "report loss, lr and tokens/s every N steps", ge=1)
     early_stop: EarlyStopConfig = Field(default_factory=EarlyStopConfig)  # its fields are flags
     # where and how fast
-    device: str = Field(default="auto", description="auto (cuda when available), cpu, cuda, cuda:1...",
-                        json_schema_extra=_flag(SPEED))
-    compile: bool = Field(default=False, description="torch.compile the model", json_schema_extra=_flag(SPEED))
-    grad_checkpointing: bool = Field(default=False, description="recompute activations in backward: less memory",
-                                     json_schema_extra=_flag(SPEED))
-    threads: int = Field(default=1, ge=1, description="CPU threads (trials run side by side)", json_schema_extra=_flag(SPEED))
-    num_workers: int | None = Field(default=None, ge=0, description="DataLoader workers (default 0 on CPU, 2 on CUDA)",
-                                    json_schema_extra=_flag(SPEED))
+    device: str = _knob(SPEED, "auto", "auto (cuda when available), cpu, cuda, cuda:1...")
+    compile: bool = _knob(SPEED, False, "torch.compile the model")
+    grad_checkpointing: bool = _knob(SPEED, False, "recompute activations in backward: less memory")
+    threads: int = _knob(SPEED, 1, "CPU threads (trials run side by side)", ge=1)
+    num_workers: int | None = _knob(SPEED, None, "DataLoader workers (default 0 on CPU, 2 on CUDA)", ge=0)
 
     @model_validator(mode="after")
     def _warmup_fits(self) -> TrainConfig:

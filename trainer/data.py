@@ -8,9 +8,8 @@ temp file that is renamed into place under a lock, so trials that start
 together neither see half a file nor all build it. A ``--data`` text file is
 mapped as it is: with byte-level tokens its bytes are the tokens.
 
-Batches are a pure function of (seed, step): the data position of a run is
-its step, so a resumed run reads exactly the batches it would have read, and
-batch 32 x 2 accumulation steps reads the same 64 windows as batch 64.
+Batches are a pure function of (seed, step) (:class:`TrainWindows`): a resumed run reads exactly
+the batches it would have read.
 """
 
 from __future__ import annotations

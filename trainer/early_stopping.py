@@ -3,16 +3,8 @@
 No clock and no I/O: the loop passes each evaluation's metrics (and the
 elapsed training time) in, gets the new state and a reason to stop or None,
 and saves the state in the checkpoint, so a resumed run keeps counting where
-it was (Optuna's pruners and Ray Tune's stoppers work the same way).
-
-Three rules, any of which stops the run:
-
-- patience: ``patience`` evaluations in a row without improving the best
-  value of ``metric`` by more than ``min_delta``;
-- thresholds: at an evaluation at or after ``step``, ``metric`` is on the
-  wrong side of ``value`` ("val_acc<0.3@200" stops a run whose val_acc is
-  still below 0.3 at step 200);
-- a wall-time budget over all attempts.
+it was (Optuna's pruners and Ray Tune's stoppers work the same way). The rules
+(:class:`~spotsweep.trainer.config.EarlyStopConfig`): patience, thresholds, a wall-time budget.
 """
 
 from __future__ import annotations

@@ -6,11 +6,8 @@ trains to ``config.steps``, reporting through the process contract
 (``spotsweep.trial``). It returns how the run ended; the caller maps that to
 an exit code. A loss that is not finite raises :class:`Diverged` at once.
 
-Precision and accumulation never branch inside the loop: the forward always
-runs under ``autocast(...)`` (a null context in fp32), backward always goes
-through the ``GradScaler`` (a pass-through unless fp16), and each of the
-``grad_accum`` micro-batches contributes ``loss / grad_accum``, so batch 32 x
-2 computes the gradient of batch 64.
+Precision and accumulation never branch inside the loop (precision.py): the forward always runs under
+``autocast(...)``, backward always goes through the ``GradScaler``, and batch 32 x 2 computes the gradient of batch 64.
 """
 
 from __future__ import annotations
@@ -246,14 +243,9 @@ def _observe(run: _Run, step: int, metrics: dict[str, float], clock: _Clock) -> 
 
 
 def _resume(saved: dict[str, Any] | None, run: _Run, amp: str) -> int:
-    """Load ``saved`` (the newest checkpoint, or None) into the run (with its training time and early-stop
-    state); its step.
-
-    Refuses a checkpoint of other trajectory settings. ``--amp auto`` may
-    resolve to another precision on the new node (fp32 on a CPU, bf16 or
-    fp16 on a GPU): that is allowed, like any change of device, and said on
-    stderr; a scaler state is loaded only where there is one to load.
-    """
+    """Load ``saved`` (the newest checkpoint, or None) into the run, training time and early-stop state
+    included; its step. Refuses a checkpoint of other trajectory settings. ``--amp auto`` may resolve to
+    another precision on the new node: allowed, like any change of device, and said on stderr."""
     if saved is None:
         if trial.resume_step is not None:
             print(f"warning: SPOTSWEEP_RESUME_STEP={trial.resume_step} but no checkpoint in {run.ckpts.directory}; "

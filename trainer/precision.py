@@ -2,15 +2,10 @@
 
 ``choose`` is a pure function of the device and the requested mode, tested on
 any machine; the loop then always enters ``autocast(...)`` and always calls the
-``GradScaler``, which are no-ops when disabled (nanoGPT's pattern).
-
-- ``auto``: bf16 autocast on CUDA when the GPU supports it (Ampere and newer),
-  else fp16 with loss scaling; plain fp32 on the CPU (CPU autocast is slower
-  than fp32 for small models and would change the numbers).
-- ``bf16``: bf16 autocast, no scaler (bf16 has fp32's exponent range).
-- ``fp16``: fp16 autocast with a GradScaler, which scales the loss so small
-  gradients do not flush to zero and skips steps whose gradients overflow.
-- ``fp32``: no autocast.
+``GradScaler``, which are no-ops when disabled (nanoGPT's pattern). ``auto`` is
+bf16 on CUDA when the GPU supports it (Ampere and newer), else fp16; fp32 on the
+CPU (CPU autocast is slower than fp32 for small models and would change the
+numbers). Only fp16 needs the scaler: bf16 has fp32's exponent range.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""What the harness needs from a model and its data: a :class:`Task`.
+"""What the harness needs from a model and its data, whatever the torch model: a :class:`Task`.
 
-The harness works with any torch model. A task gives it the model, the
-training data as ``train[step]`` (the step's whole effective batch, a pure
-function of the step, so the data position is the step), fixed validation
-batches, the objective, the evaluation metrics, and an ``identity``: the
-model and data settings saved in each checkpoint and compared on resume.
+``train[step]`` must be a pure function of the step: the step is then a run's whole data position,
+which exact resume relies on; ``identity`` is saved in each checkpoint and compared on resume.
 """
 
 from __future__ import annotations
