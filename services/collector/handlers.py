@@ -8,20 +8,13 @@ CONFLICT DO NOTHING``, so nothing is inserted twice and the first value of a
 key stays. The fast path skips the staging copy, which halves PostgreSQL's
 work per point (measured by bench/ingest.py, now in git history); redeliveries are rare. Checkpoint
 events are journaled in ``trial_events`` by message id (lifecycle events are
-journaled by the planner, which decides them: the collector's queue is bound
-to metrics and checkpoints only). An agent's announcement of what it offers
-(``agent.seen``) updates its row of ``agents`` (the newest announcement wins)
-and is not journaled. The batch is acked only after the commit (see
-``BatchingHandler``).
+journaled by the planner, which decides them). An agent's announcement
+(``agent.seen``) updates its row of ``agents``. The batch is acked only after the commit.
 
-One bad point hurts no one: a point the database could not take (a metric
-name that is empty, longer than ``limits.HARD_METRIC_NAME_CHARS`` or holds a
-control character such as NUL; a step outside a bigint) is dropped with a
-warning naming its trial and the reason, and its message's other points are
-stored. The agent refuses such points already; this guards against an old or
-hostile publisher. Whatever else the database refuses for good fails the
-batch, which ``BatchingHandler`` splits until that message alone is
-dead-lettered.
+One bad point hurts no one: a point the database could not take is dropped with a warning
+(:func:`storable_points`) and its message's other points are stored; the agent refuses such points
+already, this guards against an old or hostile publisher. Whatever else the database refuses for
+good fails the batch, which ``BatchingHandler`` splits until that message alone is dead-lettered.
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@
 Besides the bar: the step each running trial last reported (``starting`` until its
 first point, so the first minute of a sweep is not a silent ``0/6``), the best
 objective of the completed trials, and an estimate of the time left from the pace
-of the trials this run finished. :func:`detail` decides the words; the reads
-are :func:`running_steps` and :func:`best_so_far`.
+of the trials this run finished.
 """
 
 from __future__ import annotations

@@ -67,13 +67,7 @@ def resume(sweep_id: str, settings: LocalSettings, workers: int, csv: Path | Non
             waiting, stopped, running = requeue_orphans(conn, sweep_id, LOST)
         console.print(_resuming(sweep_id, waiting, stopped, running) if not extending
                       else f"extending sweep {sweep_id}: `spotsweep extend` left an extension to run")
-        local.say_concurrency(spec, workers, console)
-        stop_dashboard = local.serve_dashboard(db, dashboard, console)
-        try:
-            engine = local.start_engine(spec, settings, workers, db, sweep_id)
-            return local.drive(engine, db, sweep_id, csv, console)
-        finally:
-            stop_dashboard()
+        return local.serve(spec, settings, workers, db, sweep_id, csv, console, dashboard)
 
 
 def _resuming(sweep_id: str, waiting: int, stopped: int, running: int) -> str:

@@ -4,11 +4,7 @@ The same planner, agent and collector code as in a cluster, wired to the
 in-process broker (same ack and requeue semantics as RabbitMQ), an embedded
 PostgreSQL (unless ``SPOTSWEEP_DATABASE_URL`` is set) and a local directory
 for artifacts. Results land in the same views, so ``spotsweep report`` and
-plain SQL work afterwards.
-
-The first Ctrl-C (or SIGTERM) drains: running trials checkpoint and stop,
-the sweep stays resumable (``spotsweep resume``, :mod:`.resume`) and the
-process exits 130; a second one stops at once (137). See :mod:`.local_interrupt`.
+plain SQL work afterwards. Ctrl-C drains, and ``spotsweep resume`` goes on: :mod:`.interrupt`.
 """
 
 from __future__ import annotations
@@ -37,6 +33,7 @@ from spotsweep.shared import log, topology
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.broker.batching import BatchingHandler
 from spotsweep.shared.broker.memory import MemoryBroker
+from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.db.embedded import configured
 from spotsweep.shared.errors import PermanentError
@@ -58,11 +55,21 @@ def run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None
     db = configured(settings)  # the configured PostgreSQL, or the embedded one under SPOTSWEEP_HOME
     sweep_id = new_sweep_id(spec.name)
     with sweep_lock(settings.home, sweep_id):
-        stop_dashboard = serve_dashboard(db, dashboard, console)
-        try:
-            return _run(spec, settings, workers, csv, console, db, sweep_id)
-        finally:
-            stop_dashboard()
+        return serve(spec, settings, workers, db, sweep_id, csv, console, dashboard, submission(spec, sweep_id))
+
+
+def serve(spec: SweepSpec, settings: LocalSettings, workers: int, db: Database, sweep_id: str, csv: Path | None,
+          console: Console, dashboard: int | None, first: Outgoing | None = None) -> int:
+    """Run the sweep's services here (``first`` published once they run) and the dashboard until the sweep ends."""
+    say_concurrency(spec, workers, console)
+    stop_dashboard = serve_dashboard(db, dashboard, console)
+    try:
+        engine = start_engine(spec, settings, workers, db, sweep_id)
+        if first is not None:
+            engine.broker.publish(first)
+        return drive(engine, db, sweep_id, csv, console)
+    finally:
+        stop_dashboard()
 
 
 def concurrency_note(workers: int, max_concurrent: int, trials: int, cores: int | None) -> str | None:
@@ -104,7 +111,7 @@ class Engine:
     home: Path  # SPOTSWEEP_HOME: where `spotsweep extend` leaves extensions for this process
 
     def take_extensions(self, sweep_id: str) -> None:
-        """Hand the sweep's waiting extensions (:mod:`.local_spool`) to the planner, and wait until
+        """Hand the sweep's waiting extensions (:mod:`.spool`) to the planner, and wait until
         it has applied them: the sweep's state read next already counts their trials."""
         if local_spool.take(self.home, sweep_id, self.broker.publish):
             wait_settled(self.broker, (topology.SWEEPS_QUEUE,))
@@ -160,14 +167,6 @@ def _planner(broker: MemoryBroker, db: Database, resource_class: str, window: in
     broker.consume(topology.PLANNER_EVENTS_QUEUE, batcher, prefetch=planner.EVENT_BATCH * 2)
     deps.batchers.append(batcher)
     return deps
-
-
-def _run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None, console: Console, db: Database,
-         sweep_id: str) -> int:
-    say_concurrency(spec, workers, console)
-    engine = start_engine(spec, settings, workers, db, sweep_id)
-    engine.broker.publish(submission(spec, sweep_id))
-    return drive(engine, db, sweep_id, csv, console)
 
 
 def drive(engine: Engine, db: Database, sweep_id: str, csv: Path | None, console: Console) -> int:
