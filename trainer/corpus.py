@@ -90,17 +90,13 @@ def _sentence(pick: _Pick) -> str:
     return f"{subject} {'are' if many else 'is'} {pick.one(ADJECTIVES)} today."
 
 
-def _capitalised(sentence: str) -> str:
-    return sentence[:1].upper() + sentence[1:]
-
-
 def build(size: int = DEFAULT_BYTES, seed: int = _SEED) -> bytes:
     """``size`` bytes of text: paragraphs of 3-7 sentences, one paragraph per line."""
     pick = _Pick(seed)
     out: list[str] = []
     total = 0
     while total < size:
-        paragraph = " ".join(_capitalised(_sentence(pick)) for _ in range(3 + pick.index(5))) + "\n"
+        paragraph = " ".join(s[:1].upper() + s[1:] for s in (_sentence(pick) for _ in range(3 + pick.index(5)))) + "\n"
         out.append(paragraph)
         total += len(paragraph)
     return "".join(out).encode("ascii")[:size]

@@ -184,7 +184,7 @@ def _train_step(run: _Run, batch: Batch, step: int, lr: float) -> dict[str, floa
     """One optimizer step at ``lr``: the accumulated gradients, clipped and applied; the step's metrics.
     Raises :class:`Diverged` (after reporting the step) when the loss is not finite."""
     optim.set_lr(run.opt, lr)
-    objective, metrics = _accumulate(run.task, run.model, batch, run.cfg.grad_accum, run.device, run.amp, run.scaler)
+    objective, metrics = _accumulate(run, batch)
     if not math.isfinite(objective):
         run.reporter.report(step, **metrics, lr=lr)
         raise Diverged(f"diverged: the loss is {objective} at step {step} (lr {lr:.3g}); "
@@ -267,23 +267,23 @@ def _resume(saved: dict[str, Any] | None, run: _Run, amp: str) -> int:
     return int(saved["step"])
 
 
-def _accumulate(task: Task, model: torch.nn.Module, batch: Batch, grad_accum: int, device: torch.device,
-                amp: Callable[[], Any], scaler: torch.amp.GradScaler) -> tuple[float, dict[str, float]]:
+def _accumulate(run: _Run, batch: Batch) -> tuple[float, dict[str, float]]:
     """Forward and backward over the step's micro-batches; the objective and the reported parts, averaged.
 
     Each micro-batch adds ``loss / grad_accum`` to the gradients: with equal
     micro-batches that is the gradient of the whole batch's mean loss.
     """
-    objective = torch.zeros((), device=device)
+    grad_accum = run.cfg.grad_accum
+    objective = torch.zeros((), device=run.device)
     parts: dict[str, torch.Tensor] = {}
     for micro in micro_batches(batch, grad_accum):
-        micro = to_device(micro, device)
-        with amp():
-            loss, values = task.loss(model, micro)
-        scaler.scale(loss / grad_accum).backward()
+        micro = to_device(micro, run.device)
+        with run.amp():
+            loss, values = run.task.loss(run.model, micro)
+        run.scaler.scale(loss / grad_accum).backward()
         objective += loss.detach() / grad_accum
         for name, value in values.items():
-            parts[name] = parts[name] + value.float() / grad_accum if name in parts else value.float() / grad_accum
+            parts[name] = parts.get(name, 0) + value.float() / grad_accum
     # One device sync per step, here.
     return float(objective), {name: float(value) for name, value in parts.items()}
 

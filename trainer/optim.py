@@ -40,11 +40,8 @@ BUILDERS: dict[str, Builder] = {
 
 def build(name: str, model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.95),
           momentum: float = 0.9) -> torch.optim.Optimizer:
-    try:
-        builder = BUILDERS[name]
-    except KeyError:
-        raise ValueError(f"unknown optimizer {name!r} (known: {', '.join(BUILDERS)})") from None
-    return builder(param_groups(model, weight_decay), lr, betas, momentum)
+    """Optimizer ``name`` (an :data:`OptimizerName`, as TrainConfig checks it) over :func:`param_groups`."""
+    return BUILDERS[name](param_groups(model, weight_decay), lr, betas, momentum)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
