@@ -53,13 +53,6 @@ def unknown(sweep_id: str) -> PermanentError:
     return PermanentError(f"no sweep with id {quoted(sweep_id)} (see `spotsweep status`)")
 
 
-def _postable(sweep_id: str) -> None:
-    """Refuse an id the planner would refuse (``submit`` makes ``name-<hex8>``), before posting it."""
-    if not is_sweep_id(sweep_id):
-        raise PermanentError(f"sweep id {quoted(sweep_id)} is not of the form NAME-<8 hex digits> that `submit` makes; "
-                             "the planner would refuse it")
-
-
 def _resolve(settings: Settings, sweep: str) -> tuple[Database, str]:
     """The database and id of sweep ``sweep``: an id, or a name (its newest sweep), as `logs --sweep` takes it."""
     db = database_if_any(settings)
@@ -72,9 +65,13 @@ def _resolve(settings: Settings, sweep: str) -> tuple[Database, str]:
     return db, str(header["sweep_id"])
 
 
-def _reachable(db: Database, sweep_id: str, what: str) -> None:
-    """Refuse to post about a sweep that a `spotsweep run` elsewhere ran (its trials ran on
-    agent ``local``): no planner reads the sweeps queue for it, so the message would lie there unread."""
+def _postable(db: Database, sweep_id: str, what: str) -> None:
+    """Refuse, before posting, an id the planner would refuse (``submit`` makes ``name-<hex8>``), and a sweep that
+    a `spotsweep run` elsewhere ran (its trials ran on agent ``local``): no planner reads the sweeps queue for it,
+    so the message would lie there unread."""
+    if not is_sweep_id(sweep_id):
+        raise PermanentError(f"sweep id {quoted(sweep_id)} is not of the form NAME-<8 hex digits> that `submit` makes; "
+                             "the planner would refuse it")
     with db.transaction() as conn:
         local = conn.execute("SELECT 1 FROM trial_results WHERE sweep_id = %s AND agent = 'local' LIMIT 1",
                              (sweep_id,)).fetchone()
@@ -146,8 +143,7 @@ def extend(args: argparse.Namespace, settings: Settings) -> int:
                  else f"`spotsweep resume {sweep_id}` runs it")
         print(f"extension of {sweep_id} saved: {total_trials(new)} trial(s) in all; {taker}")
         return ExitCode.OK
-    _postable(sweep_id)
-    _reachable(db, sweep_id, "extend")
+    _postable(db, sweep_id, "extend")
     post(extension(sweep_id, row["spec_version"], trials, budget), settings)
     print(f"extension requested for {sweep_id}: {total_trials(new)} trial(s) in all")
     return ExitCode.OK
@@ -165,8 +161,7 @@ def cancel(args: argparse.Namespace, settings: Settings) -> int:
 
         print(resume.cancel(sweep_id, settings))
         return ExitCode.OK
-    _postable(sweep_id)
-    _reachable(db, sweep_id, "cancel")
+    _postable(db, sweep_id, "cancel")
     post(cancellation(sweep_id), settings)
     print(f"cancel requested for {sweep_id}")
     return ExitCode.OK
