@@ -61,7 +61,9 @@ def run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None
 def serve(spec: SweepSpec, settings: LocalSettings, workers: int, db: Database, sweep_id: str, csv: Path | None,
           console: Console, dashboard: int | None, first: Outgoing | None = None) -> int:
     """Run the sweep's services here (``first`` published once they run) and the dashboard until the sweep ends."""
-    say_concurrency(spec, workers, console)
+    note = concurrency_note(workers, spec.max_concurrent, total_trials(spec), os.cpu_count())
+    if note is not None:
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     stop_dashboard = serve_dashboard(db, dashboard, console)
     try:
         engine = start_engine(spec, settings, workers, db, sweep_id)
@@ -81,12 +83,6 @@ def concurrency_note(workers: int, max_concurrent: int, trials: int, cores: int 
     machine = f"; this machine has {cores} CPU cores" if cores else ""
     return (f"running {workers} trial(s) at once, not the spec's max_concurrent {max_concurrent}: --workers is {workers} "
             f"(default 2{machine}); --workers {wanted} runs {wanted} at once")
-
-
-def say_concurrency(spec: SweepSpec, workers: int, console: Console) -> None:
-    note = concurrency_note(workers, spec.max_concurrent, total_trials(spec), os.cpu_count())
-    if note is not None:
-        console.print(note, markup=False, highlight=False, soft_wrap=True)
 
 
 def serve_dashboard(db: Database, port: int | None, console: Console) -> Callable[[], None]:

@@ -2,9 +2,7 @@
 
 Shared by ``spotsweep logs``, ``spotsweep checkpoint`` and the Python API's
 ``Sweep.checkpoint``. Reads only the public view ``trial_results`` (and the
-sweep's header, as the reporter does). Unknown names are
-:class:`~spotsweep.shared.errors.PermanentError` with a message that says
-what was looked for (the CLI exits 2 on them).
+sweep's header, as the reporter does).
 """
 
 from __future__ import annotations
