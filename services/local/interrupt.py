@@ -66,19 +66,15 @@ class Interrupts:
             signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
-def settled(broker: MemoryBroker, queues: tuple[str, ...]) -> bool:
-    """Nothing waits on ``queues`` and nothing delivered from them is unacked (call under the server's lock)."""
-    for name in queues:
-        queue = broker.server.queues.get(name)
-        if queue is not None and (queue.heap or any(c.unacked for c in queue.consumers)):
-            return False
-    return True
-
-
 def wait_settled(broker: MemoryBroker, queues: tuple[str, ...], timeout: float = SETTLE_S) -> bool:
-    """Wait until the consumers of ``queues`` have settled everything published to them."""
+    """Wait until the consumers of ``queues`` have settled everything published to them: nothing waits
+    on them and nothing delivered from them is unacked."""
+    def settled() -> bool:  # under the server's lock
+        held = (q for q in map(broker.server.queues.get, queues) if q is not None)
+        return not any(q.heap or any(c.unacked for c in q.consumers) for q in held)
+
     with broker.server.lock:
-        return broker.idle.wait_for(lambda: settled(broker, queues), timeout)
+        return broker.idle.wait_for(settled, timeout)
 
 
 @contextmanager
