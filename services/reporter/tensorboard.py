@@ -1,21 +1,9 @@
-"""``spotsweep export tensorboard SWEEP DIR``: a sweep as TensorBoard runs.
-
-One run (a folder of DIR) per trial: every metric as scalars by step, the
-attempts merged as ``metric_points``' documented example merges them (a
-step reported by several attempts keeps the latest attempt's value), with
-the time the collector stored each point as its wall time. The trial's
-params and final metrics go through TensorBoard's HParams plugin: each run
-holds a session start (its params) and end (its state), and its final
-metrics as the scalars ``final/<name>``. Each run also holds the
-experiment summary that lists every param and final metric (TensorBoard's
-HParams plugin takes the first it finds), so the HParams table and
-parallel-coordinates view compare all trials; DIR itself holds no event
-file, so TensorBoard lists no extra ``.`` run. The HParams protocol has no
-integer type: an integer param is a number there as any other.
-
-The event files are written by tensorboardX (no torch, no TensorFlow) and
-its hparams summary API; nothing here encodes a record by hand. Reads the
-public views only (and ``sweeps`` for the sweep's name and spec).
+"""``spotsweep export tensorboard SWEEP DIR``: a sweep as TensorBoard runs, one per
+trial (docs/results.md says what each holds). Every run holds the experiment
+summary listing every param and final metric, as TensorBoard's HParams plugin
+takes the first it finds: so its table compares all trials. The event files
+are written by tensorboardX (no torch, no TensorFlow) and its hparams summary
+API; nothing here encodes a record by hand. Reads the public views only.
 """
 
 from __future__ import annotations
@@ -46,14 +34,6 @@ class Exported:
     sweep_id: str
     runs: int
     scalars: int
-
-
-def _writer(logdir: Path) -> Any:
-    try:
-        from tensorboardX import SummaryWriter  # deferred: tensorboardX is optional (the `results` extra)
-    except ImportError as e:
-        raise PermanentError("export tensorboard needs tensorboardX: pip install 'spotsweep[results]'") from e
-    return SummaryWriter(logdir=str(logdir), flush_secs=30)
 
 
 def run_name(trial_id: str, trial_name: str) -> str:
@@ -113,7 +93,10 @@ def _points(db: Database, sweep_id: str) -> Iterator[tuple[str, Iterable[tuple[A
 
 def export(db: Database, sweep: str, out: Path) -> Exported:
     """Write ``sweep`` (an id, or the newest sweep of that name) under ``out`` as TensorBoard runs."""
-    from tensorboardX.summary import hparams  # deferred: tensorboardX is optional (the `results` extra)
+    try:
+        from tensorboardX.summary import hparams  # deferred: tensorboardX is optional (the `results` extra)
+    except ImportError as e:
+        raise PermanentError("export tensorboard needs tensorboardX: pip install 'spotsweep[results]'") from e
 
     # tensorboardX warns once per NaN or infinite value; a diverged trial is data here, written as it is.
     logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
@@ -131,24 +114,24 @@ def export(db: Database, sweep: str, out: Path) -> Exported:
     for v in values.values():
         example.update({k: x for k, x in v.items() if k not in example})
     experiment, _, _ = hparams(example, {tag(FINAL + m): 0.0 for m in finals})
-    by_id = {r["trial_id"]: r for r in rows}
-    done: set[str] = set()
+    left = {r["trial_id"]: r for r in rows}
     scalars = 0
     for trial_id, points in _points(db, head["sweep_id"]):
-        if trial_id in by_id:
-            scalars += _run(out, by_id[trial_id], values[trial_id], points, hparams, experiment)
-            done.add(trial_id)
-    for trial_id in sorted(set(by_id) - done):  # trials that reported no point still have params and a state
-        scalars += _run(out, by_id[trial_id], values[trial_id], [], hparams, experiment)
-    return Exported(head["sweep_id"], len(by_id), scalars)
+        if (row := left.pop(trial_id, None)) is not None:
+            scalars += _run(out, row, values[trial_id], points, hparams, experiment)
+    for trial_id in sorted(left):  # trials that reported no point still have params and a state
+        scalars += _run(out, left[trial_id], values[trial_id], [], hparams, experiment)
+    return Exported(head["sweep_id"], len(rows), scalars)
 
 
 def _run(out: Path, row: Mapping[str, Any], params: dict[str, Any], points: Iterable[tuple[Any, ...]], hparams: Any,
          experiment: Any) -> int:
     """One trial's run: the experiment, HParams session start, scalars by step, final metrics, session end."""
+    from tensorboardX import SummaryWriter  # deferred, as in export
+
     _, start, _ = hparams(params, {})
     n, last_step = 0, 0
-    with _writer(out / run_name(row["trial_id"], row["trial_name"])) as w:
+    with SummaryWriter(logdir=str(out / run_name(row["trial_id"], row["trial_name"])), flush_secs=30) as w:
         w.file_writer.add_summary(experiment)
         w.file_writer.add_summary(start)
         for _, name, step, value, recorded_at in points:

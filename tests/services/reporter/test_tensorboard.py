@@ -104,3 +104,11 @@ def test_hparam_values_keep_one_type_per_column() -> None:
     assert tb.hparam_values(rows) == {"s.0": {"a": 1.0, "b": True, "c": "x", "d": "[1, 2]"},
                                       "s.1": {"a": 2.5, "b": False, "c": "3"}}
     assert tb.tag("val loss") == "val_loss" and tb.tag("/a/b") == "a/b" and tb.tag("</script>") == "_/script_"
+
+
+def test_without_tensorboardx_export_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from spotsweep.shared.errors import PermanentError
+
+    monkeypatch.setitem(sys.modules, "tensorboardX.summary", None)  # an import of it raises ImportError
+    with pytest.raises(PermanentError, match=r"pip install 'spotsweep\[results\]'"):
+        tb.export(None, "any", tmp_path)  # type: ignore[arg-type]  # never reaches the database
