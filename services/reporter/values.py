@@ -14,8 +14,6 @@ from __future__ import annotations
 from spotsweep.shared.nonfinite import ANY_SPELLING, finite, number
 from spotsweep.shared.nonfinite import json_safe as json_ready  # noqa: F401 - the reporter's name for it
 
-_NON_FINITE = ANY_SPELLING  # the contract's spellings (docs/trial-contract.md), and Python's own
-
 
 def metric_float(value: object) -> float | None:
     """A stored metric value as a float (non-finite ones too), or None when it is no number."""
@@ -29,8 +27,8 @@ def fmt(value: object) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.6g}"  # nan, inf, -inf for the non-finite
-    if isinstance(value, str) and value in _NON_FINITE:
-        return f"{_NON_FINITE[value]:.6g}"
+    if isinstance(value, str) and value in ANY_SPELLING:
+        return f"{ANY_SPELLING[value]:.6g}"
     return str(value)
 
 

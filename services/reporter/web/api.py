@@ -76,7 +76,7 @@ class Api:
         now = datetime.now(timezone.utc)
         with self.db.transaction() as conn:
             rows = queries.sweeps(conn)
-        return [present.sweep_json(r, r["counts"], r["best"], queries.age(r["created_at"], now)) for r in rows]
+        return [present.sweep_json(r, now) for r in rows]
 
     def sweep_body(self, sweep_id: str) -> dict[str, Any]:
         """One sweep: its header, counts, best, metric names and space (for the page's charts)."""
@@ -85,7 +85,7 @@ class Api:
             sample = [r["trial_id"] for r in conn.execute(
                 "SELECT trial_id FROM trial_results WHERE sweep_id = %s AND state = 'running' LIMIT 20", (sweep_id,))]
             metrics = queries.metric_names(conn, sweep_id, sample)
-        body = present.sweep_json(row, row["counts"], row["best"], queries.age(row["created_at"], datetime.now(timezone.utc)))
+        body = present.sweep_json(row, datetime.now(timezone.utc))
         return {**body, "metrics": metrics, "tokens_metric": curves.tokens_metric(metrics),
                 "space": space_json(row.get("spec")), "spec": present.shown_spec(row.get("spec"))}
 
@@ -112,8 +112,7 @@ class Api:
             ids = [r["trial_id"] for r in chosen[:limit]]
             rows, starts = queries.curves(conn, ids, metric), queries.starts(conn, ids)
             counted = queries.curves(conn, ids, tokens) if tokens else {}
-        if wanted and len(chosen) < len(set(wanted)):
-            missing = sorted(set(wanted) - {r["trial_id"] for r in chosen})
+        if wanted and (missing := sorted(set(wanted) - {r["trial_id"] for r in chosen})):
             raise HTTPException(404, f"no trial {missing[0]!r} in sweep {sweep_id!r}")
         out = [{"trial_id": r["trial_id"], "trial_name": r["trial_name"], "state": r["state"],
                 **curves.trial_curve(rows[r["trial_id"]], starts.get(r["trial_id"]),
@@ -148,8 +147,7 @@ class Api:
         try:
             space = parse_spec(row["spec"]).space
         except (SpecError, TypeError) as e:
-            return {"metric": metric, "params": [], "interactions": [], "trials": 0, "method": method,
-                    "reason": f"the sweep's stored spec cannot be read: {e}"}
+            return imp.as_json(imp.Importance(metric, method=method, reason=f"the sweep's stored spec cannot be read: {e}"))
         body = imp.as_json(imp.importance(space, rows, metric, mode, method))
         self._importance[key] = body
         while len(self._importance) > 64:

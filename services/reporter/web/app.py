@@ -3,13 +3,10 @@
 Pages are Jinja2 templates with autoescaping on, so every name and error
 text a trial produced is text, never markup; the charts and the leaderboard
 are drawn in the browser by ECharts (vendored under ``static/``, no CDN)
-from the JSON API (:mod:`.api`), which the sweep page polls every few
-seconds while the sweep runs. Errors never show a traceback: unknown ids are
+from the JSON API (:mod:`.api`). Errors never show a traceback: unknown ids are
 404 (a page, or ``{"error": ...}`` under ``/api``), a database that is down
 is 503, anything else 500 with one line, and no error message is longer than
-:data:`MESSAGE_CHARS` (a 100 KB id is not echoed back). With a token, every
-page but the probes asks for it; at most :data:`CONCURRENT` requests are served
-at once (:mod:`.guard`).
+:data:`MESSAGE_CHARS` (a 100 KB id is not echoed back).
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from spotsweep.services.reporter.web import present, queries
+from spotsweep.services.reporter.web import present
 from spotsweep.services.reporter.web.api import Api, _int, json_response
 from spotsweep.services.reporter.web.compare import Compare, requested
 from spotsweep.services.reporter.web.guard import Admission, TokenGate
@@ -92,7 +89,7 @@ class Pages:
         sweep = await run_in_threadpool(self.api._sweep, sweep_id)
         trial = await run_in_threadpool(self.api.trial_body, sweep_id, trial_id)
         now = datetime.now(timezone.utc)
-        return self.render("trial.html", sweep=sweep, trial=trial, age=queries.age(trial["finished_at"], now))
+        return self.render("trial.html", sweep=sweep, trial=trial, age=present.age(trial["finished_at"], now))
 
     async def logs(self, request: Request) -> Response:
         """An attempt's whole stdout and stderr (:mod:`.logs`): the newest attempt with a log unless ``?attempt=N``."""

@@ -1,19 +1,10 @@
-"""Who may read the dashboard, and how much of it at once: two ASGI wrappers and one decision.
-
-* :func:`exposure` decides, from where the dashboard listens, whether it may
-  start: beyond loopback it needs ``SPOTSWEEP_DASHBOARD_TOKEN`` or ``--insecure``
-  (every sweep's params, logs and checkpoint names are readable by anyone who
-  reaches the port: Ray's dashboard with the same default was the door of the
-  ShadowRay attacks).
-* :class:`TokenGate` asks for the token, when one is set, on every path but the
-  probes and the static files: as ``Authorization: Bearer TOKEN`` (scripts) or
-  as the cookie the login form sets (browsers; HttpOnly, SameSite=Strict, holding
-  an HMAC of the token, never the token). Without it, 401: JSON under ``/api/``,
-  the login form elsewhere. The dashboard is read-only: ``POST /login`` is its
-  only route that takes a body, and it changes nothing but the caller's cookie.
-* :class:`Admission` serves at most ``limit`` requests at once (static files and
-  probes aside); past that, 503 with ``Retry-After`` at once rather than a queue
-  that grows with the clients.
+"""Who may read the dashboard, and how much of it at once (docs/dashboard.md, "Who
+may read it" and "Limits"): :func:`exposure` decides whether it may start where
+it listens (anyone who reaches the port reads every sweep's params, logs and
+checkpoint names); :class:`TokenGate` asks for the token, as a bearer header or
+the cookie the login form sets (an HMAC of the token, never the token);
+:class:`Admission` answers 503 past ``limit`` requests at once, rather than
+keeping a queue that grows with the clients.
 """
 
 from __future__ import annotations
@@ -56,10 +47,6 @@ def exposure(host: str, token: str | None, insecure: bool) -> str | None:
                          "(or SPOTSWEEP_DASHBOARD_TOKEN_FILE), listen on 127.0.0.1, or pass --insecure")
 
 
-def _cookie_value(token: str) -> str:
-    return hmac.new(token.encode(), b"spotsweep dashboard cookie", hashlib.sha256).hexdigest()
-
-
 def _safe_next(target: str) -> str:
     """Where a login goes back to: a path of this site only (no ``//host`` or ``\\`` tricks)."""
     return target if target.startswith("/") and not target.startswith(("//", "/\\")) and len(target) < 2000 else "/"
@@ -78,7 +65,7 @@ class TokenGate:
 
     def __init__(self, app: ASGIApp, token: str, login_page: Any) -> None:
         self.app, self.token, self.login_page = app, token.encode(), login_page
-        self.cookie = _cookie_value(token).encode()
+        self.cookie = hmac.new(token.encode(), b"spotsweep dashboard cookie", hashlib.sha256).hexdigest().encode()
 
     def _allowed(self, scope: Scope) -> bool:
         headers = dict(scope.get("headers") or [])

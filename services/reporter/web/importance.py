@@ -1,29 +1,13 @@
-"""Which parameters matter, and which pairs interact, over a sweep's trials.
+"""Which parameters matter, and which pairs interact, over a sweep's trials
+(docs/dashboard.md, "Parameter importance and interactions", says how and why).
 
-The completed trials become Optuna trials (``optuna.trial.create_trial``
-with the distributions the planner samples from,
-:mod:`spotsweep.shared.optuna_space`). Two methods:
-
-``fanova`` (the default): the functional ANOVA of Hutter et al. (ICML 2014).
-Main effects are Optuna's own ``FanovaImportanceEvaluator`` (public API,
-shares normalised to sum to 1, as optuna-dashboard shows them) up to
-:data:`EXACT_TRIALS` trials. Beyond, its exact tree walk is too slow for a
-page (25 s for 1,000 trials and six parameters on a small machine), so the
-same decomposition is estimated numerically on a forest fitted as Optuna
+``fanova``'s main effects are Optuna's ``FanovaImportanceEvaluator`` up to
+:data:`EXACT_TRIALS` trials; beyond, its exact tree walk is too slow for a
+page, so the same decomposition is estimated on a forest fitted as Optuna
 fits it: ``f_a(v)`` is the forest's mean prediction over uniform random
-points of the space with ``a`` set to ``v``; a parameter's share is ``Var
-f_a / Var f``, normalised alike (tests/.../test_importance.py checks both
-against Optuna's evaluator within its spread over seeds). The strongest pairs'
-interactions (``f_ab - f_a - f_b + mean``, as a share of ``Var f``; Optuna
-has none) always come from the estimate; shares below :data:`NOISE` are
-dropped. One departure from Optuna: log-scale ranges are weighed per decade
-(the trials are given to either as ``log10`` of the value), as the sampler
-explores them; in raw space a loguniform ``lr`` barely registers.
-Fewer than :data:`RELIABLE` trials (or five per parameter) give an answer
-with a ``caution``: with so few, the forest's shares move with its seed.
-
-``ped-anova``: Optuna's ``PedAnovaImportanceEvaluator`` (which parameters
-set the top 10% of trials apart), main effects only, normalised by Optuna.
+points of the space with ``a`` set to ``v``, a share ``Var f_a / Var f``,
+and a pair's interaction (always estimated) ``f_ab - f_a - f_b + mean``.
+Log-scale ranges are given to either as ``log10`` of the value.
 """
 
 from __future__ import annotations
@@ -68,16 +52,14 @@ class Importance:
 
 def usable_params(space: Mapping[str, Param], rows: Sequence[Mapping[str, Any]], metric: str,
                   dists: Mapping[str, BaseDistribution]) -> tuple[list[dict[str, Any]], list[float]]:
-    """Completed trials with a finite ``metric``, as Optuna's params over the
-    parameters in ``dists`` and the values; smoke trials, and trials whose params
-    are outside the space (an ``extend`` that changed it), are left out. No Optuna
+    """The trials (:func:`importance` picks the completed ones) with a finite ``metric``, as
+    Optuna's params over the parameters in ``dists`` and the values; trials whose params
+    are outside the space (an ``extend`` that changed it) are left out. No Optuna
     trial is built (``create_trial`` validates each: a third of a second for 2,000,
     which the forest does not need)."""
     params_out: list[dict[str, Any]] = []
     values: list[float] = []
     for row in rows:
-        if row.get("state") != "completed" or row.get("smoke"):
-            continue
         value = finite((row.get("metrics") or {}).get(metric))
         if value is None:
             continue

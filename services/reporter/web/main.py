@@ -1,12 +1,9 @@
 """Serving the dashboard: the database from the settings, uvicorn until a signal.
 
-uvicorn's limits are set here, as its defaults let a slow client hold a socket
-for good: a connection must finish its request's headers within
-:data:`HEADER_SECONDS` (uvicorn has no such timeout: its keep-alive timer runs
-only between requests, and every byte received stops it, so 300 sockets sending
-a header a byte at a time stayed open), idle keep-alive connections close after
-:data:`KEEP_ALIVE_SECONDS`, a request head is at most :data:`MAX_HEAD` bytes, and
-past :data:`MAX_CONNECTIONS` connections or requests uvicorn answers 503.
+uvicorn's limits are set here (docs/dashboard.md, "Limits"), as its defaults let
+a slow client hold a socket for good: it has no timeout for a request's headers
+(its keep-alive timer runs only between requests, and every byte received stops
+it, so 300 sockets sending a header a byte at a time stayed open).
 """
 
 from __future__ import annotations
@@ -34,10 +31,10 @@ from spotsweep.shared.health_startup import database_check
 from spotsweep.shared.settings import DashboardSettings, Settings, default
 
 DEFAULT_HOST, DEFAULT_PORT = default(DashboardSettings, "dashboard_host"), default(DashboardSettings, "dashboard_port")
-HEADER_SECONDS = 10.0
-KEEP_ALIVE_SECONDS = 5
+HEADER_SECONDS = 10.0  # to finish a request's headers, from the connection or the previous answer
+KEEP_ALIVE_SECONDS = 5  # an idle keep-alive connection closes after this
 MAX_HEAD = 16 * 1024  # h11's own default, said here: a longer request line or header block is a 400
-MAX_CONNECTIONS = 256
+MAX_CONNECTIONS = 256  # connections or requests past which uvicorn answers 503
 
 
 class HeaderTimeoutProtocol(H11Protocol):
@@ -77,7 +74,7 @@ class HeaderTimeoutProtocol(H11Protocol):
 
 
 def options(host: str, port: int) -> dict[str, Any]:
-    """uvicorn's options for the dashboard, with the limits of the module's docstring."""
+    """uvicorn's options for the dashboard, with the limits above (HeaderTimeoutProtocol: the headers' deadline)."""
     return {"host": host, "port": port, "log_level": "warning", "access_log": False, "http": HeaderTimeoutProtocol,
             "timeout_keep_alive": KEEP_ALIVE_SECONDS, "h11_max_incomplete_event_size": MAX_HEAD,
             "limit_concurrency": MAX_CONNECTIONS}

@@ -1,14 +1,7 @@
-"""Rows as the JSON API returns them: ranked, strict JSON, one shape.
-
-Pure functions over the rows :mod:`.queries` returns, so the ranking rules
-and the JSON contract are tested without a database:
-
-* The objective ranks finished trials best first by the sweep's mode; a
-  final value that is ``NaN`` or infinite (stored as the strings ``"NaN"``,
-  ``"Infinity"``, ``"-Infinity"``) ranks after every finite one, whatever
-  the mode: a diverged trial is never the best.
-* Non-finite numbers stay the strings the database stores (``metrics``) or
-  become them (curve values): the API is strict JSON a browser can parse.
+"""Rows as the JSON API returns them: ranked (a diverged trial is never the
+best), strict JSON a browser can parse (non-finite numbers as the strings the
+database stores), one shape. Pure functions over the rows :mod:`.queries`
+returns, so the ranking rules and the JSON contract are tested without a database.
 """
 
 from __future__ import annotations
@@ -21,10 +14,9 @@ from typing import Any
 
 from spotsweep.services.reporter.web.spend import unit_of
 from spotsweep.shared.errors import SpotsweepError
-from spotsweep.shared.messages import json_safe
 from spotsweep.shared.naming import render_argv
 from spotsweep.shared.spec import parse_spec
-from spotsweep.shared.nonfinite import finite
+from spotsweep.shared.nonfinite import finite, json_safe
 
 _LATER = {"running": 2, "queued": 3, "pending": 3, "pruned": 4, "failed": 5, "cancelled": 6}
 
@@ -45,8 +37,8 @@ def ranked(rows: list[dict[str, Any]], metric: str, mode: str) -> list[dict[str,
                                              r["trial_id"], mode))
 
 
-def trial_json(row: dict[str, Any], rank: int | None = None) -> dict[str, Any]:
-    """One trial as ``GET /api/sweeps/<id>/trials`` lists it."""
+def trial_json(row: dict[str, Any]) -> dict[str, Any]:
+    """One trial as ``GET /api/sweeps/<id>/trials`` lists it (less its rank)."""
     return {
         "trial_id": row["trial_id"],
         "trial_name": row["trial_name"],
@@ -59,7 +51,7 @@ def trial_json(row: dict[str, Any], rank: int | None = None) -> dict[str, Any]:
         "flags": list(row.get("flags") or []),
         "warnings": list(row.get("warnings") or []),
         "smoke": bool(row.get("smoke")),
-        "rank": rank,
+        "rank": None,
         "agent": row.get("agent"),
         "run_seconds": row.get("run_seconds"),
         "started_at": row.get("started_at"),
@@ -78,19 +70,20 @@ def ranked_bodies(rows: list[dict[str, Any]], mode: str) -> bytes:
     return ("[" + ",".join(parts) + "]").encode()
 
 
-def sweep_json(row: dict[str, Any], counts: dict[str, int], best: float | None, age: str) -> dict[str, Any]:
+def sweep_json(row: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A :func:`.queries.sweep` row as the API shows it, with its ``age`` at ``now``."""
     return {
         "sweep_id": row["sweep_id"],
         "name": row["name"],
         "state": row["state"],
-        "counts": counts,
-        "total": sum(counts.values()),
+        "counts": row["counts"],
+        "total": sum(row["counts"].values()),
         "metric": row["metric"],
         "mode": row["mode"],
-        "best": best,
+        "best": row["best"],
         "created_at": row["created_at"],
         "finished_at": row["finished_at"],
-        "age": age,
+        "age": age(row["created_at"], now),
         "error": row.get("error"),
         "note": row.get("note"),
         "gpu_hours": row.get("gpu_hours"),
@@ -100,25 +93,13 @@ def sweep_json(row: dict[str, Any], counts: dict[str, int], best: float | None, 
     }
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
-
-
 def dumps(value: Any) -> bytes:
     """Strict JSON (``allow_nan=False``): datetimes as ISO 8601, non-finite
     floats as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``."""
     try:  # the common case, in one pass: nothing non-finite (the database keeps metrics' as strings)
         return json.dumps(value, allow_nan=False, separators=(",", ":"), default=_default).encode()
     except ValueError:
-        return json.dumps(json_safe(_plain(value)), allow_nan=False, separators=(",", ":")).encode()
+        return json.dumps(json_safe(value), allow_nan=False, separators=(",", ":"), default=_default).encode()
 
 
 def _default(value: Any) -> Any:
@@ -167,3 +148,18 @@ def command_line(spec: Any, row: dict[str, Any]) -> str | None:
     except (SpotsweepError, TypeError, ValueError, KeyError):
         return None
     return shlex.join(argv)
+
+
+def age(since: datetime | None, now: datetime) -> str:
+    """``3d 4h``, ``5h 2m``, ``42s``: how long ago, for people."""
+    if since is None:
+        return ""
+    seconds = max(0, int((now - since).total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"

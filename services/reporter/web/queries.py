@@ -1,12 +1,7 @@
-"""The dashboard's reads: a few set-based queries over the public views.
-
-Every function takes a connection and answers one question in one or two
-round trips, whatever the number of trials: per-state counts and best
-values are SQL aggregates (the view ``sweep_results``), best-so-far is a
-window function, curves are one ``trial_id = ANY(...)`` query that walks
-the points' primary key (never the whole sweep's points). Only the public
-views are read (``sweep_results``, ``trial_results``, ``metric_points``,
-``run_events``).
+"""The dashboard's reads: set-based queries over the public views only, each
+answering one question in one or two round trips whatever the number of
+trials (docs/dashboard.md, "Speed"); curves walk the points' primary key,
+never the whole sweep's points.
 """
 
 from __future__ import annotations
@@ -78,17 +73,13 @@ def latest(conn: Conn, trial_id: str) -> dict[str, Any]:
 
 
 def listed_json(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
-    """Every trial of a sweep as the trial list's JSON object, built by
-    PostgreSQL (``body``: text, ``rank`` still to add), with what ranking
-    needs: ``state``, ``trial_id`` and ``objective`` (the metric when it is
-    a number: jsonb keeps NaN and infinities as strings), and a running
-    trial's ``latest`` values (:data:`LATEST`). Nothing is parsed in
-    Python: 10,000 trials cost a third of what building them here did."""
+    """Every trial of a sweep as the trial list's JSON object built by PostgreSQL
+    (``body``: text, ``rank`` still to add), with what ranking needs (``objective``:
+    jsonb keeps NaN and infinities as strings). Nothing is parsed in Python:
+    10,000 trials cost a third of what building them here did."""
     return conn.execute(
-        "SELECT json_build_object('trial_id', trial_id, 'trial_name', trial_name, 'state', state, 'params', params,"
-        " 'metrics', metrics, 'attempts', attempts, 'preemptions', preemptions, 'failures', failures, 'flags', flags,"
-        " 'warnings', warnings, 'smoke', smoke, 'agent', agent, 'run_seconds', run_seconds, 'started_at', started_at,"
-        " 'finished_at', finished_at, 'latest', CASE WHEN state = 'running' THEN (" + LATEST + ") END)::text AS body,"
+        "SELECT json_build_object(" + "".join(f"'{c}', {c}, " for c in _LISTED.split(", "))
+        + "'latest', CASE WHEN state = 'running' THEN (" + LATEST + ") END)::text AS body,"
         " state, trial_id,"
         " CASE WHEN jsonb_typeof(metrics->%s) = 'number' THEN (metrics->>%s)::float END AS objective"
         " FROM trial_results WHERE sweep_id = %s", (metric, metric, sweep_id)).fetchall()
@@ -167,12 +158,9 @@ def spending(conn: Conn, sweep_id: str) -> tuple[float, list[dict[str, Any]]]:
 
 
 def seed_groups(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
-    """A sweep's trials (not smoke ones) grouped by config, in SQL: the
-    params less ``seed`` (``config``, as jsonb's text: ``1``, ``1.0`` and
-    ``true`` stay apart, as the report keeps them), every trial id by seed,
-    how many, and the seeds and values of the completed ones with a number
-    (or a non-finite string) for ``metric``. No params are parsed but the
-    few configs shown."""
+    """A sweep's trials (not smoke ones) grouped by config in SQL, so no params
+    are parsed but the few configs shown: ``config`` is the params less ``seed``
+    as jsonb's text (``1``, ``1.0`` and ``true`` stay apart, as the report keeps them)."""
     return conn.execute(
         "SELECT config, count(*) AS runs, array_agg(trial_id ORDER BY seed, trial_id) AS trial_ids,"
         " array_agg(value ORDER BY seed, trial_id) FILTER (WHERE value IS NOT NULL) AS values,"
@@ -234,18 +222,3 @@ def attempts(conn: Conn, trial_id: str) -> list[dict[str, Any]]:
 def trial_metric_names(conn: Conn, trial_id: str) -> list[str]:
     rows = conn.execute("SELECT DISTINCT name FROM metric_points WHERE trial_id = %s ORDER BY name", (trial_id,)).fetchall()
     return [r["name"] for r in rows]
-
-
-def age(since: datetime | None, now: datetime) -> str:
-    """``3d 4h``, ``5h 2m``, ``42s``: how long ago, for people."""
-    if since is None:
-        return ""
-    seconds = max(0, int((now - since).total_seconds()))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    return f"{minutes}m {secs}s" if minutes else f"{secs}s"

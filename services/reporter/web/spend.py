@@ -1,14 +1,6 @@
-"""What a sweep cost, against what the same GPU-hours cost on demand.
-
-GPU-hours are the trials' running time over all attempts (``run_seconds``:
-time in the queue is not counted) times the GPUs each holds (the spec's
-``resources.gpus``; a CPU-only trial counts as one, the slot it holds), as
-``spotsweep report`` adds them up
-(:func:`~spotsweep.services.reporter.summary.cost_of`). The spec's
-``pricing: {gpu_hour, on_demand_gpu_hour}`` prices them; the saving is what
-on demand would have cost more. Over time: the running total of the trials
-finished by each finish time, thinned to a few hundred points.
-
+"""What a sweep cost, against what the same GPU-hours cost on demand: GPU-hours
+as ``spotsweep report`` adds them up (:func:`~spotsweep.services.reporter.summary.cost_of`),
+priced with the spec's ``pricing``, and their running total over finish times.
 Pure functions over what :func:`.queries.spending` returns.
 """
 
@@ -58,8 +50,7 @@ def cost_json(spec: Mapping[str, Any] | None, total_seconds: float, finished: Se
     """``GET /api/sweeps/<id>/cost``'s body: totals (every trial, running
     ones' time so far included) and the running total over finish times."""
     gpus, pricing = gpus_of(spec), pricing_of(spec)
-    raw = pricing and {"gpu_hour": pricing["gpu_hour"], "on_demand_gpu_hour": pricing["on_demand_gpu_hour"]}
-    total = cost_of([{"run_seconds": total_seconds}], gpus, raw)
+    total = cost_of([{"run_seconds": total_seconds}], gpus, pricing)
     saving = None if total.cost is None or total.on_demand is None else total.on_demand - total.cost
     curve, seconds = [], 0.0
     for row in finished:

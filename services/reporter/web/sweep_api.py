@@ -1,18 +1,7 @@
-"""The sweep page's further panels as JSON: seeds, the agents' timeline, cost, resource use.
-
-Beside :mod:`.api` (whose ``_sweep`` answers 404 for an unknown sweep), one
-handler per panel, each a couple of set-based queries (:mod:`.queries`)
-and a pure function that shapes the answer:
-
-* ``GET /api/sweeps/<id>/seeds[?metric=M&configs=K&max_points=N&table=T]``:
-  with ``repeats`` > 1, the best T configs' mean and spread over seeds,
-  best mean first, and the mean curve with a band for the best K (:mod:`.seeds`);
-* ``GET /api/sweeps/<id>/timeline[?limit=N]``: each run on its agent's
-  slot lane, with its outcome (:mod:`.timeline`);
-* ``GET /api/sweeps/<id>/cost``: GPU-hours, spot and on-demand cost and the
-  saving, over time (:mod:`.spend`);
-* ``GET /api/sweeps/<id>/resources[?trial=ID&limit=K&max_points=N]``: the
-  agent's ``sys/`` samples per trial against its running seconds.
+"""The sweep page's further panels as JSON: seeds (:mod:`.seeds`), the agents'
+timeline (:mod:`.timeline`), cost (:mod:`.spend`), resource use (the agent's
+``sys/`` samples); docs/dashboard.md gives each answer's shape. Each handler
+is a couple of set-based queries (:mod:`.queries`) and a pure function.
 """
 
 from __future__ import annotations
@@ -78,8 +67,7 @@ class SweepPanels:
         with self.db.transaction() as conn:
             if wanted:
                 chosen = queries.trials(conn, sweep_id, only=wanted)
-                if len(chosen) < len(set(wanted)):
-                    missing = sorted(set(wanted) - {r["trial_id"] for r in chosen})
+                if missing := sorted(set(wanted) - {r["trial_id"] for r in chosen}):
                     raise HTTPException(404, f"no trial {missing[0]!r} in sweep {sweep_id!r}")
             else:
                 chosen = queries.resource_trials(conn, sweep_id, limit)

@@ -3,15 +3,13 @@
 The planner journals every run's start (``trial.started``: agent, run id,
 time) and its end (``trial.finished`` with the outcome, or ``trial.lost``)
 in ``trial_events`` (the view ``run_events``). :func:`runs` pairs them into one :class:`Run` per
-(trial, attempt, run id): a run whose end has not come is still running (or
-its agent vanished without a word: the broker redelivers the attempt, and
-the next run starts elsewhere). An agent that vanishes (``kill -9``, a node
-gone) journals no end: the broker hands the attempt out again and the next
-start says ``redelivered``, so a run with no end that such a start follows
-ended then, ``lost`` (so does one followed by a later attempt's start, or
-whose trial has ended). An end whose start the journal lacks (a
-start that rode inside the end is journalled too, so only rows from older
-versions) starts ``duration`` seconds before it.
+(trial, attempt, run id): a run whose end has not come is still running. An
+agent that vanishes (``kill -9``, a node gone) journals no end: the broker
+hands the attempt out again and the next start says ``redelivered``, so a
+run with no end that such a start follows ended then, ``lost`` (so does one
+followed by a later attempt's start, or whose trial has ended). An end
+whose start the journal lacks (only rows from older versions) starts
+``duration`` seconds before it.
 
 The journal does not say which of an agent's slots a run held, so
 :func:`lanes` packs each agent's runs into the fewest lanes in which no two
@@ -75,10 +73,7 @@ def _begun(key: Key, start: Mapping[str, Any] | None, end: Mapping[str, Any] | N
     starts ``duration`` seconds before the end)."""
     some = start or end
     assert some is not None
-    if start is None:
-        begun = some["time"] - timedelta(seconds=float(some.get("duration") or 0.0))
-    else:
-        begun = start["time"]
+    begun = start["time"] if start is not None else some["time"] - timedelta(seconds=float(some.get("duration") or 0.0))
     agent = (start or {}).get("agent") or (end or {}).get("agent") or "?"
     return Run(key[0], some["trial_name"], key[1], key[2], agent, begun, None, "running",
                float((start or {}).get("staging") or 0.0))
