@@ -2,13 +2,10 @@
 sweep has spent against each cap its spec sets, e.g.
 ``budget: 12/200 trials, 27/40 steps, 3.10/10 GPU-h``.
 
-A pure function of a ``sweep_results`` row's spent columns and the spec's
-``budget`` block as stored (what the client sent, so it is validated here
-like any spec: a block that does not validate gives no line, never an
-error). Steps are counted as the planner counts them against
-``budget.max_steps`` (the view's ``steps``, migration 0005); the elapsed time
-is the sweep's from its submission to its end (or ``now``), which is
-``wall_time``'s measure unless the sweep waited, ended, for an ``extend``.
+Steps are counted as the planner counts them against ``budget.max_steps``
+(the view's ``steps``, migration 0005); the elapsed time is the sweep's from
+its submission to its end (or ``now``), which is ``wall_time``'s measure
+unless the sweep waited, ended, for an ``extend``.
 """
 
 from __future__ import annotations
@@ -44,7 +41,8 @@ def spent_of(row: Mapping[str, Any], now: datetime) -> Spent:
 
 
 def caps_of(stored: Any) -> Budget | None:
-    """The spec's ``budget`` block as stored, validated; None when absent or invalid."""
+    """The spec's ``budget`` block as stored (what the client sent), validated; None when absent or
+    invalid: a block that does not validate gives no line, never an error."""
     if not isinstance(stored, dict) or not stored:
         return None
     try:

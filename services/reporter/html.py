@@ -1,13 +1,10 @@
 """``spotsweep report SWEEP --html FILE``: the sweep page as one offline file.
 
-The dashboard's sweep page (template, stylesheet, ECharts and ``sweep.js``)
-rendered once with everything inlined: the scripts and the stylesheet as
-text, and the JSON API's answers for the sweep (the same bodies
-:class:`~spotsweep.services.reporter.web.api.Api` serves) as one JSON
+The dashboard's sweep page rendered once with everything inlined: the scripts
+and the stylesheet as text, and the JSON API's answers for the sweep (the
+bodies :class:`~spotsweep.services.reporter.web.api.Api` serves) as one JSON
 document in a ``<script type="application/json">`` tag, which ``common.js``
-reads instead of the network. So the report shows the same comparisons as
-the page (leaderboard, curves, best so far, parallel coordinates,
-importance and interactions) and opens from ``file://`` with no network.
+reads instead of the network, so it opens from ``file://``.
 
 Escaping: the page is a Jinja2 template with autoescaping on; in the JSON,
 ``<``, ``>`` and ``&`` are written as ``\\u003c``, ``\\u003e``, ``\\u0026``

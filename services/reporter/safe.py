@@ -1,17 +1,10 @@
 """Text from trials and messages, made safe to show: a terminal or a spreadsheet
-never runs what a trial name, a param, a metric name or an error holds.
-
-* :func:`printable`: control characters (ESC and the sequences it starts,
-  OSC window titles, CR that overwrites a line, NUL, the C1 controls) and the
-  Unicode bidi overrides that reorder what is shown appear as escapes
-  (``\\x1b``, ``\\u202e``), never raw.
-* :func:`cell`: a rich ``Text`` of that, so ``[link=...]`` or ``[/oops]`` in
-  data is shown as written, not read as markup, and not highlighted.
-* :func:`csv_cell`: a CSV cell a spreadsheet shows as text: one that would
-  start a formula (``=``, ``+``, ``-``, ``@``, tab, CR; OWASP's CSV injection
-  guidance) is prefixed with ``'``, unless the whole cell is a number.
-
-Pure functions; no I/O.
+never runs what a trial name, a param, a metric name or an error holds:
+control characters (ESC and the sequences it starts, OSC window titles, CR that
+overwrites a line, NUL, the C1 controls) and the Unicode bidi overrides that
+reorder what is shown appear as escapes (``\\x1b``, ``\\u202e``), a table cell
+is never read as markup (``[link=...]``), and a CSV cell never starts a formula
+(OWASP's CSV injection guidance). Pure functions; no I/O.
 """
 
 from __future__ import annotations
@@ -56,7 +49,8 @@ def cell(value: object, style: str = "") -> Text:
 
 
 def csv_cell(value: object) -> str:
-    """A CSV cell that a spreadsheet shows as the text it is."""
+    """A CSV cell that a spreadsheet shows as the text it is: one that would start a formula
+    is prefixed with ``'``, unless the whole cell is a number."""
     text = exact(value)
     if text.startswith(_FORMULA_START) and not _NUMBER.fullmatch(text):
         text = "'" + text

@@ -1,14 +1,6 @@
-"""What a report adds up over trials: repeats of one config, and the sweep's cost.
-
-* :func:`by_config`: with ``repeats: N`` every configuration runs with N
-  seeds (param ``seed``); a single seed's result says little, so configs are
-  ranked by their mean over seeds, with the spread (sample standard
-  deviation) and how many seeds reported.
-* :func:`cost_of`: GPU-hours from each trial's start to its end times its
-  GPUs, priced with the spec's ``pricing``. An upper bound: the span of a
-  trial that was preempted includes the wait before it resumed elsewhere.
-
-Pure functions over rows of the ``trial_results`` view.
+"""What a report adds up over trials: repeats of one config (with ``repeats: N``
+every config runs with N seeds, param ``seed``; one seed's result says little),
+and the sweep's cost. Pure functions over rows of the ``trial_results`` view.
 """
 
 from __future__ import annotations

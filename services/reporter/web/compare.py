@@ -1,12 +1,7 @@
-"""Sweeps side by side: ``/compare?sweeps=A,B[,...]`` and ``GET /api/compare?sweeps=A,B``.
-
-Each sweep is named by its id or its name (the newest sweep of that name,
-as the CLI reads them); for each, its best ``top`` trials (1 by default; the
-ranking of its leaderboard: completed with a finite objective, best first)
-with their params, final objective and the curve of their sweep's objective
-(by step, time and tokens, as :mod:`.curves` gives them). The page draws
-those curves on one chart and the sweeps' best values and params in one
-table, the params that differ first (:func:`differing`).
+"""Sweeps side by side: ``/compare?sweeps=A,B[,...]`` and ``GET /api/compare``
+(docs/dashboard.md): each sweep (by id, or the newest of that name) with its
+best trials as its leaderboard ranks them, their params, objective and curves
+(:mod:`.curves`); the params that differ first (:func:`differing`).
 """
 
 from __future__ import annotations

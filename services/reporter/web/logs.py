@@ -1,16 +1,9 @@
-"""An attempt's whole log in the browser, a page at a time.
-
-The trial page shows a log's tail; its "full log" link opens
-``/sweeps/<id>/trials/<tid>/logs[?attempt=N]``, which reads the attempt's
-stdout and stderr from the artifact store through
-``GET /api/sweeps/<id>/trials/<tid>/log?attempt=N&stream=S&offset=O``: at most
-:data:`PAGE` bytes from ``offset`` (one ranged GET), cut after the page's last
-whole line, with ``next`` (where the next page starts) and ``size``. So a
-request holds a page, never the log (a log may be 64 MiB: the dashboard's
-memory per request stays bounded, tests/hostile/test_dashboard_limits.py),
-and a page that reads a running attempt's log asks again from ``next`` as the
-agent uploads more. ``.../log.txt?attempt=N&stream=S`` sends the whole
-stream as a file, :data:`CHUNK` bytes at a time.
+"""An attempt's whole log in the browser, a page at a time (the trial page's
+"full log" link; the endpoints: docs/dashboard.md). A request reads at most
+:data:`PAGE` bytes (one ranged GET), never the log (a log may be 64 MiB: the
+dashboard's memory per request stays bounded, tests/hostile/test_dashboard_limits.py);
+a page showing a running attempt asks again from ``next`` as the agent uploads
+more. ``log.txt`` streams the whole log :data:`CHUNK` bytes at a time.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Mean and spread over seeds, for a sweep with ``repeats`` > 1.
-
-With ``repeats: N`` each configuration runs N times, its param ``seed``
-the repeat; one seed's result says little. The configs are grouped in
-SQL (:func:`.queries.seed_groups`: params less ``seed``) and summarised
-and ranked as ``spotsweep report`` does
-(:func:`~spotsweep.services.reporter.summary.summarise`: mean of the
-objective over the seeds that completed, sample standard deviation), and for the best few :func:`mean_curve` averages the
-seeds' learning curves step by step: the mean, a band of one standard
-deviation either side, and how many seeds reported the step (a seed that
-stopped early, or a NaN, leaves a step to the others).
-
-Pure functions over rows of ``trial_results`` and curves from
-:func:`.queries.curves`.
+"""Mean and spread over seeds, for a sweep with ``repeats`` > 1: the configs
+grouped in SQL (:func:`.queries.seed_groups`), summarised and ranked as
+``spotsweep report`` does (:func:`~spotsweep.services.reporter.summary.summarise`),
+and the best few's learning curves averaged step by step (:func:`mean_curve`).
+Pure functions over rows of ``trial_results`` and curves from :func:`.queries.curves`.
 """
 
 from __future__ import annotations

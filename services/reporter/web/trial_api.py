@@ -1,14 +1,11 @@
 """What the trial page shows beside its metrics: events, the log tail, checkpoints.
 
-The events are the trial's rows of the public view ``trial_journal`` (the
-``trial_events`` journal's starts with their resume step, ends with their
-outcome, losses, checkpoints), newest last: a view, not the table, so the
-dashboard runs as the ``spotsweep_reader`` role (deploy/postgres/roles.sql).
-The log tail and the checkpoint list come from the artifact store
-(:mod:`spotsweep.shared.artifacts.browse`): the store of the settings
-(``SPOTSWEEP_S3_*``, else local mode's directory), opened on first use. A
-store that cannot be read gives ``store_error``, a line the page shows, never
-an error page: the database's part of the page is still worth seeing.
+The events are the trial's rows of the public view ``trial_journal``: a view,
+not the table, so the dashboard runs as the ``spotsweep_reader`` role
+(deploy/postgres/roles.sql). The log tail and the checkpoint list come from the
+settings' artifact store, opened on first use; one that cannot be read gives
+``store_error``, a line the page shows, never an error page: the database's
+part of the page is still worth seeing.
 """
 
 from __future__ import annotations
