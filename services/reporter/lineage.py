@@ -8,6 +8,7 @@ another strategy has no rows and gets no lines.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,10 +22,7 @@ def segments(conn: Conn, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
     """Each trial's segments, in order, by trial id."""
     rows = conn.execute("SELECT trial_id, segment, start_step, end_step, params, from_trial_name, from_step"
                         " FROM trial_segments WHERE sweep_id = %s ORDER BY trial_id, segment", (sweep_id,)).fetchall()
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        out.setdefault(r["trial_id"], []).append(r)
-    return out
+    return {trial_id: list(group) for trial_id, group in itertools.groupby(rows, key=lambda r: r["trial_id"])}
 
 
 def line(name: str, segs: Sequence[dict[str, Any]]) -> str:

@@ -48,14 +48,6 @@ CONCURRENT = 32
 MESSAGE_CHARS = 300
 
 
-def _templates() -> Environment:
-    env = Environment(loader=PackageLoader(PACKAGE, "templates"), autoescape=select_autoescape(default=True))
-    env.globals["poll_ms"] = POLL_SECONDS * 1000
-    env.filters["cost_text"] = cost_text
-    env.filters["magnitude"] = present.magnitude
-    return env
-
-
 def cost_text(sweep: dict[str, Any]) -> str:
     """``1.50 GPU-h · 1.35 (on demand 4.35)``: a sweep's cost for the index (as index.js writes it)."""
     if sweep.get("gpu_hours") is None:
@@ -70,7 +62,10 @@ def cost_text(sweep: dict[str, Any]) -> str:
 
 class Pages:
     def __init__(self, db: Database, api: Api) -> None:
-        self.db, self.api, self.env = db, api, _templates()
+        self.db, self.api = db, api
+        self.env = Environment(loader=PackageLoader(PACKAGE, "templates"), autoescape=select_autoescape(default=True))
+        self.env.globals["poll_ms"] = POLL_SECONDS * 1000
+        self.env.filters.update(cost_text=cost_text, magnitude=present.magnitude)
         self.logs_api, self.compare_api = TrialLogs(api), Compare(api)
 
     def render(self, name: str, code: int = 200, **context: Any) -> HTMLResponse:

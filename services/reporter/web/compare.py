@@ -46,7 +46,7 @@ class Compare:
     """The comparison over ``api``'s database (see the module's docstring)."""
 
     def __init__(self, api: Api) -> None:
-        self.api, self.db = api, api.db
+        self.db = api.db
 
     def resolve(self, names: list[str], conn: Any = None) -> list[dict[str, Any]]:
         """The sweeps' headers, each once, in order; 404 naming the first that is not there."""

@@ -8,9 +8,7 @@ largest triangle with the point kept before it and the next bucket's mean:
 spikes and turns survive, flat stretches thin out.
 
 Non-finite values (a loss that turned NaN or infinite) cannot take part in
-triangle areas but are what a reader looks for, so :func:`downsample` keeps
-them apart: the first of each non-finite run is kept (within a small share
-of the budget) and LTTB thins the finite points in the rest.
+triangle areas but are what a reader looks for, so :func:`downsample` keeps them apart.
 """
 
 from __future__ import annotations
@@ -69,8 +67,7 @@ def downsample(points: Sequence[tuple[float, float | None]], n: int) -> list[tup
         return list(points)
     if n <= 0:
         return []
-    onsets = [p for i, p in enumerate(points) if not _finite(p[1]) and (i == 0 or _finite(points[i - 1][1]))]
-    onsets = onsets[: max(1, n // 10)] if onsets else []
+    onsets = [p for i, p in enumerate(points) if not _finite(p[1]) and (i == 0 or _finite(points[i - 1][1]))][: max(1, n // 10)]
     finite: list[Point] = [(x, y) for x, y in points if y is not None and _finite(y)]
     merged: list[tuple[float, float | None]] = [*lttb(finite, n - len(onsets)), *onsets]
     merged.sort(key=lambda p: p[0])
