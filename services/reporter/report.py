@@ -120,9 +120,7 @@ def _shown(every: list[str], objective: str, chosen: Sequence[str], most: int) -
     head = [objective] if objective in every else []
     if not chosen:
         return head + [m for m in every if m != objective][:most]
-    known = set(every)
-    missing = [m for m in chosen if m not in known]
-    if missing:
+    if missing := [m for m in chosen if m not in every]:
         some = ", ".join(printable(m) for m in every[:10])
         raise PermanentError(f"--metrics: no trial of this sweep reported {printable(missing[0])!r} "
                              f"({len(every)} metric(s): {some}{', ...' if len(every) > 10 else ''})")

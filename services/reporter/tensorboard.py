@@ -54,11 +54,8 @@ def hparam_values(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]
     else (mixed kinds, lists) becomes text, so a column has one type."""
     names = sorted({k for r in rows for k in (r.get("params") or {})})
     kinds = {name: _kind([v for r in rows if (v := (r.get("params") or {}).get(name)) is not None]) for name in names}
-    out = {}
-    for r in rows:
-        params = r.get("params") or {}
-        out[r["trial_id"]] = {k: kinds[k](params[k]) for k in names if params.get(k) is not None}
-    return out
+    return {r["trial_id"]: {k: kinds[k](v) for k in names if (v := (r.get("params") or {}).get(k)) is not None}
+            for r in rows}
 
 
 def _kind(present: Sequence[Any]) -> type:

@@ -104,12 +104,11 @@ class _Space:
     def __init__(self, dists: Mapping[str, BaseDistribution]) -> None:
         self.dists = list(dists.items())
         self.columns: list[np.ndarray] = []
-        width = 0
+        self.width = 0
         for _, d in self.dists:
             n = len(d.choices) if isinstance(d, CategoricalDistribution) else 1
-            self.columns.append(np.arange(width, width + n))
-            width += n
-        self.width = width
+            self.columns.append(np.arange(self.width, self.width + n))
+            self.width += n
 
     def categorical(self, i: int) -> bool:
         return isinstance(self.dists[i][1], CategoricalDistribution)

@@ -38,12 +38,10 @@ def sweep(conn: Conn, sweep_id: str) -> dict[str, Any] | None:
 
 def find_sweep(conn: Conn, id_or_name: str) -> dict[str, Any] | None:
     """A sweep's header by its id or, failing that, the newest sweep with that name."""
-    row = sweep(conn, id_or_name)
-    if row is None:
-        row = conn.execute(_SWEEP + " WHERE name = %s ORDER BY created_at DESC, sweep_id DESC LIMIT 1",
-                           (id_or_name,)).fetchone()
-        row = None if row is None else _counted(row)
-    return row
+    if (found := sweep(conn, id_or_name)) is not None:
+        return found
+    row = conn.execute(_SWEEP + " WHERE name = %s ORDER BY created_at DESC, sweep_id DESC LIMIT 1", (id_or_name,)).fetchone()
+    return None if row is None else _counted(row)
 
 
 # What the trial list shows (present.trial_json): not the error text or the rungs, which only a trial's page needs.
