@@ -143,8 +143,8 @@ def test_local_mode_honours_the_queue_window(monkeypatch, tmp_path) -> None:  # 
     monkeypatch.setenv("SPOTSWEEP_QUEUE_WINDOW", "4")
     spec = parse_spec({"name": "w", "command": ["true"], "space": {"x": [1]}, "metric": {"name": "m"}})
     with pytest.raises(KeyboardInterrupt):
-        local._run(spec, LocalSettings(home=tmp_path), 1, None, Console(file=io.StringIO()), db=None,  # type: ignore[arg-type]
-                   sweep_id="w-0000000a")
+        local.serve(spec, LocalSettings(home=tmp_path), 1, None, "w-0000000a", None,  # type: ignore[arg-type]
+                    Console(file=io.StringIO()), dashboard=None)
     assert seen == [4]
 
 
