@@ -12,7 +12,6 @@ Pure functions; no I/O.
 from __future__ import annotations
 
 from spotsweep.shared.nonfinite import ANY_SPELLING, finite, number
-from spotsweep.shared.nonfinite import json_safe as json_ready  # noqa: F401 - the reporter's name for it
 
 
 def metric_float(value: object) -> float | None:

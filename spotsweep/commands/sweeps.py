@@ -19,7 +19,7 @@ from spotsweep.services.planner.extend import extended
 from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter import tensorboard
 from spotsweep.services.reporter.safe import printable
-from spotsweep.services.reporter.values import json_ready
+from spotsweep.shared.nonfinite import json_safe
 from spotsweep.services.reporter.web.queries import find_sweep
 from spotsweep.shared import messages, topology
 from spotsweep.shared.broker.port import Outgoing
@@ -87,7 +87,7 @@ def said(text: str) -> str:
 
 def print_json(rows: list[Any]) -> None:
     """Strict JSON (non-finite values as the contract's strings); json escapes every control character."""
-    print(json.dumps(json_ready(rows), default=str, indent=2, allow_nan=False))
+    print(json.dumps(json_safe(rows), default=str, indent=2, allow_nan=False))
 
 
 def database_if_any(settings: Settings) -> Database | None:

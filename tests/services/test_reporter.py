@@ -21,7 +21,8 @@ from spotsweep.services.reporter import report as reporter
 from spotsweep.services.reporter.report import glob_to_similar
 from spotsweep.services.reporter.safe import csv_cell, printable
 from spotsweep.services.reporter.summary import by_config, cost_of
-from spotsweep.services.reporter.values import fmt, json_ready, metric_float, rank_key
+from spotsweep.services.reporter.values import fmt, metric_float, rank_key
+from spotsweep.shared.nonfinite import json_safe as json_ready
 from spotsweep.shared.db import Database
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.settings import Settings
