@@ -7,7 +7,9 @@ in ``trial_events`` (the view ``run_events``). :func:`runs` pairs them into one 
 agent that vanishes (``kill -9``, a node gone) journals no end: the broker
 hands the attempt out again and the next start says ``redelivered``, so a
 run with no end that such a start follows ended then, ``lost`` (so does one
-followed by a later attempt's start, or whose trial has ended). An end
+followed by a later attempt's start, or whose trial has ended). Early stopping
+stops a run and the agent then sends no end: a trial's last run with no end
+whose trial ended ``pruned`` ended when the trial did, ``pruned``. An end
 whose start the journal lacks (only rows from older versions) starts
 ``duration`` seconds before it.
 
@@ -40,7 +42,7 @@ class Run:
     agent: str
     start: datetime
     end: datetime | None  # None: no end yet
-    outcome: str  # completed, failed, cancelled, preempted, lost, or running (no end yet)
+    outcome: str  # completed, failed, cancelled, preempted, pruned, lost, or running (no end yet)
     staging: float = 0.0  # seconds staging the trial's inputs before ``start``
     note: str = ""  # why a lost run was lost
 
@@ -89,12 +91,17 @@ def _ended(run: Run, end: Mapping[str, Any]) -> Run:
 
 def _vanished(run: Run, starts: Iterable[Mapping[str, Any]], some: Mapping[str, Any]) -> Run:
     """``run`` with no end: lost when a start superseded it (a redelivered
-    one of its attempt, or any of a later attempt) or its trial has ended."""
+    one of its attempt, or any of a later attempt) or its trial has ended;
+    pruned when it is its pruned trial's last run (early stopping stopped it)."""
     later = [s["time"] for s in starts if s["trial_id"] == run.trial_id and s["time"] > run.start
              and (int(s["attempt"] or 0) > run.attempt or (int(s["attempt"] or 0) == run.attempt and s.get("redelivered")))]
     if later:
         return replace(run, end=min(later), outcome="lost", note=f"lost: agent {run.agent} vanished")
     if some.get("trial_state") in TERMINAL and some.get("trial_finished") is not None:
+        last = not any(s["trial_id"] == run.trial_id and s["time"] > run.start for s in starts)
+        if some["trial_state"] == "pruned" and last:
+            return replace(run, end=max(some["trial_finished"], run.start), outcome="pruned",
+                           note="pruned: early stopping stopped the run")
         return replace(run, end=max(some["trial_finished"], run.start), outcome="lost",
                        note=f"lost: agent {run.agent} sent no end before the trial ended {some['trial_state']}")
     return run

@@ -5,7 +5,7 @@
 "use strict";
 const PANELS = (function () {
   const OUTCOME_COLOURS = {completed: "#1a9850", failed: "#d73027", preempted: "#f28e2b", lost: "#9c755f",
-                           cancelled: "#9ca3af", running: "#4e79a7", ended: "#bab0ac"};
+                           pruned: "#edc948", cancelled: "#9ca3af", running: "#4e79a7", ended: "#bab0ac"};
   const note = (id, text) => { document.getElementById(id).textContent = text; };
 
   async function seeds(api) {
@@ -80,7 +80,7 @@ const PANELS = (function () {
     const lost = t.runs.filter(r => r.outcome === "lost");
     note("timeline-note", t.total ? `${t.total} runs on ${t.lanes.length} slots` +
       (t.total > t.runs.length ? ` (the latest ${t.runs.length} drawn)` : "") +
-      "; colour: the run's outcome (orange: preempted, brown: lost; pale: staging inputs)" +
+      "; colour: the run's outcome (orange: preempted, yellow: pruned, brown: lost; pale: staging inputs)" +
       lost.slice(0, 3).map(r => `; ${r.trial_name} attempt ${r.attempt}: ${r.note}`).join("") : "no run has started yet");
     const chart = SS.chart("timeline");
     chart.getDom().style.height = Math.max(200, Math.min(900, 60 + 22 * lanes.length)) + "px";

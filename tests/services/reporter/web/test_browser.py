@@ -255,3 +255,34 @@ def test_pinned_trials_compare_side_by_side_and_alone_on_the_curves_and_constant
     page.goto(f"{dashboard.url}/sweeps/web-test-1/trials/{ids['exp_002']}")
     assert page.inner_text("#command") == "python train.py --lr 0.001"  # the command line the agent ran
     assert page.errors == []
+
+
+def test_a_median_stopped_sweep_shows_its_pruned_runs_pruned_and_no_lost_run(dashboard: Dashboard, page: Any) -> None:
+    """Early stopping stops a run and its agent sends no end: the run ends pruned, never brown "lost"."""
+    add_sweep(dashboard.db, "median-1")
+    starts, ids = [], []
+    for i in range(4):
+        pruned = i > 0
+        tid = add_trial(dashboard.db, "median-1", i, f"m{i}", {"lr": 0.01, "opt": "adam", "layers": 2},
+                        state="pruned" if pruned else "completed", metrics={"val_loss": 2.0 + i}, started=0, finished=300,
+                        error="early stopping: val_loss 3 at step 40 is worse than the median 2.5" if pruned else None)
+        ids.append(tid)
+        starts.append(TrialStarted(sweep_id="median-1", trial_id=tid, attempt=1, agent="node-a", run_id=f"r{i}", time=T0))
+        if not pruned:
+            starts.append(TrialFinished(sweep_id="median-1", trial_id=tid, attempt=1, agent="node-a", run_id=f"r{i}",
+                                        outcome="completed", duration=300, time=T0 + timedelta(seconds=300)))
+    with dashboard.db.transaction() as conn:
+        conn.execute("UPDATE trials SET finished_at = %s WHERE sweep_id = 'median-1'", (T0 + timedelta(seconds=200),))
+        journal(conn, starts)
+    page.goto(f"{dashboard.url}/sweeps/median-1")
+    refreshed(page)
+    timeline = page.evaluate("fetch('/api/sweeps/median-1/timeline').then(r => r.json())")
+    assert sorted(r["outcome"] for r in timeline["runs"]) == ["completed", "pruned", "pruned", "pruned"]
+    colours = page.evaluate("echarts.getInstanceByDom(document.getElementById('timeline')).getOption().series[0].data"
+                            ".map(d => d.itemStyle.color)")
+    assert "#9c755f" not in colours and colours.count("#edc948") == 3  # no brown run; pruned ones yellow
+    assert "lost" not in page.inner_text("#timeline-note").replace("brown: lost", "")
+    page.goto(f"{dashboard.url}/sweeps/median-1/trials/{ids[1]}")
+    refreshed(page)
+    assert page.locator(".lost-run").count() == 0 and "pruned" in page.inner_text("#trial-name")
+    assert page.errors == []

@@ -57,3 +57,15 @@ def test_the_mean_curve_over_seeds_skips_non_finite_values_and_counts_seeds() ->
     curve = mean_curve([[(0, 1.0), (1, 2.0)], [(0, 3.0), (1, math.nan)], [(0, 2.0)]], 10)
     assert curve[0] == [0, 2.0, 1.0, 3.0, 3] and curve[1] == [1, 2.0, 2.0, 2.0, 1]
     assert len(mean_curve([[(s, float(s % 7)) for s in range(1000)]], 50)) == 50
+
+
+def test_a_run_early_stopping_stopped_ends_pruned_not_lost() -> None:
+    """The agent sends no end for a run the planner stopped: a pruned trial's last run ended with it, pruned."""
+    done = T0 + timedelta(seconds=30)
+    rows = [ev("trial.started", "1", 0, run="a", state="pruned", finished=done),
+            ev("trial.started", "2", 0, run="b", state="pruned", finished=done),  # lost, then redelivered and pruned
+            ev("trial.started", "2", 10, run="c", redelivered=True, state="pruned", finished=done),
+            ev("trial.started", "3", 0, run="d", state="completed", finished=done)]  # completed without this run's end
+    by_run = {r.run_id: r for r in runs(rows)}
+    assert (by_run["a"].outcome, by_run["a"].end, by_run["a"].note) == ("pruned", done, "pruned: early stopping stopped the run")
+    assert (by_run["b"].outcome, by_run["c"].outcome, by_run["d"].outcome) == ("lost", "pruned", "lost")
