@@ -62,10 +62,12 @@ def trial_json(row: dict[str, Any]) -> dict[str, Any]:
 def ranked_bodies(rows: list[dict[str, Any]], mode: str) -> bytes:
     """The trial list as one JSON array from :func:`.queries.listed_json`
     rows (each a JSON object as text), best first as :func:`ranked` orders
-    them, each with its ``rank`` appended (null without a finite objective)."""
+    them, each with its ``rank`` appended (null without a finite objective);
+    smoke trials last, never ranked (as ``spotsweep report`` leaves them out)."""
     parts = []
-    for i, row in enumerate(sorted(rows, key=lambda r: _order(r["state"], r["objective"], r["trial_id"], mode)), 1):
-        rank = i if row["state"] == "completed" and row["objective"] is not None else "null"
+    for i, row in enumerate(sorted(rows, key=lambda r: (bool(r.get("smoke")),
+                                                        _order(r["state"], r["objective"], r["trial_id"], mode))), 1):
+        rank = i if row["state"] == "completed" and row["objective"] is not None and not row.get("smoke") else "null"
         parts.append(f'{row["body"][:-1]}, "rank" : {rank}}}')
     return ("[" + ",".join(parts) + "]").encode()
 

@@ -78,7 +78,7 @@ def listed_json(conn: Conn, sweep_id: str, metric: str) -> list[dict[str, Any]]:
     return conn.execute(
         "SELECT json_build_object(" + "".join(f"'{c}', {c}, " for c in _LISTED.split(", "))
         + "'latest', CASE WHEN state = 'running' THEN (" + LATEST + ") END)::text AS body,"
-        " state, trial_id,"
+        " state, trial_id, smoke,"
         " CASE WHEN jsonb_typeof(metrics->%s) = 'number' THEN (metrics->>%s)::float END AS objective"
         " FROM trial_results WHERE sweep_id = %s", (metric, metric, sweep_id)).fetchall()
 

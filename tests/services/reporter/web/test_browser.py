@@ -286,3 +286,18 @@ def test_a_median_stopped_sweep_shows_its_pruned_runs_pruned_and_no_lost_run(das
     refreshed(page)
     assert page.locator(".lost-run").count() == 0 and "pruned" in page.inner_text("#trial-name")
     assert page.errors == []
+
+
+def test_the_leaderboard_ranks_no_smoke_trial(dashboard: Dashboard, page: Any) -> None:
+    """The smoke stage is not part of the comparison (docs/search.md, ``spotsweep report``): listed last, unranked."""
+    ids = small_sweep(dashboard.db)
+    smoke = add_trial(dashboard.db, "web-test-1", -1, "smoke_0", {"lr": 0.003, "opt": "adam", "layers": 2},
+                      metrics={"val_loss": 0.01})  # the best value of all, at the smoke budget
+    page.goto(f"{dashboard.url}/sweeps/web-test-1")
+    refreshed(page)
+    order = page.locator("#leaderboard tbody tr").evaluate_all("rs => rs.map(r => [r.dataset.trial, r.innerText])")
+    ranks = {t: text.split("\t")[1] for t, text in order}
+    assert ranks[smoke] == "" and order[0][0] != smoke and "smoke" in dict(order)[smoke]
+    assert sorted(int(r) for t, r in ranks.items() if r) == list(range(1, 9))  # the 8 finite completed trials: 1..8
+    assert ranks[ids["exp_000"]] != ""
+    assert page.errors == []
