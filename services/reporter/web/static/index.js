@@ -30,6 +30,7 @@
       box.type = "checkbox"; box.value = s.sweep_id; box.title = "compare"; pick(box); tick.append(box);
       const name = SS.el("td"); const a = SS.el("a", s.name); a.href = "/sweeps/" + encodeURIComponent(s.sweep_id); name.append(a);
       const state = SS.el("td"); state.append(SS.el("span", s.state, "state state-" + s.state));
+      if (s.error) { const why = SS.el("div", s.error.length > 200 ? s.error.slice(0, 197) + "..." : s.error, "reason"); why.title = s.error; state.append(why); }
       const counts = SS.el("td");
       for (const [k, n] of Object.entries(s.counts)) { counts.append(SS.el("span", k + " " + n, "count state-" + k), " "); }
       tr.append(tick, name, SS.el("td", s.sweep_id, "mono"), state, counts,

@@ -301,3 +301,20 @@ def test_the_leaderboard_ranks_no_smoke_trial(dashboard: Dashboard, page: Any) -
     assert sorted(int(r) for t, r in ranks.items() if r) == list(range(1, 9))  # the 8 finite completed trials: 1..8
     assert ranks[ids["exp_000"]] != ""
     assert page.errors == []
+
+
+def test_the_sweep_list_shows_why_a_sweep_failed_or_was_rejected(dashboard: Dashboard, page: Any) -> None:
+    add_sweep(dashboard.db, "broken-1", state="failed")
+    add_sweep(dashboard.db, "refused-1", state="rejected")
+    add_sweep(dashboard.db, "live-2")
+    with dashboard.db.transaction() as conn:
+        conn.execute("UPDATE sweeps SET error = 'smoke trial 0 failed: exit 1' WHERE sweep_id = 'broken-1'")
+        conn.execute("UPDATE sweeps SET error = 'space.lr: low must be > 0 (got 0)' WHERE sweep_id = 'refused-1'")
+    page.goto(dashboard.url + "/")
+    rows = {r[0]: r[1] for r in page.locator("#sweeps tbody tr").evaluate_all(
+        "rs => rs.map(r => [r.querySelector('.mono').textContent, r.innerText])")}
+    assert "smoke trial 0 failed: exit 1" in rows["broken-1"] and "low must be > 0" in rows["refused-1"]
+    assert page.locator("#sweeps .reason").count() == 2
+    page.wait_for_timeout(3500)  # the table's own refresh draws the reasons too
+    assert page.locator("#sweeps .reason").count() == 2
+    assert page.errors == []
