@@ -151,14 +151,21 @@ def _hold(cache: Path, version: str, make: Callable[[Path], None] | None, held: 
     while True:
         fd = os.open(cache / f".{version}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_SH)
-        if tree.is_dir():
+        if tree.is_dir() and _intact(cache, version):
             held.callback(os.close, fd)  # held shared while the trial runs: eviction passes it by
             os.utime(tree)  # used now: what eviction ranks by
             return tree
         os.close(fd)  # not there: made under the make lock, then taken shared (a waiter never waits on the holders)
         with _locked(cache / f".{version}.make", fcntl.LOCK_EX):
-            if tree.is_dir():
+            if tree.is_dir() and _intact(cache, version):
                 continue
+            if tree.is_dir():  # changed since it was staged (a root trial wrote to it): never handed on
+                _log.warning("input changed on this node since it was staged: staged again", source=item.source,
+                             version=version)
+                os.rename(tree, cache / f".{version}-changed-{os.getpid()}-{time.monotonic_ns()}")
+                if make is None:
+                    raise PermanentError(f"input {item.source}: this node's copy of version {version} was changed "
+                                         "by a trial and the source no longer has that version to stage it again")
             if make is None:
                 raise PermanentError(f"input {item.source}: version {version} vanished from this node's cache")
             with tempfile.TemporaryDirectory(dir=cache, prefix=f".{version}-") as tmp:
@@ -168,9 +175,40 @@ def _hold(cache: Path, version: str, make: Callable[[Path], None] | None, held: 
                 make(staging)
                 _read_only(staging)
                 os.rename(staging, tree)
+                _manifest(cache, version).write_text(json.dumps(_stats(tree)))
             total, seconds = _size(tree), time.monotonic() - started
             _log.info("input staged", source=item.source, version=version, bytes=total, seconds=round(seconds, 3),
                       mib_per_s=round(total / 2**20 / max(seconds, 1e-6), 1))
+
+
+def _manifest(cache: Path, version: str) -> Path:
+    return cache / f".{version}.manifest"
+
+
+def _stats(tree: Path) -> dict[str, list[int]]:
+    """Every entry below ``tree`` by its path: mode, size, inode, mtime and ctime (the tree's own folder left out:
+    each use touches it). A write, append, truncate, chmod, rename or utime changes a ctime, which no caller can
+    set back, so a tree whose stats match was not changed since they were taken."""
+    out = {}
+    for folder, dirs, files in os.walk(tree):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)
+            out[os.path.relpath(path, tree)] = [st.st_mode, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns]
+    return out
+
+
+def _intact(cache: Path, version: str) -> bool:
+    """Whether the version's tree is as it was staged (its stats as recorded then). A tree staged before
+    manifests existed is recorded now, as found. About 13 ms per 1,000 files (one lstat each)."""
+    manifest, tree = _manifest(cache, version), cache / version
+    try:
+        return bool(json.loads(manifest.read_text()) == _stats(tree))
+    except FileNotFoundError:
+        manifest.write_text(json.dumps(_stats(tree)))
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def _listing(source: ArtifactStore, item: Input) -> list[ObjectInfo]:
@@ -246,6 +284,7 @@ def evict(cache: Path, cap_bytes: int) -> list[str]:
                     doomed = cache / f".{path.name}-evicted"
                     os.rename(path, doomed)
                     _remove(doomed)
+                    _manifest(cache, path.name).unlink(missing_ok=True)
                     total -= size
                     gone.append(path.name)
         except BlockingIOError:

@@ -250,3 +250,47 @@ def test_the_artifact_bucket_is_no_input_source(tmp_path: Path) -> None:
         with inputs.staged(message(items), Buckets(tmp_path / "s3"), tmp_path / "cache", tmp_path / "run", 2**30):
             pass
     assert not (tmp_path / "run" / "data").exists()
+
+
+def test_a_tree_a_trial_changed_is_staged_again_never_handed_on(tmp_path: Path) -> None:
+    """A root trial can write through 0444 (issue 40: 6 bytes appended to a shard broke every later trial's
+    checksum): the next trial to link the tree finds it changed and gets a fresh copy of the same version."""
+    store = Buckets(tmp_path / "s3")
+    put(tmp_path / "s3", "d", "p/shard.bin", b"s" * 4096)
+    put(tmp_path / "s3", "d", "p/sub/other", b"o")
+    items, cache = parse_spec(spec(inputs=[{"from": "s3://d/p/", "to": "data"}])).inputs, tmp_path / "cache"
+    changes = [lambda t: (t / "shard.bin").open("ab").write(b"oops!!"),       # append through 0444, as root can
+               lambda t: os.utime(t / "sub" / "other", (0, 0)),               # a changed time, size kept
+               lambda t: os.chmod(t / "sub", 0o777) or (t / "sub" / "new").write_bytes(b"n")]  # a file added
+    for i, change in enumerate(changes):
+        run = tmp_path / f"r{i}"
+        run.mkdir()
+        with inputs.staged(message(items, f"sw.{i}"), store, cache, run, 2**30):
+            change((run / "data").resolve())
+        gets = store.gets
+        (tmp_path / f"n{i}").mkdir()
+        with inputs.staged(message(items, f"sw.n{i}"), store, cache, tmp_path / f"n{i}", 2**30):
+            tree = (tmp_path / f"n{i}" / "data").resolve()
+            assert (tree / "shard.bin").read_bytes() == b"s" * 4096
+            assert sorted(p.name for p in tree.rglob("*")) == ["other", "shard.bin", "sub"]
+        assert store.gets == gets + 2, f"change {i} was handed on"
+    gets = store.gets
+    (tmp_path / "last").mkdir()
+    with inputs.staged(message(items, "sw.last"), store, cache, tmp_path / "last", 2**30):
+        pass
+    assert store.gets == gets  # an unchanged tree is shared as before
+
+
+def test_a_changed_tree_whose_version_the_source_no_longer_has_fails_the_attempt(tmp_path: Path) -> None:
+    store = Buckets(tmp_path / "s3")
+    put(tmp_path / "s3", "d", "p/x", b"one")
+    items, cache = parse_spec(spec(inputs=[{"from": "s3://d/p/", "to": "data"}])).inputs, tmp_path / "cache"
+    msg = message(items)
+    (tmp_path / "r1").mkdir()
+    with inputs.staged(msg, store, cache, tmp_path / "r1", 2**30):
+        ((tmp_path / "r1" / "data").resolve() / "x").open("ab").write(b"!")
+    put(tmp_path / "s3", "d", "p/x", b"two")  # the prefix moved on: version one is gone from the source
+    (tmp_path / "r2").mkdir()
+    with pytest.raises(PermanentError, match="was changed by a trial and the source no longer has that version"):
+        with inputs.staged(msg, store, cache, tmp_path / "r2", 2**30):  # the same trial: pinned to version one
+            pass
