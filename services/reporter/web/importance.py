@@ -184,6 +184,7 @@ def _optuna(method: str, dists: Mapping[str, BaseDistribution], params: list[dic
             direction: str, seed: int) -> dict[str, float]:
     """Optuna's own evaluator's main effects (normalised to sum to 1)."""
     trials = [optuna.trial.create_trial(params=p, distributions=dict(dists), value=v) for p, v in zip(params, values)]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line in `spotsweep report`'s output
     study = optuna.create_study(direction="minimize" if direction == "min" else "maximize")
     study.add_trials(trials)
     evaluator = (optuna.importance.PedAnovaImportanceEvaluator() if method == "ped-anova"

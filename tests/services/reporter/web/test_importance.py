@@ -166,3 +166,19 @@ def test_trials_whose_params_lie_outside_the_space_are_left_out() -> None:
              for i, p in enumerate(strays)]
     assert importance(space, rows, "loss").trials == 20
     assert importance(space, rows[:20] + [{**rows[0], "trial_id": "in"}], "loss").trials == 21
+
+
+def test_importance_prints_no_optuna_study_line() -> None:
+    """`spotsweep report --html` computes importance: Optuna's "A new study created" line is not the report's."""
+    import logging
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    optuna.logging.set_verbosity(optuna.logging.INFO)  # Optuna's default
+    logging.getLogger("optuna").addHandler(handler)
+    try:
+        importance(SPACE, sample(100, known), "loss")
+    finally:
+        logging.getLogger("optuna").removeHandler(handler)
+    assert not [m for m in seen if "A new study created" in m], seen
