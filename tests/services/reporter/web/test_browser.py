@@ -318,3 +318,20 @@ def test_the_sweep_list_shows_why_a_sweep_failed_or_was_rejected(dashboard: Dash
     page.wait_for_timeout(3500)  # the table's own refresh draws the reasons too
     assert page.locator("#sweeps .reason").count() == 2
     assert page.errors == []
+
+
+def test_the_trial_page_fits_1400_px_with_long_event_details(dashboard: Dashboard, page: Any, tmp_path: Path) -> None:
+    add_sweep(dashboard.db, "wide-1")
+    tid = add_trial(dashboard.db, "wide-1", 0, "wide", {"lr": 0.01, "opt": "adam", "layers": 2}, state="failed",
+                    error="boom")
+    long = "/var/lib/spotsweep/runs/" + "x" * 280  # a path: no space to break at
+    with dashboard.db.transaction() as conn:
+        journal(conn, [TrialStarted(sweep_id="wide-1", trial_id=tid, attempt=1, agent="node-a", run_id="r0", time=T0),
+                       TrialFinished(sweep_id="wide-1", trial_id=tid, attempt=1, agent="node-a", run_id="r0",
+                                     outcome="failed", error=long, duration=5, time=T0 + timedelta(seconds=5))])
+    page.goto(f"{dashboard.url}/sweeps/wide-1/trials/{tid}")
+    refreshed(page)
+    page.screenshot(path=str(tmp_path / "wide.png"), full_page=True)
+    assert page.evaluate("document.getElementById('events').scrollWidth") <= 1400
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+    assert page.errors == []
