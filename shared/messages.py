@@ -230,7 +230,7 @@ Outcome = Literal["completed", "failed", "cancelled", "preempted"]
 # checkpoint that cannot be restored): retried like ``exit``, never the node's fault;
 # ``image`` its container image cannot be pulled: not retried.
 # (A new kind that older planners refuse: upgrade the planner before the agents.)
-Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent", "refused", "image"]
+Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent", "refused", "image", "killed"]
 
 
 class TrialFinished(Envelope):

@@ -22,8 +22,10 @@ a client process per trial costs nothing that matters (bench/containers.py).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import uuid
 import subprocess
 import time
 from collections.abc import Mapping
@@ -38,6 +40,7 @@ from spotsweep.shared.messages import Failure, TrialMessage
 
 _log = log.get("spotsweep.agent")
 LABEL = "io.spotsweep.agent"  # every trial container carries it: the agent's workdir, for remove_stale
+INSTANCE = "io.spotsweep.instance"  # and the id of the agent process that owns it, whose lock says whether it lives
 # The trial's variables that describe the host, not the container: the image's own apply.
 _HOST_ONLY = frozenset({b"PATH", b"VIRTUAL_ENV", b"HOME", b"CUDA_VISIBLE_DEVICES"})
 PULL_TIMEOUT = 3600.0  # a multi-GB training image on a slow link
@@ -81,8 +84,9 @@ class Runtime:
     """A container runtime's CLI (``docker`` or ``podman``) and the image trials without ``image`` run in."""
 
     binary: str
-    default_image: str
+    default_image: str | None
     owner: str  # the agent's workdir: labels its containers, so the next agent there removes what this one left
+    instance: str = "test"  # this agent process's id: its lock file under ``owner``/agents is held while it lives
 
     def _run(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         return subprocess.run([self.binary, *args], capture_output=True, text=True, timeout=timeout, check=False)
@@ -109,11 +113,14 @@ class Runtime:
         """The client's argv that runs ``argv`` as the trial: its environment passed by name (``-e NAME``: the
         values never show in the process table), read-only root, ``/tmp`` in memory, no swap past the request."""
         r = request
+        # The spec's argv overrides the image's ENTRYPOINT (argv[0] resolved in the image's PATH) and HEALTHCHECK;
+        # it runs as the trial user or, for a root trial, as the agent's own ids, so the run's folders are writable
+        # whatever the image's USER.
+        user = r.user if r.user is not None else (os.getuid(), os.getgid())
         args = [self.binary, "run", "--name", name, "--init", "--read-only", "--tmpfs", "/tmp:exec",
-                "--label", f"{LABEL}={self.owner}", "--workdir", str(cwd), "--network", r.network,
-                "--env", "HOME=/tmp"]
-        if r.user is not None:
-            args += ["--user", f"{r.user[0]}:{r.user[1]}"]
+                "--label", f"{LABEL}={self.owner}", "--label", f"{INSTANCE}={self.instance}", "--workdir", str(cwd),
+                "--network", r.network, "--env", "HOME=/tmp", "--no-healthcheck", "--entrypoint", argv[0],
+                "--user", f"{user[0]}:{user[1]}"]
         if r.cpus is not None:
             args += ["--cpus", f"{r.cpus:g}"]
         if r.memory is not None:
@@ -126,7 +133,7 @@ class Runtime:
         for key in sorted(env):
             if key not in _HOST_ONLY:
                 args += ["--env", os.fsdecode(key)]
-        return [*args, r.image, *argv]
+        return [*args, r.image, *argv[1:]]
 
     def start(self, name: str, image: str, msg: TrialMessage, env: dict[bytes, bytes], cwd: Path, root: Path,
               user: TrialUser | None, out: BinaryIO, err: BinaryIO) -> subprocess.Popen[bytes]:
@@ -179,11 +186,46 @@ class Runtime:
         return oom
 
     def remove_stale(self) -> None:
-        """Remove the containers an earlier agent on this workdir left (it was killed outright)."""
+        """Remove the containers on this workdir whose owning agent is gone (killed outright): never a live
+        agent's, whose instance lock is held (:func:`hold`). A container without an owner label is left alone."""
         left = self._run("ps", "--all", "--quiet", "--filter", f"label={LABEL}={self.owner}").stdout.split()
-        if left:
-            _log.info("removing containers an earlier agent left", count=len(left))
-            self._run("rm", "--force", *left, timeout=120.0)
+        if not left:
+            return
+        owners = self._run("inspect", "--format", f'{{{{.Id}}}} {{{{index .Config.Labels "{INSTANCE}"}}}}', *left)
+        doomed = [cid for cid, _, owner in (line.partition(" ") for line in owners.stdout.splitlines())
+                  if owner.strip() and owner.strip() != self.instance and not alive(Path(self.owner), owner.strip())]
+        if doomed:
+            _log.info("removing containers an agent that is gone left", count=len(doomed))
+            self._run("rm", "--force", *doomed, timeout=120.0)
+
+
+_held: dict[Path, int] = {}  # the lock files this process holds, open for its whole life
+
+
+def hold(workdir: Path, instance: str) -> None:
+    """Take ``instance``'s lock under ``workdir`` (an ``flock`` the kernel drops when this process dies)."""
+    path = workdir / "agents" / f"{instance}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _held[path] = fd
+
+
+def alive(workdir: Path, instance: str) -> bool:
+    """Whether the agent ``instance`` on ``workdir`` still holds its lock (False: it is gone, its lock file removed)."""
+    path = workdir / "agents" / f"{os.path.basename(instance)}.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True  # its agent (this one included) holds it
+    finally:
+        os.close(fd)
+    path.unlink(missing_ok=True)
+    return False
 
 
 def image_for(msg: TrialMessage, runtime: Runtime | None) -> tuple[str, str] | None:
@@ -196,15 +238,14 @@ def image_for(msg: TrialMessage, runtime: Runtime | None) -> tuple[str, str] | N
         return None
     if msg.setup_pip is not None:
         raise PermanentError("setup.pip builds a virtualenv for process mode; this agent runs trials in containers "
-                             "(--runtime): install the packages in the image")
+                             "(--runtime): install the packages in the image: a Dockerfile `FROM` the image that runs "
+                             "`pip install -r requirements.txt`, built on the node with `docker build -t NAME .` "
+                             "(docs/trial-contract.md, \"The seed's template in an image\")")
     image = msg.image or runtime.default_image
+    if image is None:
+        raise PermanentError("the spec names no image and this agent has no --default-image (SPOTSWEEP_DEFAULT_IMAGE): "
+                             "give the spec an image, or start the agent with --default-image")
     return image, runtime.image_id(image)
-
-
-def oom_unsaid(msg: TrialMessage, reason: str, rc: int | None) -> bool:
-    """A container's command SIGKILLed though the agent killed nothing, with a memory limit: its OOM killer
-    (Podman on cgroup v1 does not say so in ``OOMKilled``, as Docker does)."""
-    return msg.memory is not None and reason == "exited" and rc == 128 + 9
 
 
 def from_settings(kind: str, default_image: str | None, workdir: Path) -> Runtime | None:
@@ -215,9 +256,6 @@ def from_settings(kind: str, default_image: str | None, workdir: Path) -> Runtim
     binary = shutil.which(kind)
     if binary is None:
         raise PermanentError(f"--runtime {kind}: no {kind!r} program on PATH (install it, or use --runtime process)")
-    if not default_image:
-        raise PermanentError(f"--runtime {kind} needs --default-image (SPOTSWEEP_DEFAULT_IMAGE): the image trials "
-                             "whose spec names none run in")
     try:
         answer = subprocess.run([binary, "version", "--format", "{{.Server.Version}}"], capture_output=True,
                                 text=True, timeout=30, check=False)
@@ -226,6 +264,7 @@ def from_settings(kind: str, default_image: str | None, workdir: Path) -> Runtim
     if answer.returncode != 0:
         why = (answer.stderr.strip().splitlines() or ["no reason given"])[-1]
         raise PermanentError(f"--runtime {kind}: {kind} cannot run containers here: {why[:300]}")
-    runtime = Runtime(binary, default_image, str(workdir.resolve()))
+    runtime = Runtime(binary, default_image or None, str(workdir.resolve()), uuid.uuid4().hex[:16])
+    hold(Path(runtime.owner), runtime.instance)
     runtime.remove_stale()
     return runtime

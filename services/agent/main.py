@@ -217,7 +217,7 @@ def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -
     capacity = detect(settings.cpus, settings.memory, settings.resource_class,
                       cgroups.own_limit() if cgroups is not None else None)
     _log.info(f"offering trials {capacity.cpus:g} cores and {human_bytes(capacity.memory)} in all; "
-              + (f"each in a container ({settings.runtime}; default image {settings.default_image})" if runtime else
+              + (f"each in a container ({settings.runtime}; default image {settings.default_image or 'none'})" if runtime else
                  f"a memory cgroup per trial (v{cgroups.version}, {cgroups.path})" if cgroups is not None else
                  "no memory cgroups here: the resource monitor enforces resources.memory"))
     config = RunnerConfig(agent_id=agent_id, workdir=workdir,

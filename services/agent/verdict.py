@@ -30,9 +30,8 @@ def _tail_text(f: BinaryIO, lines: int = ERROR_TAIL_LINES, limit: int = 4000) ->
 def verdict(outcome: Outcome, rc: int | None, err: BinaryIO, msg: TrialMessage, launch: Launch,
             runtime: container.Runtime | None, container_oom: bool) -> tuple[Result, Failure | None, str | None]:
     """:func:`classify` with what the memory cgroup or the container runtime knows of the process's end."""
-    container_oom = container_oom or (runtime is not None and container.oom_unsaid(msg, outcome.reason, rc))
     over = outcome.over_memory or container_oom or (launch.cgroup is not None and launch.cgroup.oom_killed())
-    result, failure, error = classify(outcome, rc, lambda: _tail_text(err), msg, over)
+    result, failure, error = classify(outcome, rc, lambda: _tail_text(err), msg, over, runtime is not None)
     if runtime is not None and failure == "exit":
         failure = runtime.failure(rc) or failure
     return result, failure, error
@@ -49,9 +48,12 @@ def screened(outcome: Outcome, cut: str | None) -> dict[str, list[Any]]:
 
 
 def classify(outcome: Outcome, rc: int | None, stderr_tail: Callable[[], str],
-             msg: TrialMessage, over_memory: bool = False) -> tuple[Result, Failure | None, str | None]:
+             msg: TrialMessage, over_memory: bool = False,
+             in_container: bool = False) -> tuple[Result, Failure | None, str | None]:
     """(outcome, failure kind, error) of an attempt whose process has exited; ``stderr_tail``: the end of its stderr;
-    ``over_memory``: its cgroup's OOM killer or the resource monitor killed a process of it."""
+    ``over_memory``: its cgroup's OOM killer or the resource monitor killed a process of it (the only evidence of an
+    OOM kill, with the trial's own CUDA OOM text); ``in_container``: ``rc`` is the runtime client's (137: SIGKILL).
+    A SIGKILL the agent did not send, without that evidence, is ``killed``: a crash, retried as one."""
     if outcome.reason in ("preempted", "cancelled"):
         return outcome.reason, None, None  # type: ignore[return-value]
     if outcome.reason == "exited" and rc == 0:
@@ -71,4 +73,6 @@ def classify(outcome: Outcome, rc: int | None, stderr_tail: Callable[[], str],
     if rc is not None and rc < 0:
         error = f"killed by signal {-rc}\n{error}"
     failure: Failure = "oom" if any(m in tail for m in OOM_MARKERS) else "exit"
+    if failure == "exit" and outcome.reason == "exited" and rc == (128 + 9 if in_container else -9):
+        return "failed", "killed", f"killed by signal 9 from outside the agent\n{tail}".rstrip()
     return "failed", failure, error
