@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from spotsweep.services.agent import ro_mount
 from spotsweep.services.agent.cgroup import TrialCgroup
 from spotsweep.services.agent.orphans import Reaper
 from spotsweep.services.agent.signals import killpg, on_kill
@@ -103,8 +104,12 @@ def _spawn(launch: Launch, msg: TrialMessage, config: RunnerConfig, paths: Paths
     env, cwd, cgroup = launch.env, launch.cwd, launch.cgroup
     if launch.image is None or config.runtime is None:
         python = str(launch.venv / "bin" / "python") if launch.venv is not None else sys.executable
+        joiner = cgroup.joiner() if cgroup else None
+        if user is None and os.geteuid() == 0:  # a root trial: its inputs read-only in a namespace of its own
+            joiner = ro_mount.preexec([os.path.realpath(cwd / i.to) for i in msg.inputs if not i.source.startswith("/")],
+                                      joiner)
         return subprocess.Popen(_argv(msg.argv, env, cwd, python), cwd=cwd, env=env, stdout=out, stderr=err,
-                                start_new_session=True, preexec_fn=cgroup.joiner() if cgroup else None,
+                                start_new_session=True, preexec_fn=joiner,
                                 **(user.popen() if user is not None else {}))
     return config.runtime.start(name, launch.image[0], msg, env, cwd, paths.root, user, out, err)
 
