@@ -3,8 +3,9 @@
 Exit codes (docs/trial-contract.md): 0 when the run completed or stopped
 early by its own rules; 1 when it failed (diverged, CUDA out of memory, a
 bug), with the reason on the last line of stderr, which the agent records as
-the trial's error; 2 for bad flags or a checkpoint written under other
-training settings; 143 after a SIGTERM, once the checkpoint is written.
+the trial's error; 2 for bad flags, a checkpoint written under other
+training settings or an --init-from that is missing or of another
+architecture; 143 after a SIGTERM, once the checkpoint is written.
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ def parser() -> argparse.ArgumentParser:
     for path, field in knobs():
         _add(groups[_extra(field)["group"]], path, field)
     groups[SPEED].add_argument("--data-dir", type=Path, help="shared directory of token files (default $SPOTSWEEP_HOME/data)")
+    p.add_argument_group("initial weights (ignored on resume: a resumed run continues from its own checkpoint)").add_argument(
+        "--init-from", type=Path, metavar="PATH", help="start from the model weights of the newest checkpoint in PATH, a "
+        "spotsweep train run's checkpoint folder of the same architecture, with a fresh optimizer and schedule at step 0")
     return p
 
 
@@ -165,8 +169,8 @@ def main(argv: list[str]) -> int:
 def _run(train: TrainConfig, model: TinyLMConfig, args: argparse.Namespace, stop: StopRequest) -> int:
     try:
         result = fit(train, lambda: tinylm_task.build(model, train, args.data, args.data_dir, args.eval_windows),
-                     stop=stop)
-    except SetupError as e:  # a checkpoint of other settings, too little --data, no such --device
+                     stop=stop, init_from=args.init_from)
+    except SetupError as e:  # a checkpoint of other settings, too little --data, no such --device, a bad --init-from
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Diverged as e:

@@ -1,7 +1,8 @@
 """The training loop: one code path for every precision and accumulation setting, exact resume.
 
 ``fit(config, build)`` seeds every RNG, builds the task, resumes from the
-newest checkpoint in the trial's checkpoint directory if there is one, and
+newest checkpoint in the trial's checkpoint directory if there is one (else
+takes the weights of ``init_from``'s newest checkpoint, if given), and
 trains to ``config.steps``, reporting through the process contract
 (``spotsweep.trial``). It returns how the run ended; the caller maps that to
 an exit code. A loss that is not finite raises :class:`Diverged` at once.
@@ -25,7 +26,7 @@ from typing import Any, Literal, Protocol
 import torch
 
 from spotsweep import trial
-from spotsweep.trainer import optim, rng
+from spotsweep.trainer import optim, pretrained, rng
 from spotsweep.trainer.checkpoint import CheckpointDir
 from spotsweep.trainer.config import TrainConfig, check_resume
 from spotsweep.trainer.data import eval_loader, loader_settings, step_batches
@@ -114,12 +115,14 @@ class _Run:
 
 
 def fit(cfg: TrainConfig, build: Callable[[], Task], reporter: Reporter = trial,  # type: ignore[assignment]
-        stop: StopRequest | None = None, checkpoint_dir: Path | None = None) -> Result:
+        stop: StopRequest | None = None, checkpoint_dir: Path | None = None, init_from: Path | None = None) -> Result:
     """Train ``build()``'s task under ``cfg``; see the module docstring."""
     stop = stop or StopRequest()
     run = _setup(cfg, build, reporter, checkpoint_dir)
     saved = run.ckpts.load_latest()
     start = _resume(saved, run, cfg.amp)
+    if saved is None and init_from is not None:  # a resumed run continues itself, not the init
+        pretrained.load_weights(init_from, run.model, run.trajectory, run.task.architecture)
     if saved is not None:
         reporter.report(start, resumed_from=start)  # integers in the line: {"step": N, "resumed_from": N}
     _compile(run.model, cfg.compile)

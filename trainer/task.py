@@ -29,6 +29,7 @@ class Task:
     evaluate: EvalFn  # per-batch means, e.g. {"val_loss": ..., "val_acc": ...}
     identity: dict[str, Any]  # plain JSON-like values: saved in checkpoints, must match on resume
     tokens_per_sample: int = 1  # for tokens_per_s: a sample is a sequence of this many tokens
+    architecture: tuple[str, ...] = ()  # identity keys a checkpoint must match to be loaded by --init-from
 
 
 def micro_batches(batch: Batch, parts: int) -> list[Batch]:

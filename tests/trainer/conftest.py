@@ -91,7 +91,7 @@ def run_flags(data_dir: Path) -> RunTiny:
         train, model = cli.configs(args)
         recorder = Recorder()
         result = fit(train, lambda: tinylm_task.build(model, train, args.data, args.data_dir, args.eval_windows),
-                     reporter=recorder, checkpoint_dir=ckpt)
+                     reporter=recorder, checkpoint_dir=ckpt, init_from=args.init_from)
         return result, recorder
 
     return run

@@ -53,3 +53,9 @@ class TinyLMConfig(BaseModel):
 
     def is_moe(self, layer: int) -> bool:
         return self.experts > 0 and layer >= self.dense_layers
+
+
+# The fields that fix the weights' shapes and the function they compute: --init-from refuses a checkpoint
+# that differs in one of them. Dropout and the balance-loss weight are training settings (a fine-tuning
+# sweep varies them); seq_len only sizes the rotary tables, which checkpoints do not hold.
+ARCHITECTURE = tuple(name for name in TinyLMConfig.model_fields if name not in ("dropout", "aux_loss_weight", "seq_len"))

@@ -11,6 +11,7 @@ from spotsweep.trainer import corpus
 from spotsweep.trainer.config import TrainConfig
 from spotsweep.trainer.data import TokenFile, TrainWindows, ValWindows, check_size, corpus_file
 from spotsweep.trainer.models.tinylm import TinyLM, TinyLMConfig
+from spotsweep.trainer.models.tinylm_config import ARCHITECTURE
 from spotsweep.trainer.task import Task
 
 
@@ -52,4 +53,5 @@ def build(model_cfg: TinyLMConfig, train_cfg: TrainConfig, data: Path | None, da
         evaluate=lambda model, batch: model.eval_metrics(*batch),  # type: ignore[operator]
         identity=identity,
         tokens_per_sample=model_cfg.seq_len,
+        architecture=tuple(f"model.{name}" for name in ARCHITECTURE),
     )
