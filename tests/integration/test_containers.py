@@ -201,3 +201,33 @@ def test_a_container_runs_as_the_trial_user_and_reads_its_staged_input_read_only
     finally:
         cluster.kill_all()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_docker_kill_of_a_trial_is_a_crash_retried_with_its_params_and_a_second_agent_on_its_workdir_kills_nothing(
+        cluster: Cluster, database_url: str, tmp_path: Path) -> None:
+    trial_image("docker")
+    cluster.start("planner", "planner")
+    cluster.start("collector", "collector")
+    agent(cluster, "first", "docker", tmp_path)
+    code(tmp_path)
+    spec = write_spec(tmp_path / "specs" / "killed.yaml", workdir="../code", command=["python3", "train.py", "calm", "{n}"],
+                      space={"n": [30]}, retries={"max_failures": 1, "on_oom": "halve_batch", "batch_param": "n"},
+                      resources={"gpus": 0, "class": "cpu", "memory": "512Mi"})
+    sweep_id, _ = submitted(cluster, spec)
+    at_step = "SELECT max(step) FROM metric_points WHERE sweep_id = %s AND name = 'acc'"
+    assert (wait_for(database_url, at_step, (sweep_id,), lambda s: (s or 0) >= 2) or 0) >= 2, cluster.logs()
+    workdir = tmp_path / "first"
+    [running] = left_containers("docker", workdir, "--filter", "status=running")
+    agent(cluster, "second", "docker", tmp_path, "--workdir", str(workdir))  # a live agent's workdir
+    second = cluster.tmp / "second.log"
+    assert wait_until(lambda: second.exists() and "agent ready" in second.read_text(), 60), cluster.logs()  # cleaned up
+    assert running in left_containers("docker", workdir, "--filter", "status=running"), cluster.logs()  # untouched
+    subprocess.run([need("docker"), "kill", running], check=True, capture_output=True)
+    [row] = ended(database_url, sweep_id, 1)
+    assert row["state"] == "completed", (row, cluster.logs())
+    with psycopg.connect(database_url) as conn:
+        failures = [r[0] for r in conn.execute("SELECT body->>'failure' FROM trial_events WHERE sweep_id = %s AND "
+                                               "kind = 'trial.finished' ORDER BY recorded_at", (sweep_id,))]
+        params = conn.execute("SELECT params FROM trials WHERE sweep_id = %s", (sweep_id,)).fetchone()
+    assert "killed" in failures and "oom" not in failures, failures
+    assert params is not None and params[0]["n"] == 30  # not halved
