@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,20 +82,42 @@ def run_tiny(data_dir: Path) -> RunTiny:
     return run
 
 
-@pytest.fixture()
-def run_flags(data_dir: Path) -> RunTiny:
-    """``run_flags(ckpt, *flags)``: in-process, exactly what ``spotsweep train tinylm TINY_FLAGS flags`` runs."""
+def train_flags(ckpt: Path, data_dir: Path, *flags: str) -> tuple[Result, Recorder]:
+    """In-process, exactly what ``spotsweep train tinylm TINY_FLAGS flags`` runs (later flags win)."""
     from spotsweep.trainer import cli
 
-    def run(ckpt: Path, *flags: str) -> tuple[Result, Recorder]:
-        args = cli.parser().parse_args([*TINY_FLAGS, "--data-dir", str(data_dir), *flags])
-        train, model = cli.configs(args)
-        recorder = Recorder()
-        result = fit(train, lambda: tinylm_task.build(model, train, args.data, args.data_dir, args.eval_windows),
-                     reporter=recorder, checkpoint_dir=ckpt, init_from=args.init_from)
-        return result, recorder
+    args = cli.parser().parse_args([*TINY_FLAGS, "--data-dir", str(data_dir), *flags])
+    train, model = cli.configs(args)
+    recorder = Recorder()
+    result = fit(train, lambda: tinylm_task.build(model, train, args.data, args.data_dir, args.eval_windows),
+                 reporter=recorder, checkpoint_dir=ckpt, init_from=args.init_from)
+    return result, recorder
 
-    return run
+
+@pytest.fixture()
+def run_flags(data_dir: Path) -> RunTiny:
+    """``run_flags(ckpt, *flags)``: :func:`train_flags` on the session's data dir."""
+    return lambda ckpt, *flags: train_flags(ckpt, data_dir, *flags)
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """A finished ``spotsweep train`` run's checkpoint folder (read-only, as a staged input) and its model flags."""
+
+    folder: Path
+    arch: tuple[str, ...]  # the model flags it was trained with
+    steps: int
+
+
+@pytest.fixture(scope="session")
+def pretrained(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Pretrained:
+    """The tiny model pretrained for 300 steps (about 3 s on one CPU core): weights to fine-tune from."""
+    arch = ("--dim", "32", "--layers", "1", "--heads", "2", "--experts", "2", "--top-k", "1", "--seq-len", "32")
+    folder = tmp_path_factory.mktemp("pretrained") / "checkpoint"
+    result, _ = train_flags(folder, data_dir, *arch, "--steps", "300", "--eval-every", "300", "--lr", "3e-3")
+    assert result.outcome == "completed"
+    folder.chmod(0o555)
+    return Pretrained(folder, arch, 300)
 
 
 class TrialProcess:
