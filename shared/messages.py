@@ -228,7 +228,8 @@ Outcome = Literal["completed", "failed", "cancelled", "preempted"]
 # killing its agents (dead-lettered), ``agent`` the agent itself broke,
 # ``refused`` its input was (a code archive, a command that cannot start, a
 # checkpoint that cannot be restored): retried like ``exit``, never the node's fault;
-# ``image`` its container image cannot be pulled: not retried.
+# ``image`` its container image cannot be pulled: not retried; ``killed`` a SIGKILL the agent did not send,
+# with no OOM evidence (``docker kill``, ``kill -9``): a crash, retried like ``exit``, never on_oom's.
 # (A new kind that older planners refuse: upgrade the planner before the agents.)
 Failure = Literal["exit", "oom", "stalled", "timeout", "lost", "agent", "refused", "image", "killed"]
 

@@ -174,7 +174,8 @@ class AgentSettings(_Service):
         default="process", description="run each trial as a process (the agent's environment) or in a container of its "
                                        "spec's image with this runtime's CLI (docs/trial-contract.md, Containers)")
     default_image: str | None = Field(
-        default=None, description="the image trials without `image` run in under --runtime docker or podman")
+        default=None, description="the image trials without `image` run in under --runtime docker or podman; unset: "
+                                  "such trials are refused (failure refused)")
     exit_when_idle: float | None = Field(
         default=None, gt=0, description="exit 0 after this many seconds with no trial running and none received "
                                         "(scale-to-zero: a busy agent never exits); unset: never")

@@ -74,5 +74,6 @@ def classify(outcome: Outcome, rc: int | None, stderr_tail: Callable[[], str],
         error = f"killed by signal {-rc}\n{error}"
     failure: Failure = "oom" if any(m in tail for m in OOM_MARKERS) else "exit"
     if failure == "exit" and outcome.reason == "exited" and rc == (128 + 9 if in_container else -9):
-        return "failed", "killed", f"killed by signal 9 from outside the agent\n{tail}".rstrip()
+        why = "killed by signal 9, not by the agent, with no sign of an out-of-memory kill (docker kill, kill -9, the host's OOM killer)"
+        return "failed", "killed", f"{why}\n{tail}".rstrip()
     return "failed", failure, error

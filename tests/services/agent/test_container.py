@@ -119,6 +119,6 @@ def test_a_sigkill_without_oom_evidence_is_killed_not_oom() -> None:
     row = {"sweep_id": "s", "trial_id": "s.0", "attempt": 1, "trial_name": "t", "idx": 0, "params": {}}
     msg = trial_message(row, spec)
     result, failure, error = classify(Outcome(), 137, lambda: "", msg, over_memory=False, in_container=True)
-    assert (result, failure) == ("failed", "killed") and "from outside the agent" in (error or "")
+    assert (result, failure) == ("failed", "killed") and "killed by signal 9, not by the agent" in (error or "")
     assert classify(Outcome(), 137, lambda: "", msg, over_memory=True, in_container=True)[1] == "oom"  # OOMKilled
     assert classify(Outcome(), -9, lambda: "", msg)[1] == "killed"
