@@ -9,6 +9,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from spotsweep.services.agent.container import LABEL
+from spotsweep.services.agent.container import INSTANCE, LABEL, Runtime
 from spotsweep.shared.artifacts import S3ArtifactStore
 from tests.integration.test_inputs_s3 import USER, _ensure_user
 from tests.integration.test_workdir import ended, submitted, write_spec
@@ -240,3 +241,35 @@ def test_a_docker_kill_of_a_trial_is_a_crash_retried_with_its_params_and_a_secon
         params = conn.execute("SELECT params FROM trials WHERE sweep_id = %s", (sweep_id,)).fetchone()
     assert "killed" in failures and "oom" not in failures, failures
     assert params is not None and params[0]["n"] == 30  # not halved
+
+
+@pytest.mark.parametrize("runtime", ["docker", "podman"])
+def test_an_agent_starting_removes_only_the_containers_whose_owning_agent_is_gone(runtime: str, tmp_path: Path) -> None:
+    binary = need(runtime)
+    trial_image(runtime)
+    lock = tmp_path / "agents" / "live.lock"
+    lock.parent.mkdir()
+    (tmp_path / "agents" / "gone.lock").touch()  # an agent killed outright: its lock file stays, no one holds it
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print(flush=True); time.sleep(300)", str(lock)],
+                              stdout=subprocess.PIPE)
+    started = []
+    try:
+        assert holder.stdout is not None and holder.stdout.readline()  # the live agent holds its lock
+        for owner in ("live", "gone"):
+            started += subprocess.run([binary, "run", "--detach", "--label", f"{LABEL}={tmp_path}", "--label",
+                                       f"{INSTANCE}={owner}", "--entrypoint", "sleep", IMAGE, "300"],
+                                      capture_output=True, text=True, check=True).stdout.split()
+        live, gone = (left_containers(runtime, tmp_path, "--filter", f"label={INSTANCE}={o}") for o in ("live", "gone"))
+        Runtime(binary, None, str(tmp_path), "starting").remove_stale()  # a second agent starting on the workdir
+        assert left_containers(runtime, tmp_path, "--filter", "status=running") == live  # the live one's runs on
+        assert not set(gone) & set(left_containers(runtime, tmp_path))
+        holder.kill()
+        holder.wait()
+        Runtime(binary, None, str(tmp_path), "next").remove_stale()  # its owner gone too now
+        assert not left_containers(runtime, tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+        if started:
+            subprocess.run([binary, "rm", "--force", *started], capture_output=True, check=False)
