@@ -188,6 +188,9 @@ class Runtime:
     def remove_stale(self) -> None:
         """Remove the containers on this workdir whose owning agent is gone (killed outright): never a live
         agent's, whose instance lock is held (:func:`hold`). A container without an owner label is left alone."""
+        for lock in (Path(self.owner) / "agents").glob("*.lock"):  # the lock files of agents that are gone go first
+            if lock.stem != self.instance:
+                alive(Path(self.owner), lock.stem)
         left = self._run("ps", "--all", "--quiet", "--filter", f"label={LABEL}={self.owner}").stdout.split()
         if not left:
             return
@@ -203,29 +206,41 @@ _held: dict[Path, int] = {}  # the lock files this process holds, open for its w
 
 
 def hold(workdir: Path, instance: str) -> None:
-    """Take ``instance``'s lock under ``workdir`` (an ``flock`` the kernel drops when this process dies)."""
+    """Take ``instance``'s lock under ``workdir`` (an ``flock`` the kernel drops when this process dies). Another
+    agent's :func:`alive` may lock and unlink the new file before this one locks it: then again, on a new file."""
     path = workdir / "agents" / f"{instance}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks only while such an alive() looks
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
     _held[path] = fd
 
 
 def alive(workdir: Path, instance: str) -> bool:
     """Whether the agent ``instance`` on ``workdir`` still holds its lock (False: it is gone, its lock file removed)."""
     path = workdir / "agents" / f"{os.path.basename(instance)}.lock"
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True  # its agent (this one included) holds it
-    finally:
-        os.close(fd)
-    path.unlink(missing_ok=True)
-    return False
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:  # not unlinked and made again meanwhile (hold)
+                path.unlink()  # while locked: an agent taking it now finds its file gone and makes another
+                return False
+        except BlockingIOError:
+            return True  # its agent (this one included) holds it
+        except FileNotFoundError:
+            return False
+        finally:
+            os.close(fd)
 
 
 def image_for(msg: TrialMessage, runtime: Runtime | None) -> tuple[str, str] | None:

@@ -264,6 +264,7 @@ def test_an_agent_starting_removes_only_the_containers_whose_owning_agent_is_gon
         Runtime(binary, None, str(tmp_path), "starting").remove_stale()  # a second agent starting on the workdir
         assert left_containers(runtime, tmp_path, "--filter", "status=running") == live  # the live one's runs on
         assert not set(gone) & set(left_containers(runtime, tmp_path))
+        assert sorted(f.name for f in lock.parent.iterdir()) == ["live.lock"]  # a gone agent's lock file goes too
         holder.kill()
         holder.wait()
         Runtime(binary, None, str(tmp_path), "next").remove_stale()  # its owner gone too now
