@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spotsweep.services.planner.flags import LIVE_FLAGS, preemption_flags
+from spotsweep.services.planner.same_error import same_error
 from spotsweep.services.planner.search.rungs import Action, StepDecision
 from spotsweep.services.planner.untrusted import pg_text
 from spotsweep.shared.messages import StopReason, TrialFinished, TrialLost, TrialStarted
@@ -246,7 +247,9 @@ def _started(sweep: SweepState, trial: TrialView, event: TrialStarted) -> Decisi
         # Redelivered: the broker took the attempt from a vanished agent.
     update = TrialUpdate(
         check_transition(trial.state, TrialState.RUNNING), trial.attempt, trial.failures, trial.preemptions,
-        started=True, agent=event.agent, run_id=event.run_id, losses=event.losses,
+        started=True, agent=event.agent, run_id=event.run_id,
+        # A redelivery's agent counted the attempt's losses; a fresh delivery keeps the count (local resume's orphans).
+        losses=event.losses if event.redelivered else None,
     )
     return Decision(update=update)
 
@@ -330,11 +333,12 @@ def _finished(sweep: SweepState, trial: TrialView, event: TrialFinished, run_end
 
 
 def repeated_failure(trial: TrialView, event: TrialFinished) -> bool:
-    """Whether this failure repeats the last one exactly: the same error (the stderr tail,
-    as stored), with no step reported past where the trial already was. Such a failure is
-    deterministic (a script that refuses its checkpoint, a missing module, a bad flag), so a
-    retry would fail the same way again. A crash that moved on, or whose message changed
-    (another step, another node's error), is retried as before."""
-    if trial.failures == 0 or not event.error or trial.error != pg_text(event.error):
+    """Whether this failure repeats the last one: the same error (the stderr tail, as stored,
+    with run-specific paths and ids blanked: :mod:`.same_error`), with no step reported past
+    where the trial already was. Such a failure is deterministic (a script that refuses its
+    checkpoint, a missing module, a bad flag), so a retry would fail the same way again. A
+    crash that moved on, or whose message changed (another step, another node's error), is
+    retried as before."""
+    if trial.failures == 0 or not event.error or not trial.error or not same_error(trial.error, pg_text(event.error)):
         return False
     return event.last_step is None or event.last_step <= (trial.last_step or 0)

@@ -34,7 +34,7 @@ def saved(h: Any, msg: TrialMessage, step: int, trial_id: str | None = None) -> 
 
 def retried(h: Any, msg: TrialMessage) -> TrialMessage:
     # Each error its own: the same one again with no step between would not be retried (decide.repeated_failure).
-    h.finish(msg, "failed", exit_code=1, error=f"boom on attempt {msg.attempt}")
+    h.finish(msg, "failed", exit_code=1, error=f"boom {msg.attempt}")
     retry = h.published(1)[0]
     assert (retry.trial_id, retry.attempt) == (msg.trial_id, msg.attempt + 1)
     return retry
