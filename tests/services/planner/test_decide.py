@@ -175,3 +175,11 @@ def test_a_failure_that_repeats_the_last_one_with_no_step_between_is_not_retried
     for moved_on in (dict(error=refusal, last_step=7), dict(error="CUDA error: an illegal memory access")):
         d = decide(sweep(max_failures=3), again, finished("failed", attempt=3, failure="exit", **moved_on))
         assert d.update is not None and d.update.state == TrialState.PENDING, moved_on
+
+
+def test_a_kill_the_agent_did_not_send_is_retried_as_a_crash_never_with_half_the_batch() -> None:
+    policy = RetryPolicy(max_failures=1, on_oom="halve_batch")
+    view = TrialView(TrialState.RUNNING, 1, params={"batch_size": 128, "grad_accum": 1})
+    d = decide(sweep(policy=policy), view, finished("failed", failure="killed", error="killed by signal 9, not by the agent"))
+    assert d.update is not None and d.update.state == TrialState.PENDING and d.update.failures == 1
+    assert d.update.params is None  # unchanged
