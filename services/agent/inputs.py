@@ -17,7 +17,10 @@ already using the tree, which hold theirs for hours). Every trial using a tree h
 shared lock on it for its whole run, and the trial gets a symbolic link at
 ``to`` in its working directory: it may remove the link, never change what
 is behind it (not its files: they are not its user's; ``--trial-user``
-makes that hold, a trial running as root can write anywhere).
+makes that hold, and a root trial gets the trees read-only in a mount
+namespace of its own: :mod:`.ro_mount`). Where neither holds, a tree found
+changed since it was staged (:mod:`.tree_stats`, checked at every link) is
+moved aside and staged again, never handed on.
 
 A trial sees one version for its whole life: the versions its first staging
 resolved are recorded in the store (``sweeps/<sweep>/trials/<trial>/inputs.json``), and a
@@ -46,7 +49,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
-from spotsweep.services.agent import inputs_url
+from spotsweep.services.agent import inputs_url, tree_stats
 from spotsweep.services.agent.trial_user import TrialUser
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound, ObjectInfo
@@ -151,13 +154,13 @@ def _hold(cache: Path, version: str, make: Callable[[Path], None] | None, held: 
     while True:
         fd = os.open(cache / f".{version}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_SH)
-        if tree.is_dir() and _intact(cache, version):
+        if tree.is_dir() and tree_stats.intact(tree, _manifest(cache, version)):
             held.callback(os.close, fd)  # held shared while the trial runs: eviction passes it by
             os.utime(tree)  # used now: what eviction ranks by
             return tree
         os.close(fd)  # not there: made under the make lock, then taken shared (a waiter never waits on the holders)
         with _locked(cache / f".{version}.make", fcntl.LOCK_EX):
-            if tree.is_dir() and _intact(cache, version):
+            if tree.is_dir() and tree_stats.intact(tree, _manifest(cache, version)):
                 continue
             if tree.is_dir():  # changed since it was staged (a root trial wrote to it): never handed on
                 _log.warning("input changed on this node since it was staged: staged again", source=item.source,
@@ -174,41 +177,16 @@ def _hold(cache: Path, version: str, make: Callable[[Path], None] | None, held: 
                 started = time.monotonic()
                 make(staging)
                 _read_only(staging)
+                tree_stats.record(staging, _manifest(cache, version))  # before it is there: never found unrecorded
                 os.rename(staging, tree)
-                _manifest(cache, version).write_text(json.dumps(_stats(tree)))
             total, seconds = _size(tree), time.monotonic() - started
             _log.info("input staged", source=item.source, version=version, bytes=total, seconds=round(seconds, 3),
                       mib_per_s=round(total / 2**20 / max(seconds, 1e-6), 1))
 
 
 def _manifest(cache: Path, version: str) -> Path:
+    """Where the stats of the version's tree as staged are recorded (:mod:`.tree_stats`)."""
     return cache / f".{version}.manifest"
-
-
-def _stats(tree: Path) -> dict[str, list[int]]:
-    """Every entry below ``tree`` by its path: mode, size, inode, mtime and ctime (the tree's own folder left out:
-    each use touches it). A write, append, truncate, chmod, rename or utime changes a ctime, which no caller can
-    set back, so a tree whose stats match was not changed since they were taken."""
-    out = {}
-    for folder, dirs, files in os.walk(tree):
-        for name in dirs + files:
-            path = os.path.join(folder, name)
-            st = os.lstat(path)
-            out[os.path.relpath(path, tree)] = [st.st_mode, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns]
-    return out
-
-
-def _intact(cache: Path, version: str) -> bool:
-    """Whether the version's tree is as it was staged (its stats as recorded then). A tree staged before
-    manifests existed is recorded now, as found. About 13 ms per 1,000 files (one lstat each)."""
-    manifest, tree = _manifest(cache, version), cache / version
-    try:
-        return bool(json.loads(manifest.read_text()) == _stats(tree))
-    except FileNotFoundError:
-        manifest.write_text(json.dumps(_stats(tree)))
-        return True
-    except (OSError, ValueError):
-        return False
 
 
 def _listing(source: ArtifactStore, item: Input) -> list[ObjectInfo]:

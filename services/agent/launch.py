@@ -105,7 +105,7 @@ def _spawn(launch: Launch, msg: TrialMessage, config: RunnerConfig, paths: Paths
     if launch.image is None or config.runtime is None:
         python = str(launch.venv / "bin" / "python") if launch.venv is not None else sys.executable
         joiner = cgroup.joiner() if cgroup else None
-        if user is None and os.geteuid() == 0:  # a root trial: its inputs read-only in a namespace of its own
+        if user is None and ro_mount.allowed():  # a root trial: its inputs read-only in a namespace of its own
             joiner = ro_mount.preexec([os.path.realpath(cwd / i.to) for i in msg.inputs if not i.source.startswith("/")],
                                       joiner)
         return subprocess.Popen(_argv(msg.argv, env, cwd, python), cwd=cwd, env=env, stdout=out, stderr=err,
