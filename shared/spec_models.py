@@ -25,7 +25,7 @@ from pydantic.fields import FieldInfo
 
 from spotsweep.shared.inputs import Inputs
 from spotsweep.shared.limits import TRIAL_NAME_CHARS, Limits
-from spotsweep.shared.naming import check_template
+from spotsweep.shared.naming import check_template, placeholders
 from spotsweep.shared.quantity import cpu_cores, memory_bytes
 from spotsweep.shared.spec_base import Duration, _Model, _Problems
 from spotsweep.shared.spec_params import Choice, IntRange, Param
@@ -104,6 +104,14 @@ class Resources(_Model):
         """No ``cpus``/``memory``/``shm`` keys when not asked: a spec without them dumps as before this field existed."""
         data: dict[str, Any] = handler(self)
         return {k: v for k, v in data.items() if v is not None or k not in ("cpus", "memory", "shm")}
+
+
+def _placeholders(template: str) -> set[str]:
+    """The fields a command argument uses; none for a malformed one (check_template names it)."""
+    try:
+        return placeholders(template)
+    except ValueError:
+        return set()
 
 
 def _split_command(value: object) -> object:
@@ -252,6 +260,12 @@ class SweepSpec(_Model):
                 isinstance(param, Choice) and all(isinstance(v, int) and not isinstance(v, bool) for v in param.values))
             if not ints:
                 out.append((("space", name), f"must take whole numbers for on_oom: halve_batch (got {param.type})"))
+        # The retry doubles the accumulation to keep the effective batch: a command without its slot
+        # would train the retry with half the batch and the same accumulation, another experiment.
+        if not any(r.accum_param in _placeholders(arg) for arg in self.command):
+            out.append((("retries", "on_oom"), f"halve_batch keeps the effective batch by doubling {r.accum_param}, but "
+                                              f"the command has no {{{r.accum_param}}} slot (add e.g. --grad-accum "
+                                              f"{{{r.accum_param}}}, or set retries.accum_param to the command's)"))
         return out
 
     def _samples(self) -> dict[str, list[Any]]:

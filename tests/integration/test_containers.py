@@ -220,7 +220,8 @@ def test_a_docker_kill_of_a_trial_is_a_crash_retried_with_its_params_and_a_secon
     cluster.start("collector", "collector")
     agent(cluster, "first", "docker", tmp_path)
     code(tmp_path)
-    spec = write_spec(tmp_path / "specs" / "killed.yaml", workdir="../code", command=["python3", "train.py", "calm", "{n}"],
+    spec = write_spec(tmp_path / "specs" / "killed.yaml", workdir="../code",
+                      command=["python3", "train.py", "calm", "{n}", "{grad_accum}"],  # halve_batch needs the slot
                       space={"n": [30]}, retries={"max_failures": 1, "on_oom": "halve_batch", "batch_param": "n"},
                       resources={"gpus": 0, "class": "cpu", "memory": "512Mi"})
     sweep_id, _ = submitted(cluster, spec)

@@ -417,3 +417,35 @@ def test_summary_describes_the_search_for_validate() -> None:
     assert summary(multi) == "strategy random (Sobol'), objectives a (min), b (max)"
     median = parse_spec({**SEARCH, "command": ["t"], "strategy": {"type": "tpe", "trials": 8}, "early_stop": {"type": "median"}})
     assert summary(median) == "strategy tpe, early_stop median"
+
+
+OOM_SPEC = """\
+name: oom
+command: ["python", "train.py", "--batch-size", "{batch_size}"]
+metric: {name: loss}
+space: {batch_size: [64, 128]}
+retries: {on_oom: halve_batch}
+"""
+
+
+@pytest.mark.parametrize("command", ["validate", "submit"])
+def test_halve_batch_without_the_accumulation_slot_is_refused_by_validate_and_submit(tmp_path: Path, command: str) -> None:
+    """The retry doubles grad_accum to keep the effective batch: a command without the slot would train with half
+    the batch instead. Refused before anything is posted (submit's broker here is a closed port)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "oom.yaml"
+    path.write_text(OOM_SPEC)
+    env = {"PATH": "/usr/bin:/bin", "SPOTSWEEP_BROKER_URL": "amqp://guest:guest@127.0.0.1:9/"}
+    proc = subprocess.run([sys.executable, "-m", "spotsweep", command, str(path)], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2, proc
+    assert proc.stderr.strip() == ("error: retries.on_oom: halve_batch keeps the effective batch by doubling grad_accum, but "
+                                   "the command has no {grad_accum} slot (add e.g. --grad-accum {grad_accum}, or set "
+                                   "retries.accum_param to the command's)"), proc.stderr
+    fixed = OOM_SPEC.replace('"{batch_size}"]', '"{batch_size}", "--grad-accum", "{grad_accum}"]')
+    assert load_spec(fixed).retries.on_oom == "halve_batch"
+    named = OOM_SPEC.replace('"{batch_size}"]', '"{batch_size}", "--accum", "{micro}"]').replace(
+        "halve_batch}", "halve_batch, accum_param: micro}")
+    assert load_spec(named).retries.accum_param == "micro"
