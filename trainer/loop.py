@@ -254,8 +254,9 @@ def _resume(saved: dict[str, Any] | None, run: _Run, amp: str) -> int:
             print(f"warning: SPOTSWEEP_RESUME_STEP={trial.resume_step} but no checkpoint in {run.ckpts.directory}; "
                   "starting from step 0", file=sys.stderr)
         return 0
+    # Named by its file, not the attempt's own folder: two attempts refused alike read alike (one error to the planner).
     where = run.ckpts.path(saved["step"])
-    check_resume(saved["trajectory"], run.trajectory, str(where))
+    check_resume(saved["trajectory"], run.trajectory, f"{where.name} (the run's checkpoint)")
     run.model.load_state_dict(saved["model"])
     run.opt.load_state_dict(saved["optimizer"])
     loaded = restore_scaler(run.scaler, saved["scaler"])

@@ -64,6 +64,21 @@ def test_a_rerun_of_a_finished_run_says_it_had_finished(trial_process) -> None:
                                                              "train: val_loss "), again.stderr
 
 
+def test_a_refused_resume_reads_the_same_from_any_run_folder(trial_process) -> None:
+    """Two attempts refused for the same reason give the same last line, so the planner's deterministic-failure
+    rule sees one error (issue 40): the checkpoint is named by its file, not the attempt's own folder."""
+    last_lines = []
+    for name in ("p4121-t_3f9a_a1-0", "p4188-t_3f9a_a2-1"):
+        t = trial_process(name)
+        assert t.run("--steps", "2", "--eval-every", "2").returncode == 0
+        refused = t.run("--steps", "2", "--eval-every", "2", "--lr", "0.003", attempt=2)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        last_lines.append(refused.stderr.strip().splitlines()[-1])
+    assert last_lines[0] == last_lines[1], last_lines
+    assert last_lines[0].startswith("error: refusing to resume step-000000002.pt (the run's checkpoint): it was written "
+                                    "with other training settings (lr: 0.001 in the checkpoint, 0.003 now)")
+
+
 def test_data_flag_trains_on_the_given_text_file(tmp_path: Path, run_flags) -> None:
     text = tmp_path / "verse.txt"
     line = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer.\n"
