@@ -24,6 +24,7 @@ from spotsweep.shared.errors import PermanentError
 
 SHOWN_RUNNING = 4  # running trials whose step the line names; more are counted
 DETAIL_EVERY_S = 1.0  # how often the running steps and the best value are read
+LINE_EVERY_S = 10.0  # without a terminal: a line at least this often while the count stays
 
 
 def eta_seconds(elapsed: float, done_here: int, left: int) -> float | None:
@@ -76,36 +77,61 @@ def best_so_far(db: Database, sweep_id: str) -> tuple[str, float] | None:
     return spec["name"], (max(values) if spec["mode"] == "max" else min(values))
 
 
+class Lines:
+    """The progress without a terminal (a log file, a pipe, CI): a full line when the count changes, and at
+    least every ``every`` seconds, instead of a live bar that a file would only get once, cut at 80 columns."""
+
+    def __init__(self, console: Console, every: float = LINE_EVERY_S) -> None:
+        self.console, self.every, self.done, self.said_at = console, every, -1, float("-inf")
+
+    def show(self, done: int, total: int | None, text: str, elapsed: float) -> None:
+        if done != self.done or elapsed - self.said_at >= self.every:
+            line = f"trials {done}/{total if total is not None else '?'}" + (f" · {text}" if text else "")
+            self.console.print(f"{line} · {_clock(elapsed)}", markup=False, highlight=False, soft_wrap=True)
+            self.done, self.said_at = done, elapsed
+
+
 def follow(db: Database, sweep_id: str, console: Console, stop: threading.Event, tick: Callable[[], None],
            poll: float = 0.2, accept_within: float = 30.0) -> str | None:
-    """Show the progress bar until the sweep leaves ``running``; return its state (None once ``stop`` is set).
+    """Show the progress (a bar on a terminal, else :class:`Lines`) until the sweep leaves ``running``;
+    return its state (None once ``stop`` is set).
     ``tick`` runs before each look at the sweep (it takes the extensions `spotsweep extend` left).
 
     The planner records every spec it receives, even a refused one; a sweep
     that never shows up means the planner failed on it (its log says why).
     """
+    if console.is_terminal:
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[detail]}", markup=False), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task("trials", total=None, detail="")
+            return _follow(db, sweep_id, stop, tick, poll, accept_within,
+                           lambda done, total, text, _: progress.update(task, total=total, completed=done, detail=text))
+    return _follow(db, sweep_id, stop, tick, poll, accept_within, Lines(console).show)
+
+
+def _follow(db: Database, sweep_id: str, stop: threading.Event, tick: Callable[[], None], poll: float,
+            accept_within: float, show: Callable[[int, int | None, str, float], None]) -> str | None:
     started = time.monotonic()
-    deadline, done_before, text, read_at = started + accept_within, None, "", 0.0
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[detail]}", markup=False),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("trials", total=None, detail="")
-        while not stop.is_set():
-            tick()
-            rows = reporter.sweep_counts(db, sweep_id)
-            if rows:
-                r = rows[0]
-                done = r["completed"] + r["failed"] + r["cancelled"] + r["pruned"]
-                done_before = done if done_before is None else done_before  # a resumed sweep's earlier trials
-                if time.monotonic() - read_at >= DETAIL_EVERY_S or done != progress.tasks[0].completed:
-                    read_at, elapsed = time.monotonic(), time.monotonic() - started
-                    eta = eta_seconds(elapsed, done - done_before, r["total_trials"] - done)
-                    text = detail(r, running_steps(db, sweep_id), best_so_far(db, sweep_id), eta)
-                progress.update(task, total=r["total_trials"] or None, completed=done, detail=text)
-                if r["state"] != "running":
-                    return str(r["state"])
-            elif time.monotonic() > deadline:
-                raise PermanentError(f"the planner did not record sweep {sweep_id} within {accept_within:.0f}s; "
-                                     "run with --log-level INFO to see why")
-            stop.wait(poll)
+    deadline, done_before, text, read_at, shown_done = started + accept_within, None, "", 0.0, -1
+    while not stop.is_set():
+        tick()
+        rows = reporter.sweep_counts(db, sweep_id)
+        if rows:
+            r = rows[0]
+            done = r["completed"] + r["failed"] + r["cancelled"] + r["pruned"]
+            done_before = done if done_before is None else done_before  # a resumed sweep's earlier trials
+            elapsed = time.monotonic() - started
+            if time.monotonic() - read_at >= DETAIL_EVERY_S or done != shown_done:
+                read_at = time.monotonic()
+                eta = eta_seconds(elapsed, done - done_before, r["total_trials"] - done)
+                text = detail(r, running_steps(db, sweep_id), best_so_far(db, sweep_id), eta)
+            show(done, r["total_trials"] or None, text, elapsed)
+            shown_done = done
+            if r["state"] != "running":
+                return str(r["state"])
+        elif time.monotonic() > deadline:
+            raise PermanentError(f"the planner did not record sweep {sweep_id} within {accept_within:.0f}s; "
+                                 "run with --log-level INFO to see why")
+        stop.wait(poll)
     return None

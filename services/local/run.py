@@ -55,7 +55,18 @@ def run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None
     db = configured(settings)  # the configured PostgreSQL, or the embedded one under SPOTSWEEP_HOME
     sweep_id = new_sweep_id(spec.name)
     with sweep_lock(settings.home, sweep_id):
+        say(console, f"sweep {sweep_id} started; if this process stops or is killed, go on with:", resume_command(sweep_id))
         return serve(spec, settings, workers, db, sweep_id, csv, console, dashboard, submission(spec, sweep_id))
+
+
+def resume_command(sweep_id: str) -> str:
+    return f"spotsweep resume {sweep_id}"
+
+
+def say(console: Console, text: str, command: str) -> None:
+    """``text``, then ``command`` on a line of its own, never wrapped (a user copies it whole)."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"  {command}", markup=False, highlight=False, soft_wrap=True)
 
 
 def serve(spec: SweepSpec, settings: LocalSettings, workers: int, db: Database, sweep_id: str, csv: Path | None,
@@ -167,7 +178,7 @@ def _planner(broker: MemoryBroker, db: Database, resource_class: str, window: in
 
 def drive(engine: Engine, db: Database, sweep_id: str, csv: Path | None, console: Console) -> int:
     """Follow the sweep to its end and report it; the first Ctrl-C or SIGTERM drains, the second stops at once."""
-    hint = f"Resume with: spotsweep resume {sweep_id}"
+    hint = f"Resume with: {resume_command(sweep_id)}"
     try:
         with Interrupts(engine.kill, hint) as interrupts:
             state = local_progress.follow(db, sweep_id, console, interrupts.draining,
@@ -177,7 +188,7 @@ def drive(engine: Engine, db: Database, sweep_id: str, csv: Path | None, console
                               "Ctrl-C again to stop at once)")
                 engine.drain(GRACE)
                 engine.close()
-                return _interrupted(db, sweep_id, console, hint)
+                return _interrupted(db, sweep_id, console)
     except BaseException:  # an error: no trial may outlive this process
         engine.kill()
         engine.broker.stop(drain=False)
@@ -189,7 +200,7 @@ def drive(engine: Engine, db: Database, sweep_id: str, csv: Path | None, console
     return _finish(db, sweep_id, state, csv, console)
 
 
-def _interrupted(db: Database, sweep_id: str, console: Console, hint: str) -> int:
+def _interrupted(db: Database, sweep_id: str, console: Console) -> int:
     rows = reporter.sweep_counts(db, sweep_id)
     if not rows:
         console.print("interrupted before the planner recorded the sweep: nothing to resume")
@@ -200,7 +211,7 @@ def _interrupted(db: Database, sweep_id: str, console: Console, hint: str) -> in
         return ExitCode.INTERRUPTED
     console.print(f"interrupted: sweep {sweep_id} stopped with {r['completed']} of {r['total_trials']} trial(s) "
                   "completed; the others resume from their last checkpoint")
-    console.print(hint, soft_wrap=True, markup=False, highlight=False)
+    say(console, "resume with:", resume_command(sweep_id))
     print(sweep_id)
     return ExitCode.INTERRUPTED
 
@@ -217,7 +228,7 @@ def _finish(db: Database, sweep_id: str, state: str, csv: Path | None, console: 
     for why in (sweep["error"], sweep["note"]):
         if why:  # trial output can reach a sweep's error: escaped and bounded like every report line
             console.print(printable(cap_text(why), newlines=True), markup=False, highlight=False)
-    console.print(f"sweep {sweep_id}: {state}; results in `spotsweep report {sweep_id}` and the trial_results view")
+    say(console, f"sweep {sweep_id}: {state}; results in the trial_results view and in:", f"spotsweep report {sweep_id}")
     print(sweep_id)
     # Pruned trials did what early stopping asked of them; failed or cancelled ones did not.
     every_trial_ended_well = all(r["state"] in ("completed", "pruned") for r in rep.unranked)

@@ -8,7 +8,9 @@ gone, and after kill -9 its ``running`` trials have no run and no message.
 :func:`requeue_orphans` puts both back in the outbox (``pending``, the same
 attempt: the next run restores the trial's latest checkpoint, as a run
 redelivered by RabbitMQ would), journals a ``trial.lost`` for each run that
-died, and the planner's outbox (:func:`~.outbox.publish_pending`) publishes
+died and counts it in the trial's ``losses`` (where a cluster's agent counts a
+delivery lost with its agent; the next start, not a redelivery, keeps the
+count: :func:`~.decide._started`), and the planner's outbox (:func:`~.outbox.publish_pending`) publishes
 them again. Call it only while no process runs the sweep (``spotsweep
 resume`` holds the sweep's lock) and never for a sweep served by RabbitMQ.
 """
@@ -42,6 +44,7 @@ def requeue_orphans(conn: Conn, sweep_id: str, reason: str) -> tuple[int, int, i
     journal(conn, [lost_run(sweep_id, r, reason) for r in running])
     note = pg_text(reason)
     conn.execute(
-        "UPDATE trials SET state = 'pending', error = CASE WHEN state = 'running' THEN %s ELSE error END"
+        "UPDATE trials SET state = 'pending', error = CASE WHEN state = 'running' THEN %s ELSE error END,"
+        " losses = losses + CASE WHEN state = 'running' THEN 1 ELSE 0 END"  # a lost run, as an agent counts one
         " WHERE sweep_id = %s AND state IN ('queued', 'running')", (note, sweep_id))
     return len(rows) - len(running) - stopped, stopped, len(running)

@@ -10,6 +10,7 @@ count runs and see where each resumed.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -165,14 +166,23 @@ def test_ctrl_c_drains_then_resume_finishes_without_rerunning_completed_trials(s
 
 def test_kill_9_leaves_no_database_server_and_resume_finishes(sweep: Path) -> None:
     proc = start_run(sweep)
+    assert proc.stderr is not None
+    # The sweep id and the command that goes on come first, before any trial ends: kill -9 leaves no last line.
+    first = [proc.stderr.readline() for _ in range(2)]
     proc.kill()
     proc.communicate(timeout=30)
+    assert first[0].startswith("sweep gated-") and "go on with:" in first[0], first
+    sweep_id = first[0].split()[1]
+    assert first[1].strip() == f"spotsweep resume {sweep_id}", first
     assert wait_until(lambda: not postmasters(sweep / "home"), 15), "the embedded PostgreSQL outlived its owner"
     assert wait_until(lambda: not any(alive(pid) for pid in trial_pids(sweep)), 15)
-    sweep_id = cli(sweep, "status", "--json").stdout.split('"sweep_id": "')[1].split('"')[0]
 
     (sweep / "release").touch()
     assert_resumed_and_complete(sweep, cli(sweep, "resume", sweep_id))
+    # The two runs that died with the process are counted as lost, as a lost agent's are in a cluster.
+    listed = {r["trial_name"]: r["losses"] for r in json.loads(cli(sweep, "ls", "--filter", f"sweep={sweep_id}", "--json").stdout)}
+    assert listed == {"gated_0": 0, "gated_1": 0, "gated_2": 1, "gated_3": 1}, listed
+    assert "+1 lost run" in cli(sweep, "ls", "--filter", f"sweep={sweep_id}").stdout
 
 
 def test_a_second_ctrl_c_stops_at_once_and_cancel_works_without_rabbitmq(sweep: Path) -> None:
