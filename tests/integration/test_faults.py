@@ -116,6 +116,16 @@ def all_gone(pids: list[int], patience: float = 10.0) -> bool:
     return not any(running(pid) for pid in pids)
 
 
+def catches_sigterm(pid: int) -> bool:
+    """Whether the process has installed a SIGTERM handler (SigCgt in /proc/PID/status)."""
+    try:
+        status = (Path("/proc") / str(pid) / "status").read_text()
+    except OSError:
+        return False
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
+
+
 def trial_pids(agent_pid: int) -> list[int]:
     """The trial processes under an agent (their command names the stubborn script)."""
     out = []
@@ -164,6 +174,10 @@ def test_a_drain_that_cannot_finish_is_cut_off_after_the_grace(rabbit_url: str, 
         sweep_id = cluster.submit(stubborn_spec(tmp_path))
         started = "SELECT state FROM trials WHERE sweep_id = %s"
         assert wait_for(database_url, started, (sweep_id,), lambda s: s == "running") == "running", cluster.logs()
+        deadline = time.monotonic() + 30  # "running" comes before the script has set its handler
+        while not any(catches_sigterm(pid) for pid in trial_pids(agent.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(catches_sigterm(pid) for pid in trial_pids(agent.pid)), cluster.logs()
         os.kill(s3.proc.pid, signal.SIGSTOP)  # S3 accepts connections and never answers: the log upload hangs
         cluster.term("agent")
         assert agent.wait(60) == ExitCode.KILLED, cluster.logs()  # not stuck for S3's minutes-long timeouts

@@ -117,13 +117,16 @@
   }
 
   // -- charts ----------------------------------------------------------------------
+  let curvesAsked = 0;  // a slower, older answer (pins since changed) must not overwrite a newer one
   async function drawCurves() {
     const metric = S.curveMetric;
     if (!metric) return;
+    const asked = ++curvesAsked;
     const x = document.getElementById("curve-x").value, tokens = S.sweep.tokens_metric;
     const pins = [...S.pinned].map(id => "&trial=" + encodeURIComponent(id)).join("");
     const c = await SS.json(API + "/curves?max_points=400&limit=60&metric=" + encodeURIComponent(metric) +
       (x === "tokens" && tokens ? "&tokens=" + encodeURIComponent(tokens) : "") + (SS.offline() ? "" : pins));
+    if (asked !== curvesAsked) return;
     const weight = Number(document.getElementById("curve-smooth").value);
     const shown = CURVES.draw("curves", c.trials.map(t => ({...t, label: t.trial_name})),
       {metric, x, tokensMetric: tokens, logY: document.getElementById("curve-log").checked, weight});

@@ -245,7 +245,8 @@ def test_pinned_trials_compare_side_by_side_and_alone_on_the_curves_and_constant
     assert page.locator("#compare-card").is_hidden()
     for name in ("exp_001", "exp_002"):
         page.locator(f"#leaderboard tbody tr[data-trial='{ids[name]}'] input[type=checkbox]").check()
-    page.wait_for_function("document.getElementById('curve-note').textContent.includes('pinned')", timeout=15_000)
+    page.wait_for_function("document.getElementById('curve-note').textContent.startsWith('2 trial(s)')", timeout=15_000)
+    assert "pinned" in page.inner_text("#curve-note")
     assert page.locator("#compare-card").is_visible()
     heads = page.locator("#compare thead th").all_inner_texts()
     assert sorted(heads[1:]) == ["exp_001", "exp_002"]
