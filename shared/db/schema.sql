@@ -192,9 +192,9 @@ CREATE VIEW sweep_results AS
             ELSE a.lo
         END AS best,
     COALESCE(a.run_seconds, 0::double precision) AS run_seconds,
-    COALESCE(a.run_seconds, 0::double precision) * c.gpus::double precision / 3600::double precision AS gpu_hours,
-    p.gpu_hour * COALESCE(a.run_seconds, 0::double precision) * c.gpus::double precision / 3600::double precision AS cost,
-    p.on_demand_gpu_hour * COALESCE(a.run_seconds, 0::double precision) * c.gpus::double precision / 3600::double precision AS on_demand_cost,
+    COALESCE(a.run_seconds, 0::double precision) * GREATEST(c.gpus, 1)::double precision / 3600::double precision AS gpu_hours,
+    p.gpu_hour * COALESCE(a.run_seconds, 0::double precision) * GREATEST(c.gpus, 1)::double precision / 3600::double precision AS cost,
+    p.on_demand_gpu_hour * COALESCE(a.run_seconds, 0::double precision) * GREATEST(c.gpus, 1)::double precision / 3600::double precision AS on_demand_cost,
     s.total_trials AS planned,
     s.spec,
     COALESCE(a.paused, 0::bigint) AS paused,
@@ -212,7 +212,7 @@ CREATE VIEW sweep_results AS
                     ELSE 1
                 END AS repeats,
                 CASE
-                    WHEN ((s.spec -> 'resources'::text) ->> 'gpus'::text) ~ '^[0-9]{1,6}$'::text THEN GREATEST(1, ((s.spec -> 'resources'::text) ->> 'gpus'::text)::integer)
+                    WHEN ((s.spec -> 'resources'::text) ->> 'gpus'::text) ~ '^[0-9]{1,6}$'::text THEN ((s.spec -> 'resources'::text) ->> 'gpus'::text)::integer
                     ELSE 1
                 END AS gpus) c
      CROSS JOIN LATERAL ( SELECT

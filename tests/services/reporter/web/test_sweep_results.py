@@ -40,6 +40,17 @@ def test_one_row_per_sweep_with_counts_best_and_cost(db: Database) -> None:
     assert (small["failed"], small["cost"], small["on_demand_cost"]) == (1, None, None)  # the NaN trial is no best
 
 
+def test_a_cpu_sweep_says_gpus_0_and_counts_slot_hours(db: Database) -> None:
+    """gpus is the spec's value (it read 1 for ``gpus: 0``); a CPU trial's hours are slot-hours, priced per slot."""
+    with db.transaction() as conn:
+        conn.execute("INSERT INTO sweeps (sweep_id, name, spec, state) VALUES ('cpu-1', 'cpu', %s::json, 'running')",
+                     ('{"metric": {"name": "loss"}, "resources": {"gpus": 0}, "pricing": {"gpu_hour": 0.5}}',))
+        conn.execute("INSERT INTO trials (sweep_id, trial_id, idx, trial_name, params, state, run_seconds)"
+                     " VALUES ('cpu-1', 'cpu-1.0', 0, 't0', '{}', 'completed', 7200)")
+    cpu = rows(db)["cpu-1"]
+    assert (cpu["gpus"], cpu["gpu_hours"], cpu["cost"]) == (0, pytest.approx(2.0), pytest.approx(1.0))
+
+
 def test_no_stored_spec_can_break_the_view(db: Database) -> None:
     small_sweep(db)
     with db.transaction() as conn:
