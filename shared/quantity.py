@@ -15,6 +15,10 @@ _MEMORY = re.compile(r"(\d+(?:\.\d+)?|\.\d+)([KMGTPE]i?|k|m)?")
 _FACTORS = {None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _CPUS = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(m?)")
+# The least a container runtime takes: docker and podman refuse ``--cpus`` under 0.01 and ``--memory`` under
+# 6 MiB, so a spec asking for less is refused when validated, not by the runtime on some node (issue 39).
+MIN_CPUS = 0.01
+MIN_MEMORY = 6 * 2**20
 
 
 def memory_bytes(value: object) -> int | None:
@@ -46,6 +50,13 @@ def cpu_cores(value: object) -> float | None:
     if cores <= 0:
         raise ValueError(f"must be more than 0 cores (got {value!r})")
     return cores
+
+
+def at_least(value: float, least: float, least_text: str, shown: object) -> float:
+    """``value`` when it is at least ``least``; else a ValueError naming both (``shown``: what the spec wrote)."""
+    if value < least:
+        raise ValueError(f"must be at least {least_text}, the least docker and podman run with (got {shown!r})")
+    return value
 
 
 def human_bytes(size: int) -> str:

@@ -26,7 +26,7 @@ from pydantic.fields import FieldInfo
 from spotsweep.shared.inputs import Inputs
 from spotsweep.shared.limits import TRIAL_NAME_CHARS, Limits
 from spotsweep.shared.naming import check_template, placeholders
-from spotsweep.shared.quantity import cpu_cores, memory_bytes
+from spotsweep.shared.quantity import MIN_CPUS, MIN_MEMORY, at_least, cpu_cores, memory_bytes
 from spotsweep.shared.spec_base import Duration, _Model, _Problems
 from spotsweep.shared.spec_params import Choice, IntRange, Param
 from spotsweep.shared.spec_search import (Budget, GridStrategy, Pricing, Smoke, StopModel, StrategyModel, budget_of,
@@ -104,6 +104,18 @@ class Resources(_Model):
         """No ``cpus``/``memory``/``shm`` keys when not asked: a spec without them dumps as before this field existed."""
         data: dict[str, Any] = handler(self)
         return {k: v for k, v in data.items() if v is not None or k not in ("cpus", "memory", "shm")}
+
+    @field_validator("cpus", mode="wrap")
+    @classmethod
+    def _runnable_cpus(cls, value: object, handler: Any) -> float | None:
+        cores = handler(value)
+        return cores if cores is None else at_least(cores, MIN_CPUS, "0.01 cores (10m)", value)
+
+    @field_validator("memory", mode="wrap")
+    @classmethod
+    def _runnable_memory(cls, value: object, handler: Any) -> int | None:
+        size = handler(value)
+        return size if size is None else int(at_least(size, MIN_MEMORY, "6Mi", value))
 
 
 def _placeholders(template: str) -> set[str]:

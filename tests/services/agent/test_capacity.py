@@ -38,6 +38,17 @@ def test_the_spec_takes_cpus_and_memory_and_names_the_field_of_a_bad_one() -> No
         assert field in str(e.value) and said in str(e.value)
 
 
+@pytest.mark.parametrize(("bad", "field", "said"), [
+    ("cpus: 1m", "resources.cpus", "'1m'"), ("cpus: 0.005", "resources.cpus", "0.005"),
+    ("memory: '1'", "resources.memory", "'1'"), ("memory: 4Mi", "resources.memory", "'4Mi'")])
+def test_values_a_container_runtime_refuses_are_refused_by_the_spec(bad: str, field: str, said: str) -> None:
+    """docker and podman refuse --cpus under 0.01 and --memory under 6 MiB: not a node's failure (issue 39)."""
+    with pytest.raises(SpecError) as e:
+        load_spec(SPEC + "resources: {" + bad + "}")
+    assert field in str(e.value) and said in str(e.value) and "the least docker and podman run with" in str(e.value)
+    assert load_spec(SPEC + "resources: {cpus: 10m, memory: 6Mi}").resources.memory == 6 * Mi
+
+
 CAP = Capacity(cpus=4, memory=1 * Gi, resource_class="gpu")
 
 
