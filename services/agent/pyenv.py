@@ -42,71 +42,21 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from spotsweep.services.agent import requirements as requirements_file
 from spotsweep.services.agent.trial_env import passes
+from spotsweep.services.agent.trial_user import TrialUser
 from spotsweep.shared.errors import PermanentError, Refused
 
 BUILD_SECONDS = 3600.0  # one build, at most (a hung index must not hold the lock forever)
 READY = ".spotsweep-ready"  # written last: its size line is the env's; its mtime, the env's last use
 TAIL_CHARS = 4000
-_INCLUDE = {"-r": "file", "--requirement": "file", "-c": "file", "--constraint": "file",
-            "-f": "path", "--find-links": "path"}
+_ABSOLUTE = re.compile(r"(?<![\w:/.~-])/[^\s'\"`,;:()\[\]<>]+")
 _NETWORK = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy",
             "all_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR")
 
 
 class NoInstaller(PermanentError):
     """This node has no ``uv``: the node's fault, not the spec's."""
-
-
-def _lines(text: str) -> Iterator[str]:
-    """A requirements file's logical lines: continuations joined, comments and blanks dropped."""
-    for line in re.sub(r"\\\r?\n", "", text).splitlines():
-        line = re.sub(r"(^|\s)#.*", "", line).strip()
-        if line:
-            yield line
-
-
-def _local(spec: str) -> str | None:
-    """The path a requirement line names (``./pkg``, ``dist/x.whl``, ``name @ file:…``), or None."""
-    if "://" in spec and "file://" not in spec:
-        return None  # a URL: its bytes are uv's business (an https wheel should carry a hash)
-    if " @ " in spec or spec.startswith("file:"):
-        url = spec.split(" @ ", 1)[-1].split(";", 1)[0].strip()
-        return re.sub(r"^file://(localhost)?", "", url).removeprefix("file:") if url.startswith("file:") else None
-    path = re.sub(r"\[.*$", "", spec.split(";", 1)[0].strip())
-    return path if path.startswith((".", "/")) or "/" in path or path.endswith((".whl", ".zip", ".tar.gz")) else None
-
-
-def _walk(file: Path, root: Path, seen: set[Path], digest: hashlib._Hash, named: list[str]) -> None:
-    """Feed ``file`` and all it names to ``digest``; collect its named requirements (not paths) in ``named``."""
-    if file in seen:
-        return
-    seen.add(file)
-    data = _inside(file, root).read_bytes()
-    digest.update(len(data).to_bytes(8, "big") + data)
-    for line in _lines(data.decode("utf-8", "replace")):
-        head, _, rest = line.partition(" ")
-        if "=" in head and head.startswith("--"):
-            head, _, rest = head.partition("=")
-        kind = _INCLUDE.get(head)
-        if head in ("-e", "--editable"):
-            raise Refused(f"{line!r}: an editable install would point into one run's copy of the workdir, which goes "
-                          f"with the run; name the folder without -e")
-        if kind == "file":
-            _walk((file.parent / rest.strip()).resolve(), root, seen, digest, named)
-        elif kind == "path" or not line.startswith("-"):
-            path = _local(rest.strip() if kind else line)
-            if path is not None:
-                _feed(_inside((file.parent / path).resolve(), root), digest)
-            elif kind is None:
-                named.append(line.split(" --", 1)[0].strip())  # without per-line options (--hash=…)
-
-
-def _inside(path: Path, root: Path) -> Path:
-    if not path.is_relative_to(root) or not path.exists():
-        where = "is outside the workdir" if not path.is_relative_to(root) else "does not exist"
-        raise Refused(f"{path.relative_to(root) if path.is_relative_to(root) else path} {where}")
-    return path
 
 
 def _feed(path: Path, digest: hashlib._Hash) -> None:
@@ -139,14 +89,18 @@ def excludes(named: list[str], agent: Mapping[str, str]) -> list[str]:
     return sorted(name for name in agent if name not in wanted)
 
 
-def env_key(requirements: Path, root: Path) -> tuple[str, list[str]]:
-    """(the env's key, the named requirements): see the module's docstring for what goes in."""
-    digest = hashlib.sha256(b"spotsweep-pyenv-1\0")
+def env_key(requirements: Path, root: Path) -> tuple[str, requirements_file.Read]:
+    """(the env's key, the file as read): see the module's docstring for what goes in."""
+    found = requirements_file.read(requirements, root)
+    digest = hashlib.sha256(b"spotsweep-pyenv-2\0")
     digest.update(f"{sys.version}\0{os.path.realpath(sys.executable)}\0".encode())
     digest.update(repr(installed()).encode())
-    named: list[str] = []
-    _walk(requirements.resolve(), root.resolve(), set(), digest, named)
-    return digest.hexdigest()[:32], named
+    for file in found.files:
+        data = file.read_bytes()
+        digest.update(len(data).to_bytes(8, "big") + data)
+    for path in found.paths:
+        _feed(path, digest)
+    return digest.hexdigest()[:32], found
 
 
 def _uv() -> str:
@@ -160,32 +114,68 @@ def _uv() -> str:
         return found
 
 
-def _build(env: Path, requirements: Path, root: Path, named: list[str], no_build: bool) -> None:
-    """uv venv + uv pip install into ``env``; raises Refused with the installer's output's tail."""
-    shutil.rmtree(env, ignore_errors=True)  # a build that died half-way
+def _private(path: Path, user: TrialUser | None, mode: int = 0o700) -> Path:
+    """A fresh folder only the agent (and the building user) may enter."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(mode=mode, parents=True)
+    if user is not None:
+        os.chown(path, user.uid, user.gid)
+    return path
+
+
+def _seal(env: Path) -> None:
+    """The built env is the agent's and read-only to all others: no trial user changes what another sweep runs."""
+    uid, gid = os.getuid(), os.getgid()
+    for root, dirs, files in os.walk(env):
+        for name in [".", *dirs, *files]:
+            path = os.path.join(root, name)
+            os.chown(path, uid, gid, follow_symlinks=False)
+            if not os.path.islink(path):
+                os.chmod(path, os.lstat(path).st_mode & 0o7755 & ~0o6000)
+
+
+def redact(text: str, root: Path) -> str:
+    """The installer's output with every absolute path outside ``root`` (the workdir) shown as ``<path>``."""
+    def one(m: re.Match[str]) -> str:
+        path = Path(m.group())
+        return str(path.relative_to(root)) if path.is_relative_to(root) else "<path>"
+    return _ABSOLUTE.sub(one, text)
+
+
+def _build(env: Path, found: requirements_file.Read, no_build: bool, user: TrialUser | None) -> None:
+    """uv venv + uv pip install into ``env``, as ``user`` when given; raises Refused with the installer's tail."""
     uv, base = _uv(), env.parent.parent
+    work = _private(base / "builds" / env.name, user)  # uv's input: the file as read, includes inlined
+    reqs, cons = requirements_file.flatten(found, work)
+    excluded = work / "excludes.txt"
+    excluded.write_text("".join(f"{n}\n" for n in excludes(found.named, dict(installed()))))
+    _private(env, user, 0o755)
     agent_env = {k: v for k, v in os.environ.items() if passes(k) or k.startswith("UV_") or k in _NETWORK}
-    run_env = {**agent_env, "UV_CACHE_DIR": str(base / "uv-cache"), "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
-    excluded = base / "locks" / f"{env.name}.excludes"
-    excluded.write_text("".join(f"{n}\n" for n in excludes(named, dict(installed()))))
-    log = base / "locks" / f"{env.name}.log"
-    steps = [[uv, "venv", "--python", sys.executable, "--system-site-packages", str(env)],
-             [uv, "pip", "install", "--python", str(env / "bin" / "python"), "-r", str(requirements),
+    run_env = {**agent_env, "HOME": str(work), "TMPDIR": str(work), "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
+    # A cache the trial users share would let one poison the env another sweep's trials run in.
+    run_env.update({"UV_NO_CACHE": "1"} if user is not None else {"UV_CACHE_DIR": str(base / "uv-cache")})
+    steps = [[uv, "venv", "--allow-existing", "--python", sys.executable, "--system-site-packages", str(env)],
+             [uv, "pip", "install", "--python", str(env / "bin" / "python"), "-r", str(reqs), "-c", str(cons),
               "--excludes", str(excluded), *(["--no-build"] if no_build else [])]]
-    with log.open("wb") as out:
+    log = base / "locks" / f"{env.name}.log"
+    log.unlink(missing_ok=True)
+    with os.fdopen(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:  # the agent's alone
         for i, argv in enumerate(steps):
             try:
-                rc = subprocess.run(argv, cwd=requirements.parent, env=run_env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, timeout=BUILD_SECONDS).returncode
+                rc = subprocess.run(argv, cwd=work, env=run_env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, timeout=BUILD_SECONDS,
+                                    **(user.popen() if user is not None else {})).returncode
             except subprocess.TimeoutExpired:
                 rc = -1
             if rc != 0:
-                tail = log.read_bytes()[-TAIL_CHARS:].decode("utf-8", "replace").strip()
+                tail = redact(log.read_bytes()[-TAIL_CHARS:].decode("utf-8", "replace"), found.root).strip()
                 shutil.rmtree(env, ignore_errors=True)
                 raise Refused(f"uv {argv[1]} {argv[2] if i else ''}".rstrip() + f" failed (exit {rc}):\n{tail}")
             if i == 0:  # the agent's site folders after the env's own: its torch is the trial's
                 pth = "".join(f"import site; site.addsitedir({d!r})\n" for d in site.getsitepackages())
                 next((env / "lib").glob("python*/site-packages")).joinpath("_spotsweep_agent.pth").write_text(pth)
+    shutil.rmtree(work, ignore_errors=True)
+    _seal(env)
     size = sum(p.lstat().st_size for p in env.rglob("*"))
     (env / READY).write_text(f"{size}\n")
 
@@ -213,10 +203,12 @@ def evict(base: Path, cap_bytes: int, keep: str) -> list[str]:
 
 
 @contextmanager
-def lease(base: Path, requirements: Path, root: Path, cap_bytes: int, no_build: bool = False) -> Iterator[Path]:
-    """The env for ``requirements`` (a file under ``root``, the trial's code), built if missing, held
-    (shared) until the block ends. Raises :class:`Refused` (a bad file, a failed build) or :class:`NoInstaller`."""
-    key, named = env_key(requirements, root)
+def lease(base: Path, requirements: Path, root: Path, cap_bytes: int, no_build: bool = False,
+          user: TrialUser | None = None) -> Iterator[Path]:
+    """The env for ``requirements`` (a file under ``root``, the trial's code), built if missing (as ``user``, the
+    trial's, when given), held (shared) until the block ends. Raises :class:`Refused` (a bad file, a failed build)
+    or :class:`NoInstaller`."""
+    key, found = env_key(requirements, root)
     for sub in ("envs", "locks"):
         (base / sub).mkdir(parents=True, exist_ok=True)
     env = base / "envs" / key
@@ -225,7 +217,7 @@ def lease(base: Path, requirements: Path, root: Path, cap_bytes: int, no_build: 
         fcntl.flock(build, fcntl.LOCK_EX)  # the first builds; the others wait here
         try:
             if not (env / READY).exists():
-                _build(env, requirements, root, named, no_build)
+                _build(env, found, no_build, user)
             os.utime(env / READY)  # last used: now
         finally:
             fcntl.flock(build, fcntl.LOCK_UN)

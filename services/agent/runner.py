@@ -22,7 +22,7 @@ from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from spotsweep.services.agent import code_cache, container, inputs, pyenv, uploads, workspace
+from spotsweep.services.agent import code_cache, container, inputs, inputs_url, pyenv, uploads, workspace
 from spotsweep.services.agent.container import ImageUnavailable
 from spotsweep.services.agent.stop_policy import RunControls
 from spotsweep.services.agent.launch import REAPER, WATCHDOG, Launch, NotStarted, environment, kill_all, launched
@@ -138,7 +138,7 @@ def _image(msg: TrialMessage, config: RunnerConfig) -> tuple[str, str] | None:
 
 
 def _stage(msg: TrialMessage, store: ArtifactStore, config: RunnerConfig, paths: Paths, cwd: Path,
-           user: TrialUser | None, held: ExitStack) -> float | None:
+           user: TrialUser | None, held: ExitStack, guard: inputs_url.Guard) -> float | None:
     """Link the trial's inputs into its folder (held until the run ends); the seconds that took, None
     without inputs. Staged before the process starts: not the trial's running time (that starts at Popen)."""
     if not msg.inputs:
@@ -147,7 +147,8 @@ def _stage(msg: TrialMessage, store: ArtifactStore, config: RunnerConfig, paths:
     with _refusing("the trial's inputs cannot be staged"):
         if cwd != paths.run:
             raise PermanentError("inputs are linked into a run's own folder; this one runs in its workdir in place")
-        held.enter_context(inputs.staged(msg, store, config.workdir / "inputs", cwd, config.input_cache_bytes, user))
+        held.enter_context(inputs.staged(msg, store, config.workdir / "inputs", cwd, config.input_cache_bytes, user,
+                                         config.input_paths, guard=guard))
     return round(time.monotonic() - began, 3)
 
 
@@ -157,7 +158,7 @@ def _venv(msg: TrialMessage, config: RunnerConfig, cwd: Path, user: TrialUser | 
         return None
     try:
         return held.enter_context(pyenv.lease(config.workdir / "pyenvs", cwd / msg.setup_pip, cwd,
-                                              config.pip_envs_bytes, no_build=user is not None))
+                                              config.pip_envs_bytes, no_build=user is not None, user=user))
     except pyenv.NoInstaller as e:
         raise NotStarted("agent", str(e)) from e
     except (PermanentError, OSError) as e:
@@ -194,7 +195,8 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
             chown_tree(paths.checkpoint, user)  # the restored checkpoint is the trial's, as its workspace is
         if user is not None and cwd == paths.run and msg.workdir_sha256 is not None:
             chown_tree(paths.run, user)  # so is its copy of the code
-        staged = _stage(msg, store, config, paths, cwd, user, held)
+        staged = _stage(msg, store, config, paths, cwd, user, held, inputs_url.Guard.for_run(config.url_policy,
+                                                                                             control, run_id))
         venv = _venv(msg, config, cwd, user, held)
         env = environment(msg, paths.metrics, paths.checkpoint, resume, gpu, config, user, run_id, venv)
         if msg.memory is not None and config.cgroups is not None and image is None:  # a container has the runtime's
@@ -203,6 +205,10 @@ def _run(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Runner
                         Launch(env, cwd, venv, cgroup, image), resume, restored, end, staged)
     except NotStarted as e:
         return end("failed", failure=e.failure, error=str(e))
+    except inputs_url.Aborted as e:  # the run ended while a URL input downloaded: as it would have running
+        if e.reason == "lost":
+            raise DeliveryLost(run_id) from e
+        return None if e.reason == "stopped" else end("cancelled", error=str(e))
     finally:
         if cgroup is not None:
             cgroup.remove()

@@ -69,8 +69,8 @@ def test_included_files_and_local_folders_count(tmp_path: Path) -> None:
     (root / "pkg" / "setup.py").write_text("v1")
     (root / "base.txt").write_text("numpy\n")
     (root / "requirements.txt").write_text("-r base.txt  # shared pins\n./pkg\nrequests>=2 ; python_version > '3' --hash=sha256:ab\n")
-    before, named = pyenv.env_key(root / "requirements.txt", root)
-    assert named == ["numpy", "requests>=2 ; python_version > '3'"]
+    before, found = pyenv.env_key(root / "requirements.txt", root)
+    assert found.named == ["numpy", "requests>=2 ; python_version > '3'"]
     (root / "pkg" / "setup.py").write_text("v2")
     after = pyenv.env_key(root / "requirements.txt", root)[0]
     (root / "base.txt").write_text("numpy<2\n")
