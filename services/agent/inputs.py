@@ -76,8 +76,10 @@ def pin_key(msg: TrialMessage) -> str:
 
 @contextmanager
 def staged(msg: TrialMessage, store: ArtifactStore, cache: Path, run: Path, cap_bytes: int,
-           user: TrialUser | None = None) -> Iterator[None]:
-    """Every input of ``msg`` linked into ``run`` for as long as the block runs (each tree held)."""
+           user: TrialUser | None = None,
+           guard: inputs_url.Guard | None = None) -> Iterator[None]:
+    """Every input of ``msg`` linked into ``run`` for as long as the block runs (each tree held).
+    ``guard``: URL inputs' address policy, caps and the run's controls (:mod:`.inputs_url`)."""
     if not msg.inputs:
         yield
         return
@@ -93,7 +95,7 @@ def staged(msg: TrialMessage, store: ArtifactStore, cache: Path, run: Path, cap_
             if item.source.startswith("/"):
                 _link(Path(item.source), run, item.to, user)
                 continue
-            tree, version = (_fetch_url(item, cache, pins.get(item.to), held) if item.is_url
+            tree, version = (_fetch_url(item, cache, pins.get(item.to), held, guard) if item.is_url
                              else _fetch(store, item, cache, pins.get(item.to), held))
             resolved[item.to] = version
             _link(tree, run, item.to, user)
@@ -120,14 +122,15 @@ def _fetch(store: ArtifactStore, item: Input, cache: Path, pinned: str | None, h
     return _hold(cache, version, make, held, item), version
 
 
-def _fetch_url(item: Input, cache: Path, pinned: str | None, held: ExitStack) -> tuple[Path, str]:
+def _fetch_url(item: Input, cache: Path, pinned: str | None, held: ExitStack,
+               guard: inputs_url.Guard | None) -> tuple[Path, str]:
     """As :func:`_fetch`, for a URL. With ``sha256`` the version is known without asking: no request
     when this node holds it. Else one GET whose headers name the version; its body is read only when
     this node does not hold that version yet."""
     if item.sha256 is not None:
         version = inputs_url.version_of(item, None)
-        return _hold(cache, version, lambda staging: inputs_url.fetch(item, staging), held, item), version
-    with inputs_url.opened(item.source) as response:
+        return _hold(cache, version, lambda staging: inputs_url.fetch(item, staging, guard), held, item), version
+    with inputs_url.opened(item, guard) as response:
         current = inputs_url.version_of(item, response.headers)
         version = _pinned(item, cache, current, pinned)
         make = None if version != current else (lambda staging: inputs_url.save(item, response, staging))

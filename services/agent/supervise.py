@@ -28,6 +28,7 @@ from spotsweep.services.agent.signals import killpg
 from spotsweep.services.agent.stop_policy import Action, Limits, StopState, decide
 from spotsweep.services.agent.tail import Item, Tail
 from spotsweep.services.agent.unpack import DEFAULT_CAPS, Caps
+from spotsweep.services.agent.url_policy import Policy
 from spotsweep.shared import log
 from spotsweep.shared.settings import Settings, default
 from spotsweep.services.agent.trial_user import UserPool
@@ -50,6 +51,7 @@ class RunnerConfig:
     code_dir: Path | None = None  # local mode: trials without a code archive run in this folder (the workdir) in place
     code_caps: Caps = DEFAULT_CAPS  # what a code archive may unpack to (unpack.py)
     input_cache_bytes: int = 50 * 2**30  # --input-cache-size: staged inputs kept past their use (inputs.py)
+    url_policy: Policy = Policy()  # URL inputs: --allow-input-hosts, --max-input-bytes, ... (url_policy.py)
     # Be the child subreaper of the trials and kill what they leave outside their groups (orphans.py): the agent
     # service sets it; off elsewhere, since it changes where every orphan of the process goes (a test runner's too).
     reap_orphans: bool = False

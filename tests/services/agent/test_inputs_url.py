@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from http_servers import Server, self_signed
 
 from spotsweep.services.agent import inputs
+from spotsweep.services.agent.inputs_url import Guard
+from spotsweep.services.agent.url_policy import Policy
 from spotsweep.shared.artifacts.local import LocalArtifactStore
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.inputs import Input
@@ -18,29 +20,7 @@ from spotsweep.shared.messages import TrialMessage
 from spotsweep.shared.spec import parse_spec
 
 
-class Server:
-    """Serves a folder over HTTP on loopback; counts the GETs of each path."""
-
-    def __init__(self, root: Path) -> None:
-        gets: dict[str, int] = {}
-        self.gets = gets
-
-        class Handler(http.server.SimpleHTTPRequestHandler):  # sends Last-Modified and Content-Length
-            def __init__(self, *args: object, **kwargs: object) -> None:
-                super().__init__(*args, directory=str(root), **kwargs)  # type: ignore[arg-type]
-
-            def do_GET(self) -> None:
-                gets[self.path] = gets.get(self.path, 0) + 1
-                super().do_GET()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/{path}"
+LOOPBACK = Guard(Policy(allow=("127.0.0.1",)))  # the test servers are on loopback, which only the operator allows
 
 
 @pytest.fixture()
@@ -48,8 +28,18 @@ def server(tmp_path: Path) -> Iterator[Server]:
     (tmp_path / "www").mkdir()
     s = Server(tmp_path / "www")
     yield s
-    s.httpd.shutdown()
-    s.httpd.server_close()
+    s.close()
+
+
+@pytest.fixture()
+def tls_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    """As ``server``, over https with a certificate the agent's default TLS context trusts (SSL_CERT_FILE)."""
+    (tmp_path / "www").mkdir(exist_ok=True)
+    pem = self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))
+    s = Server(tmp_path / "www", pem=pem)
+    yield s
+    s.close()
 
 
 def message(items: list[Input], trial: str = "sw.0") -> TrialMessage:
@@ -61,7 +51,8 @@ def stage(msg: TrialMessage, tmp: Path, run: str) -> inputs.ExitStack:
     """Stage ``msg``'s inputs into a new run folder; the caller closes the stack when the trial ends."""
     (tmp / run).mkdir()
     stack = inputs.ExitStack()
-    stack.enter_context(inputs.staged(msg, LocalArtifactStore(tmp / "store"), tmp / "cache", tmp / run, 2**30))
+    stack.enter_context(inputs.staged(msg, LocalArtifactStore(tmp / "store"), tmp / "cache", tmp / run, 2**30,
+                                      guard=LOOPBACK))
     return stack
 
 
@@ -104,9 +95,9 @@ def test_a_file_that_is_not_what_the_spec_says_is_refused_and_not_cached(server:
 
 
 def test_without_a_digest_the_servers_headers_name_the_version_and_a_trial_keeps_its_own(
-        server: Server, tmp_path: Path) -> None:
-    # Over plain http only for the test (the spec asks https:// or a sha256): the headers are what is tested.
-    item = Input.model_construct(source=server.url("v.txt"), to="data", sha256=None)
+        tls_server: Server, tmp_path: Path) -> None:
+    server = tls_server
+    item = Input.model_validate({"from": server.url("v.txt"), "to": "data"})
     (tmp_path / "www" / "v.txt").write_bytes(b"one")
     def unchecked(trial: str) -> TrialMessage:
         return message([], trial).model_copy(update={"inputs": [item]})
