@@ -179,6 +179,17 @@ class AgentSettings(_Service):
     exit_when_idle: float | None = Field(
         default=None, gt=0, description="exit 0 after this many seconds with no trial running and none received "
                                         "(scale-to-zero: a busy agent never exits); unset: never")
+    allow_input_hosts: str | None = Field(
+        default=None, description="hosts URL inputs may fetch from at loopback, private or link-local addresses "
+                                  "(metadata services' too): comma-separated names, addresses or networks (CIDR); "
+                                  "unset: public addresses only (docs/trial-contract.md, URL inputs)")
+    max_input_bytes: Annotated[int, BeforeValidator(memory_bytes)] = Field(
+        default=50 * 2**30, description="the most one URL input may download (50Gi, 512Mi; never more than "
+                                        "--input-cache-size): a bigger one is cut off and refused")
+    input_deadline: float = Field(default=3600.0, gt=0, description="seconds one URL input's download may take in "
+                                                                    "all, redirects included, before it is refused")
+    input_min_rate: float = Field(default=16.0, ge=0, description="KiB/s a URL input's server must send over every "
+                                                                  "30 s of the download, else it is refused")
 
 
 class DashboardSettings(_Observed):

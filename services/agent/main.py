@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 from functools import partial
 from pathlib import Path
 
-from spotsweep.services.agent import announce, cgroup, container, idle, notice
+from spotsweep.services.agent import announce, cgroup, container, idle, notice, url_policy
 from spotsweep.services.agent.capacity import Ledger, detect
 from spotsweep.services.agent.handlers import (
     Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
@@ -225,7 +225,10 @@ def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -
                           trial_env_pass=names(settings.trial_env_pass), trial_env_deny=names(settings.trial_env_deny),
                           reap_orphans=True, code_caps=Caps(bytes=int(settings.workdir_limit_mib * MiB)),
                           pip_envs_bytes=int(settings.pip_envs_gib * 2**30),
-                          input_cache_bytes=int(settings.input_cache_size * 2**30), cgroups=cgroups, runtime=runtime)
+                          input_cache_bytes=int(settings.input_cache_size * 2**30), cgroups=cgroups, runtime=runtime,
+                          url_policy=url_policy.Policy.from_setting(
+                              settings.allow_input_hosts, min(settings.max_input_bytes, int(settings.input_cache_size * 2**30)),
+                              settings.input_deadline, settings.input_min_rate))
     return Agent(store=store, config=config, slots=pool, ledger=Ledger(capacity),
                  health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown,
                                own_paths=(str(workdir.resolve()),)), grace=settings.grace)
