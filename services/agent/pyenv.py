@@ -170,6 +170,7 @@ def _build(env: Path, found: requirements_file.Read, no_build: bool, user: Trial
             if rc != 0:
                 tail = redact(log.read_bytes()[-TAIL_CHARS:].decode("utf-8", "replace"), found.root).strip()
                 shutil.rmtree(env, ignore_errors=True)
+                shutil.rmtree(work, ignore_errors=True)
                 raise Refused(f"uv {argv[1]} {argv[2] if i else ''}".rstrip() + f" failed (exit {rc}):\n{tail}")
             if i == 0:  # the agent's site folders after the env's own: its torch is the trial's
                 pth = "".join(f"import site; site.addsitedir({d!r})\n" for d in site.getsitepackages())

@@ -3,11 +3,16 @@ index is checked, refusals never quote a file outside the workdir, and uv gets t
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from spotsweep.services.agent import pyenv
+from spotsweep.services.agent.trial_user import resolve
 from spotsweep.services.agent.requirements import check_url, flatten, logical_lines, options, read, split
 from spotsweep.shared.errors import Refused
 
@@ -91,3 +96,40 @@ def test_the_installers_tail_shows_no_path_outside_the_workdir(root: Path) -> No
             f"  (see /etc/spotsweep/agent.env)")
     assert pyenv.redact(tail, root) == ("error: cannot read <path>\n  in wheels/x.whl from https://pypi.org/simple/x/\n"
                                         "  (see <path>)")
+
+
+USER = "spotsweep-pip"
+FAKE_UV = """#!/bin/sh
+echo "uid=$(id -u) home=$HOME"
+cat /etc/shadow 2>&1 | head -n 1
+echo "see /root/.aws/credentials"
+exit 3
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="builds as another user: needs root")
+def test_the_build_runs_as_the_trial_user_with_a_private_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv (a stand-in that prints who it is and tries a root-only file) runs as the trial user; its log is the
+    agent's alone; the error carries its tail without a path outside the workdir."""
+    if subprocess.run(["id", USER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+    user = resolve(USER)
+    top = Path(tempfile.mkdtemp(prefix="spotsweep-pyenv-", dir="/tmp"))  # pytest's tmp_path is root's alone
+    try:
+        top.chmod(0o755)
+        (top / "uv").write_text(FAKE_UV)
+        (top / "uv").chmod(0o755)
+        (top / "code").mkdir()
+        (top / "code" / "requirements.txt").write_text("numpy\n")
+        monkeypatch.setattr(pyenv, "_uv", lambda: str(top / "uv"))
+        with pytest.raises(Refused) as e, pyenv.lease(top / "pyenvs", top / "code/requirements.txt", top / "code",
+                                                       2**30, user=user):
+            pass
+        error = str(e.value)
+        assert error.startswith("uv venv failed (exit 3):") and f"uid={user.uid} home=<path>" in error, error
+        assert "Permission denied" in error and "root:" not in error and "see <path>" in error, error
+        (log,) = (top / "pyenvs/locks").glob("*.log")
+        assert (log.stat().st_mode & 0o777, log.stat().st_uid) == (0o600, 0)
+        assert list((top / "pyenvs/envs").iterdir()) == [] and list((top / "pyenvs/builds").iterdir()) == []
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
