@@ -19,7 +19,15 @@ holds ``locks/<key>.use`` shared from before the build to its end, and takes
 ``locks/<key>.build`` exclusively to build (a second trial wanting the same
 env waits on that build); eviction (least recently used first, above the size
 cap) takes ``.use`` exclusively without waiting, so it only removes envs no
-trial is building or running in. uv's cache (``uv-cache/``) stays across builds.
+trial is building or running in.
+
+The file is read and checked by :mod:`.requirements` (every path inside the
+workdir, every URL public https) and uv installs from the file as read. With a
+trial user the build runs as that user, in ``builds/<key>`` (0700), without a
+cache (a cache the trial users share would let one poison another sweep's
+env), and the built env is then made the agent's and read-only; without one,
+uv's cache (``uv-cache/``) stays across builds. The build's log is 0600, and the
+error a failed build gives shows no absolute path outside the workdir.
 """
 
 from __future__ import annotations
