@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 # PostgreSQL's btree index rows hold at most ~2,700 bytes; a metric name is a
 # key column of ``points``. 500 characters of 4-byte UTF-8 stays under it.
@@ -53,6 +55,15 @@ class Limits(BaseModel):
     # Files in one checkpoint: each is a request to the store, and the agent's uploads hold the trial's slot.
     # A checkpoint over it is not uploaded (the trial's warnings say so); pack many small files into one.
     checkpoint_files: int = Field(default=10_000, ge=1, le=1_000_000)
+    # Processes and threads the trial's container may hold at once (``--pids-limit``); None: the agent's
+    # --pids-limit, which is also the most a spec may ask (a fork bomb stops there, not at the node's limit).
+    pids: int | None = Field(default=None, ge=16, le=4_194_304)
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``pids`` key when not given: limits without it dump as before the field existed."""
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k != "pids"}
 
 
 def has_control(text: str) -> bool:

@@ -179,6 +179,18 @@ class AgentSettings(_Service):
     exit_when_idle: float | None = Field(
         default=None, gt=0, description="exit 0 after this many seconds with no trial running and none received "
                                         "(scale-to-zero: a busy agent never exits); unset: never")
+    input_paths: str | None = Field(
+        default=None, description="folders on the node a spec's inputs may link (from: /PATH), comma-separated; never "
+                                  "a socket, a device, /dev, /proc, /sys or /run; unset: every node-path input is "
+                                  "refused (failure refused)")
+    pids_limit: int = Field(default=4096, ge=16, description="processes and threads a trial's container may hold at "
+                                                             "once; a spec's limits.pids may ask fewer, never more")
+    tmp_size: Annotated[int, BeforeValidator(memory_bytes)] = Field(
+        default=2**30, description="size of a trial container's in-memory /tmp (1Gi, 256Mi); it counts against the "
+                                   "trial's memory limit")
+    allow_host_network: bool = Field(
+        default=False, description="let specs say network: host (the trial shares the node's network, its loopback "
+                                   "services and metadata address); unset: such trials are refused (failure refused)")
     allow_input_hosts: str | None = Field(
         default=None, description="hosts URL inputs may fetch from at loopback, private or link-local addresses "
                                   "(metadata services' too): comma-separated names, addresses or networks (CIDR); "

@@ -2,7 +2,7 @@
 
 :func:`fit` is the decision, pure: a request fits when it and the requests of
 the trials this agent runs stay within its capacity; a request bigger than the
-whole capacity never fits here. :class:`Ledger` keeps the running trials'
+whole capacity never fits here, nor one for more GPUs than a slot has. :class:`Ledger` keeps the running trials'
 requests and holds a trial's handler until its request fits (the delivery
 stays unacked on this agent, as a prefetched trial does), so memory and CPUs
 are never promised twice. A trial without ``resources.cpus``/``memory``
@@ -25,19 +25,21 @@ from spotsweep.shared.quantity import human_bytes
 
 @dataclass(frozen=True)
 class Request:
-    """A trial's ``resources.cpus`` (cores) and ``resources.memory`` (bytes); None: not asked."""
+    """A trial's ``resources.cpus`` (cores), ``resources.memory`` (bytes), None: not asked; and ``resources.gpus``."""
 
     cpus: float | None = None
     memory: int | None = None
+    gpus: int = 0
 
 
 @dataclass(frozen=True)
 class Capacity:
-    """What the agent offers its trials in all."""
+    """What the agent offers its trials in all, and the GPUs each of its slots has."""
 
     cpus: float
     memory: int
     resource_class: str = "gpu"
+    gpus: int = 0  # per slot (--gpus-per-slot on a GPU node; 0 on a CPU node)
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,10 @@ def fit(request: Request, capacity: Capacity, held: Iterable[Request]) -> Fit:
     """Whether ``request`` fits beside the ``held`` requests of the running trials."""
     cpus, memory = request.cpus or 0.0, request.memory or 0
     where = f"this agent of class {capacity.resource_class}"
+    # The spec's default (gpus: 1) runs on a CPU agent as it always did; more than the slot has never does.
+    if request.gpus > max(capacity.gpus, 1):
+        return Fit("never", f"resources.gpus: {request.gpus} requested, this agent's slots have {capacity.gpus} "
+                            "(--gpus-per-slot)")
     if memory > capacity.memory:
         return Fit("never", f"resources.memory asks for {human_bytes(memory)}, but {where} offers "
                             f"{human_bytes(capacity.memory)} (--memory) in all")
@@ -65,14 +71,22 @@ def fit(request: Request, capacity: Capacity, held: Iterable[Request]) -> Fit:
     return Fit("take")
 
 
-def detect(cpus: float | None, memory: int | None, resource_class: str, memory_limit: int | None = None) -> Capacity:
+def share(capacity: Capacity, slots: int) -> int:
+    """The memory limit of a trial that asks none: its slot's share of what the agent offers (a container
+    always has a limit, so one trial without a request cannot take the node's memory from its neighbours)."""
+    return capacity.memory // max(1, slots)
+
+
+def detect(cpus: float | None, memory: int | None, resource_class: str, memory_limit: int | None = None,
+           gpus: int = 0) -> Capacity:
     """The agent's capacity: the flags where given, else the CPUs it may run on and the node's memory
-    (or its own cgroup's limit, ``memory_limit``, when lower: an agent in a pod offers the pod's)."""
+    (or its own cgroup's limit, ``memory_limit``, when lower: an agent in a pod offers the pod's);
+    ``gpus``: each slot's."""
     found = psutil.virtual_memory().total
     if memory_limit is not None:
         found = min(found, memory_limit)
     return Capacity(cpus=cpus if cpus is not None else float(len(os.sched_getaffinity(0))),
-                    memory=memory if memory is not None else found, resource_class=resource_class)
+                    memory=memory if memory is not None else found, resource_class=resource_class, gpus=gpus)
 
 
 class Ledger:

@@ -77,6 +77,17 @@ class Request:
     gpus: str | None = None  # the slot's devices, as CUDA_VISIBLE_DEVICES names them: "0" or "2,3"
     network: str = "bridge"
     user: tuple[int, int] | None = None  # uid, gid
+    pids: int | None = None  # the spec's limits.pids; None: the agent's --pids-limit
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the operator allows every trial container (the agent's flags): a trial cannot widen it."""
+
+    pids: int = 4096  # --pids-limit: processes and threads at once (a spec's limits.pids may ask fewer)
+    tmp_bytes: int = 2**30  # --tmp-size: the in-memory /tmp (the runtime's default is half the node's memory)
+    memory: int | None = None  # the limit of a trial without resources.memory: its slot's share (capacity.share)
+    host_network: bool = False  # --allow-host-network: may a spec say network: host
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,7 @@ class Runtime:
     default_image: str | None
     owner: str  # the agent's workdir: labels its containers, so the next agent there removes what this one left
     instance: str = "test"  # this agent process's id: its lock file under ``owner``/agents is held while it lives
+    policy: Policy = Policy()
 
     def _run(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         return subprocess.run([self.binary, *args], capture_output=True, text=True, timeout=timeout, check=False)
@@ -111,20 +123,25 @@ class Runtime:
     def command(self, name: str, request: Request, argv: list[str], cwd: Path, env: Mapping[bytes, bytes],
                 mounts: Mounts) -> list[str]:
         """The client's argv that runs ``argv`` as the trial: its environment passed by name (``-e NAME``: the
-        values never show in the process table), read-only root, ``/tmp`` in memory, no swap past the request."""
-        r = request
+        values never show in the process table), read-only root, a bounded ``/tmp`` in memory, no swap past the
+        memory limit, no capabilities and no setuid gain, at most ``pids`` processes (docs/security.md)."""
+        r, policy = request, self.policy
         # The spec's argv overrides the image's ENTRYPOINT (argv[0] resolved in the image's PATH) and HEALTHCHECK;
         # it runs as the trial user or, for a root trial, as the agent's own ids, so the run's folders are writable
-        # whatever the image's USER.
+        # whatever the image's USER. No capability is added back: none is needed to run as a plain user in files
+        # it owns, and a setuid binary in the image stays the trial's user (no-new-privileges).
         user = r.user if r.user is not None else (os.getuid(), os.getgid())
-        args = [self.binary, "run", "--name", name, "--init", "--read-only", "--tmpfs", "/tmp:exec",
+        args = [self.binary, "run", "--name", name, "--init", "--read-only",
+                "--tmpfs", f"/tmp:rw,exec,size={policy.tmp_bytes}", "--security-opt", "no-new-privileges",
+                "--cap-drop", "ALL", "--pids-limit", str(r.pids or policy.pids),
                 "--label", f"{LABEL}={self.owner}", "--label", f"{INSTANCE}={self.instance}", "--workdir", str(cwd),
                 "--network", r.network, "--env", "HOME=/tmp", "--no-healthcheck", "--entrypoint", argv[0],
                 "--user", f"{user[0]}:{user[1]}"]
         if r.cpus is not None:
             args += ["--cpus", f"{r.cpus:g}"]
-        if r.memory is not None:
-            args += ["--memory", str(r.memory), "--memory-swap", str(r.memory)]
+        memory = r.memory if r.memory is not None else policy.memory
+        if memory is not None:
+            args += ["--memory", str(memory), "--memory-swap", str(memory)]
         if r.shm is not None:
             args += ["--shm-size", str(r.shm)]
         args += self._gpus(r.gpus)
@@ -141,7 +158,7 @@ class Runtime:
         own (``env``: the trial's environment; ``root``: the run's tree; its logs go to ``out`` and ``err``)."""
         gpus = env.get(b"CUDA_VISIBLE_DEVICES")
         request = Request(image, msg.cpus, msg.memory, msg.shm, gpus.decode() if gpus else None, msg.network,
-                          (user.uid, user.gid) if user is not None else None)
+                          (user.uid, user.gid) if user is not None else None, msg.limits.pids)
         argv = self.command(name, request, msg.argv, cwd, env, Mounts.of(root, cwd, [cwd / i.to for i in msg.inputs]))
         # The client runs as the agent, with its registry credentials and daemon settings.
         own = {k: v for k, v in os.environb.items() if k in (b"PATH", b"HOME") or k.startswith(_RUNTIME_VARS)}
@@ -243,6 +260,16 @@ def alive(workdir: Path, instance: str) -> bool:
             os.close(fd)
 
 
+def refused(msg: TrialMessage, policy: Policy) -> str | None:
+    """Why the operator's ``policy`` does not let ``msg`` run in a container here, naming the field and the flag."""
+    if msg.network == "host" and not policy.host_network:
+        return ("network: host shares the node's network (its loopback services, its metadata address) with the "
+                "trial; this agent does not allow it (start agents with --allow-host-network to), use bridge or none")
+    if msg.limits.pids is not None and msg.limits.pids > policy.pids:
+        return f"limits.pids: {msg.limits.pids} asked, this agent allows at most {policy.pids} (--pids-limit)"
+    return None
+
+
 def image_for(msg: TrialMessage, runtime: Runtime | None) -> tuple[str, str] | None:
     """The run's (image, id), pulled when missing, under a container runtime; None in process mode.
     Raises :class:`ImageUnavailable`, or :class:`PermanentError` for a spec this agent cannot run."""
@@ -251,6 +278,9 @@ def image_for(msg: TrialMessage, runtime: Runtime | None) -> tuple[str, str] | N
             raise PermanentError(f"the trial asks for image {msg.image!r}, but this agent runs trials as processes "
                                  f"(--runtime process): run it on agents started with --runtime docker or podman")
         return None
+    refusal = refused(msg, runtime.policy)
+    if refusal is not None:
+        raise PermanentError(refusal)
     if msg.setup_pip is not None:
         raise PermanentError("setup.pip builds a virtualenv for process mode; this agent runs trials in containers "
                              "(--runtime): install the packages in the image: a Dockerfile `FROM` the image that runs "
@@ -263,7 +293,7 @@ def image_for(msg: TrialMessage, runtime: Runtime | None) -> tuple[str, str] | N
     return image, runtime.image_id(image)
 
 
-def from_settings(kind: str, default_image: str | None, workdir: Path) -> Runtime | None:
+def from_settings(kind: str, default_image: str | None, workdir: Path, policy: Policy = Policy()) -> Runtime | None:
     """``--runtime``'s Runtime, its binary found and its daemon answering, and what an earlier agent on ``workdir``
     left removed; None for ``process``. A runtime that cannot serve trials stops the agent (exit 2) naming the flag."""
     if kind == "process":
@@ -279,7 +309,7 @@ def from_settings(kind: str, default_image: str | None, workdir: Path) -> Runtim
     if answer.returncode != 0:
         why = (answer.stderr.strip().splitlines() or ["no reason given"])[-1]
         raise PermanentError(f"--runtime {kind}: {kind} cannot run containers here: {why[:300]}")
-    runtime = Runtime(binary, default_image or None, str(workdir.resolve()), uuid.uuid4().hex[:16])
+    runtime = Runtime(binary, default_image or None, str(workdir.resolve()), uuid.uuid4().hex[:16], policy)
     hold(Path(runtime.owner), runtime.instance)
     runtime.remove_stale()
     return runtime

@@ -124,7 +124,7 @@ def _handle_trial(delivery: Delivery, conn: Connection) -> None:
     if not isinstance(msg, TrialMessage):
         raise DecodeError(f"expected a trial message on the trials queue, got {getattr(msg, 'kind', '?')}")
     with log.bound(sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt), \
-            conn.agent.ledger.hold(Request(msg.cpus, msg.memory), lambda: _stop_waiting(msg, conn)) as room:
+            conn.agent.ledger.hold(Request(msg.cpus, msg.memory, msg.gpus), lambda: _stop_waiting(msg, conn)) as room:
         if room.verdict == "never":
             _refuse(delivery, msg, conn, room.reason)
             return

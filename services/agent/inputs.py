@@ -33,7 +33,11 @@ mtime, set on every use) that no running trial holds are deleted, and so is
 what a killed agent left (a half download) once no one holds its lock.
 
 An absolute path (``from: /mnt/shared/x``, a shared filesystem) is linked
-as it is, uncached; its own permissions say who may write to it.
+uncached, at the path it resolves to, and only when that is under one of the
+operator's ``--input-paths`` and is a file or a folder that neither is nor
+holds the node's devices, kernel files or daemons' sockets (:func:`node_path`):
+a container bind-mounts it, so ``/``, ``/root`` or ``/run/docker.sock`` there
+would be the node's root. Its own permissions say who may write to it.
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
@@ -74,15 +79,65 @@ def pin_key(msg: TrialMessage) -> str:
     return f"sweeps/{msg.sweep_id}/trials/{msg.trial_id}/inputs.json"  # under sweeps/: where agents may write
 
 
+# Never bind-mounted into a trial, nor anything holding them: the node's devices, kernel interfaces and the
+# daemons' sockets (/run/docker.sock, Podman's, containerd's; /var/run is a link to /run).
+SYSTEM_PATHS = ("/dev", "/proc", "/sys", "/run", "/var/run")
+_NOT_DATA = ((stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+             (stat.S_ISFIFO, "a named pipe"))
+
+
+def node_path(item: Input, allowed: Sequence[str]) -> Path:
+    """Where a node-path input (``from: /PATH``) resolves to, after every symbolic link, when the operator's
+    ``allowed`` folders (``--input-paths``) hold it and it is a file or a folder of data; else a
+    :class:`PermanentError` naming the input and the path (the attempt fails ``refused``)."""
+    try:
+        resolved = os.path.realpath(item.source)
+    except OSError as e:  # a link the agent may not follow (/proc/1/root)
+        raise PermanentError(f"input {item.source}: cannot be resolved on this node ({e.strerror})") from e
+    where = f"input {item.source}" + (f" (resolves to {resolved})" if resolved != item.source else "")
+    if not allowed:
+        raise PermanentError(f"{where}: this agent links no node paths (start it with --input-paths FOLDER to allow "
+                             "some), or stage the data from s3:// or https://")
+    if not any(_within(resolved, os.path.realpath(root)) for root in allowed):
+        raise PermanentError(f"{where}: not under this agent's --input-paths ({', '.join(allowed)})")
+    system = [p for p in SYSTEM_PATHS if _within(resolved, p) or _within(p, resolved)]
+    if system:
+        raise PermanentError(f"{where}: is or holds {system[0]}, the node's devices, kernel files or daemons' sockets; "
+                             "never an input")
+    try:
+        mode = os.stat(resolved).st_mode
+    except OSError as e:
+        raise PermanentError(f"{where}: not on this node ({e.strerror})") from e
+    kind = next((name for test, name in _NOT_DATA if test(mode)), None)
+    if kind is not None:
+        raise PermanentError(f"{where}: is {kind}, not a file or a folder of data; never an input")
+    return Path(resolved)
+
+
+def allowed_roots(setting: str | None) -> tuple[str, ...]:
+    """``--input-paths``' folders (comma-separated absolute paths); () when unset. A relative one stops the agent."""
+    roots = tuple(p.strip() for p in (setting or "").split(",") if p.strip())
+    bad = [p for p in roots if not os.path.isabs(p)]
+    if bad:
+        raise PermanentError(f"--input-paths: {bad[0]!r} is not an absolute path (give folders such as /mnt/datasets)")
+    return roots
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 @contextmanager
 def staged(msg: TrialMessage, store: ArtifactStore, cache: Path, run: Path, cap_bytes: int,
-           user: TrialUser | None = None,
+           user: TrialUser | None = None, node_paths: Sequence[str] = (),
            guard: inputs_url.Guard | None = None) -> Iterator[None]:
-    """Every input of ``msg`` linked into ``run`` for as long as the block runs (each tree held).
+    """Every input of ``msg`` linked into ``run`` for as long as the block runs (each tree held); node paths
+    only under ``node_paths`` (:func:`node_path`), all checked before anything is staged.
     ``guard``: URL inputs' address policy, caps and the run's controls (:mod:`.inputs_url`)."""
     if not msg.inputs:
         yield
         return
+    nodes = {item.to: node_path(item, node_paths) for item in msg.inputs if item.source.startswith("/")}
     try:
         pins: dict[str, str] = json.loads(store.get_bytes(pin_key(msg)))
     except NotFound:
@@ -92,8 +147,8 @@ def staged(msg: TrialMessage, store: ArtifactStore, cache: Path, run: Path, cap_
     resolved = dict(pins)
     with ExitStack() as held:
         for item in msg.inputs:
-            if item.source.startswith("/"):
-                _link(Path(item.source), run, item.to, user)
+            if item.to in nodes:
+                _link(nodes[item.to], run, item.to, user)
                 continue
             tree, version = (_fetch_url(item, cache, pins.get(item.to), held, guard) if item.is_url
                              else _fetch(store, item, cache, pins.get(item.to), held))

@@ -18,11 +18,12 @@ from functools import partial
 from pathlib import Path
 
 from spotsweep.services.agent import announce, cgroup, container, idle, notice, url_policy
-from spotsweep.services.agent.capacity import Ledger, detect
+from spotsweep.services.agent.capacity import Ledger, detect, share
 from spotsweep.services.agent.handlers import (
     Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
 )
 from spotsweep.services.agent.health import Health
+from spotsweep.services.agent.inputs import allowed_roots
 from spotsweep.services.agent.insecure import (
     broker_user, check_setup, check_store_settings, check_writable, forget_credentials, non_dumpable, planner_users,
 )
@@ -65,10 +66,11 @@ def start(
     """:func:`connect` a new agent (one connection, as local mode and tests use it); ``code_dir``:
     local mode's workdir, where trials run in place."""
     agent_id = agent_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+    # Trials run as the user who started local mode: any node path theirs to read, but the system's (inputs.py).
     config = RunnerConfig(agent_id=agent_id, workdir=workdir or Path(tempfile.gettempdir()) / "spotsweep-agent",
-                          log_upload_seconds=log_upload_seconds, code_dir=code_dir)
+                          log_upload_seconds=log_upload_seconds, code_dir=code_dir, input_paths=("/",))
     return connect(broker, Agent(store=store, config=config, slots=slots,
-                                 ledger=Ledger(detect(None, None, resource_class))), resource_class)
+                                 ledger=Ledger(detect(None, None, resource_class, gpus=slots.gpus))), resource_class)
 
 
 def connect(broker: Broker, agent: Agent, resource_class: str = "gpu",
@@ -213,9 +215,11 @@ def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -
     cgroups = cgroup.find()
     if cgroups is not None:
         cgroups.remove_stale()
-    runtime = container.from_settings(settings.runtime, settings.default_image, workdir)
     capacity = detect(settings.cpus, settings.memory, settings.resource_class,
-                      cgroups.own_limit() if cgroups is not None else None)
+                      cgroups.own_limit() if cgroups is not None else None, pool.gpus)
+    policy = container.Policy(pids=settings.pids_limit, tmp_bytes=settings.tmp_size, memory=share(capacity, pool.count),
+                              host_network=settings.allow_host_network)
+    runtime = container.from_settings(settings.runtime, settings.default_image, workdir, policy)
     _log.info(f"offering trials {capacity.cpus:g} cores and {human_bytes(capacity.memory)} in all; "
               + (f"each in a container ({settings.runtime}; default image {settings.default_image or 'none'})" if runtime else
                  f"a memory cgroup per trial (v{cgroups.version}, {cgroups.path})" if cgroups is not None else
@@ -228,7 +232,8 @@ def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -
                           input_cache_bytes=int(settings.input_cache_size * 2**30), cgroups=cgroups, runtime=runtime,
                           url_policy=url_policy.Policy.from_setting(
                               settings.allow_input_hosts, min(settings.max_input_bytes, int(settings.input_cache_size * 2**30)),
-                              settings.input_deadline, settings.input_min_rate))
+                              settings.input_deadline, settings.input_min_rate),
+                          input_paths=allowed_roots(settings.input_paths))
     return Agent(store=store, config=config, slots=pool, ledger=Ledger(capacity),
                  health=Health(limit=settings.max_node_failures, cooldown=settings.node_cooldown,
                                own_paths=(str(workdir.resolve()),)), grace=settings.grace)

@@ -52,6 +52,7 @@ class RunnerConfig:
     code_caps: Caps = DEFAULT_CAPS  # what a code archive may unpack to (unpack.py)
     input_cache_bytes: int = 50 * 2**30  # --input-cache-size: staged inputs kept past their use (inputs.py)
     url_policy: Policy = Policy()  # URL inputs: --allow-input-hosts, --max-input-bytes, ... (url_policy.py)
+    input_paths: tuple[str, ...] = ()  # --input-paths: the folders node-path inputs may name (inputs.node_path)
     # Be the child subreaper of the trials and kill what they leave outside their groups (orphans.py): the agent
     # service sets it; off elsewhere, since it changes where every orphan of the process goes (a test runner's too).
     reap_orphans: bool = False

@@ -220,12 +220,14 @@ def test_a_path_on_the_node_is_linked_as_it_is_and_a_taken_path_is_refused(tmp_p
     items = parse_spec(spec(inputs=[{"from": str(shared), "to": "models/base"}])).inputs
     run = tmp_path / "run"
     run.mkdir()
-    with inputs.staged(message(items), Buckets(tmp_path / "s3"), tmp_path / "cache", run, 2**30):
+    allowed = (str(tmp_path / "mnt"),)  # --input-paths
+    with inputs.staged(message(items), Buckets(tmp_path / "s3"), tmp_path / "cache", run, 2**30, node_paths=allowed):
         assert (run / "models" / "base" / "w.bin").read_bytes() == b"w" and (run / "models" / "base").is_symlink()
     again = tmp_path / "again"
     (again / "models" / "base").mkdir(parents=True)  # the trial's code has a folder there
     with pytest.raises(PermanentError, match="already has something at that path"):
-        with inputs.staged(message(items), Buckets(tmp_path / "s3"), tmp_path / "cache", again, 2**30):
+        with inputs.staged(message(items), Buckets(tmp_path / "s3"), tmp_path / "cache", again, 2**30,
+                           node_paths=allowed):
             pass
 
 
