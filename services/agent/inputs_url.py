@@ -105,6 +105,18 @@ class Guard:
         return cls(policy, halted)
 
 
+def _dial(ip: IP, port: int, timeout: float | None) -> socket.socket:
+    """A TCP connection to ``ip`` itself (no lookup: ``socket.create_connection`` would resolve again)."""
+    sock = socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect((str(ip), port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class _Pinned(HTTPConnection):
     """A connection to the address that was judged; the Host header is the URL's host name."""
 
@@ -113,7 +125,7 @@ class _Pinned(HTTPConnection):
         self.ip = ip
 
     def connect(self) -> None:
-        self.sock = socket.create_connection((str(self.ip), self.port), self.timeout)
+        self.sock = _dial(self.ip, self.port, self.timeout)
 
 
 class _PinnedTLS(HTTPSConnection):
@@ -124,7 +136,7 @@ class _PinnedTLS(HTTPSConnection):
         self.ip, self.tls = ip, context
 
     def connect(self) -> None:
-        raw = socket.create_connection((str(self.ip), self.port), self.timeout)
+        raw = _dial(self.ip, self.port, self.timeout)
         try:
             self.sock = self.tls.wrap_socket(raw, server_hostname=self.host)
         except BaseException:

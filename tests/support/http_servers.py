@@ -28,7 +28,7 @@ class Server:
     """Serves ``root`` (when given) and ``routes`` on ``host``; ``gets`` counts the requests of each path."""
 
     def __init__(self, root: Path | None = None, routes: dict[str, Route] | None = None, host: str = "127.0.0.1",
-                 pem: Path | None = None) -> None:
+                 pem: Path | None = None, port: int = 0) -> None:
         gets: dict[str, int] = {}
         self.gets, self.routes, self.scheme = gets, routes if routes is not None else {}, "https" if pem else "http"
         table = self.routes
@@ -48,7 +48,7 @@ class Server:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.httpd = http.server.ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
         if pem is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
