@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from spotsweep.services.agent.url_policy import address_refusal
 from spotsweep.shared.errors import Refused
 
 _FILES = {"-r": "requirement", "--requirement": "requirement", "-c": "constraint", "--constraint": "constraint"}
@@ -118,8 +119,9 @@ def check_url(url: str) -> str:
         if _INTERNAL_NAMES.search(host.rstrip(".")) or "." not in host:
             raise Refused(f"host {host!r} looks internal (a bare name, localhost, .local, .internal, metadata)") from None
         return url
-    if not address.is_global:
-        raise Refused(f"host {host!r} is not a public address (loopback, private, link-local or reserved)")
+    why = address_refusal(address)
+    if why is not None:
+        raise Refused(f"host {host!r} is {why}, not a public address")
     return url
 
 
