@@ -22,8 +22,8 @@ SPEC = "name: s\ncommand: python3 t.py\nmetric: {name: loss}\nimage: img:1\n"
 ROW = {"sweep_id": "s", "trial_id": "s.0", "attempt": 1, "trial_name": "t", "idx": 0, "params": {}}
 
 
-def argv(policy: Policy = Policy(), **request: object) -> list[str]:
-    runtime = Runtime("/usr/bin/docker", "default:1", "/work", policy=policy)
+def argv(policy: Policy | None = None, **request: object) -> list[str]:
+    runtime = Runtime("/usr/bin/docker", "default:1", "/work", policy=policy or Policy())
     return runtime.command("spotsweep-abc", Request(**{"image": "img:2", **request}), ["python3", "t.py"],  # type: ignore[arg-type]
                            Path("/w/r/run"), {}, Mounts.of(Path("/w/r"), Path("/w/r/run"), []))
 
