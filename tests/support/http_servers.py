@@ -84,8 +84,10 @@ def status(code: int) -> Route:
     return route
 
 
-def body(length: int | None, chunk: bytes = b"x" * 65536, every: float = 0.0, announced: int | None = None) -> Route:
-    """``length`` bytes (None: without end), a chunk every ``every`` s; ``announced``: the Content-Length sent."""
+def body(length: int | None, chunk: bytes = b"x" * 65536, every: float = 0.0, announced: int | None = None,
+         hung_up: list[float] | None = None) -> Route:
+    """``length`` bytes (None: without end), a chunk every ``every`` s; ``announced``: the Content-Length sent;
+    ``hung_up`` gets the time (monotonic) the client hung up."""
     def route(h: http.server.BaseHTTPRequestHandler) -> None:
         h.send_response(200)
         h.send_header("ETag", '"e"')
@@ -101,7 +103,8 @@ def body(length: int | None, chunk: bytes = b"x" * 65536, every: float = 0.0, an
                 sent += len(part)
                 if every:
                     time.sleep(every)
-        except OSError:
-            pass  # the client hung up
+        except OSError:  # the client hung up
+            if hung_up is not None:
+                hung_up.append(time.monotonic())
         h.close_connection = True
     return route
