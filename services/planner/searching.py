@@ -44,7 +44,7 @@ def history(conn: Conn, sweep_id: str, spec: SweepSpec, *, steps: Sequence[int] 
 
 
 # A trial's search record; the curve only at %(steps)s, but whole for %(full)s and, with %(pruned)s, for pruned trials.
-COLUMNS = ("trial_id, idx, params, state, metrics, rungs, search_attrs, failures, error,"
+COLUMNS = ("trial_id, idx, params, state, metrics, rungs, search_attrs, failures, error, last_step,"
            " CASE WHEN (%(pruned)s AND state = 'pruned') OR trial_id = %(full)s THEN curve"
            " ELSE (SELECT COALESCE(jsonb_object_agg(key, value), '{}'::jsonb) FROM jsonb_each(curve) WHERE key = ANY(%(steps)s))"
            " END AS curve")
@@ -61,7 +61,7 @@ def record_from_row(r: Row, spec: SweepSpec) -> TrialRecord:
     return TrialRecord(
         index=r["idx"] if r["idx"] >= 0 else -1 - r["idx"], params=r["params"], state=TrialState(r["state"]),
         values=objective_values(spec, r["metrics"]), curve=_floats(r["curve"]), rungs=_floats(r["rungs"]),
-        attrs=r["search_attrs"] or {}, failures=r["failures"], error=r["error"],
+        attrs=r["search_attrs"] or {}, failures=r["failures"], error=r["error"], last_step=max(0, r.get("last_step") or 0),
     )
 
 

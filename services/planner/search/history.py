@@ -29,6 +29,7 @@ class TrialRecord:
     attrs: Mapping[str, Any] = field(default_factory=dict)  # the sampler's system_attrs for this trial
     failures: int = 0
     error: str | None = None
+    last_step: int = 0  # the highest step any of its runs reported (a completed trial: where its run ended)
 
 
 def objective_names(spec: SweepSpec) -> list[str]:

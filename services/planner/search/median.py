@@ -5,7 +5,8 @@ Nothing is stopped before ``startup_trials`` trials completed, before
 each interval is judged), or while fewer than ``min_trials`` completed
 trials reported at the step. A trial whose values so far are all non-finite
 (a diverged run) is stopped; other trials' non-finite values are left out of
-the median. Written against the history (each trial's ``curve``), so the
+the median. A trial is never stopped at or past the last step the completed
+trials reached: it has then done its work (Optuna would stop it). Written against the history (each trial's ``curve``), so the
 decision is the same after a planner restart.
 """
 
@@ -61,6 +62,11 @@ class Median:
             return StepDecision(Action.CONTINUE, reason=f"{len(completed)} of {stop.startup_trials} startup trials completed")
         if step < stop.warmup_steps:
             return StepDecision(Action.CONTINUE, reason=f"step {step} is in the warm-up ({stop.warmup_steps} steps)")
+        # Unlike Optuna: at the step where the completed runs ended, the trial has done its work too; a stop
+        # would save nothing and turn a finished run into a pruned one.
+        last = max((r.last_step for r in completed), default=0)
+        if last and step >= last:
+            return StepDecision(Action.CONTINUE, reason=f"step {step} is the last step the completed trials reached")
         curve = {k: v for k, v in trial.curve.items() if k < step} | {step: value}
         if not _first_in_interval(step, list(curve), stop.warmup_steps, stop.interval_steps):
             return StepDecision(Action.CONTINUE, reason=f"step {step} is not judged (interval {stop.interval_steps})")

@@ -349,8 +349,8 @@ def test_a_model_based_sampler_is_told_the_curves_of_pruned_trials(h: Any, monke
     h.submit(spec)
     good = h.published(1)[0]
     h.start(good, run_id="g")
-    progress(h, good, "g", [(1, 1.0), (2, 0.5)])
-    h.finish(good, "completed", run_id="g", metrics={"loss": 0.5})
+    progress(h, good, "g", [(1, 1.0), (2, 0.5), (3, 0.4)])
+    h.finish(good, "completed", run_id="g", metrics={"loss": 0.4})
     bad = h.published(1)[0]
     h.start(bad, run_id="b")
     progress(h, bad, "b", [(1, 0.9)])

@@ -89,7 +89,7 @@ def test_median_stopping_judges_progress_against_the_completed_trials(value: flo
     deps, db = _planner(spec)
     for i in range(2):  # two complete, with curves
         _decide(deps, _started(i), TrialProgress(sweep_id=SID, trial_id=store.trial_id_for(SID, i), attempt=1,
-                                                 run_id="r", points=[(1, 1.0 + i)]), _finished(i, 1.0 + i))
+                                                 run_id="r", points=[(1, 1.0 + i), (2, 1.0 + i)]), _finished(i, 1.0 + i))
     _decide(deps, _started(2))
     effects = _decide(deps, TrialProgress(sweep_id=SID, trial_id=store.trial_id_for(SID, 2), attempt=1, run_id="r",
                                           points=[(1, value)]))

@@ -17,12 +17,12 @@ from spotsweep.shared.states import TrialState
 
 
 def completed(i: int, curve: dict[int, float]) -> TrialRecord:
-    return TrialRecord(i, {}, TrialState.COMPLETED, (curve[max(curve)],), curve=curve)
+    return TrialRecord(i, {}, TrialState.COMPLETED, (curve[max(curve)],), curve=curve, last_step=max(curve))
 
 
 def test_worse_than_the_median_at_that_step_is_stopped() -> None:
     median = Median(MedianStop(startup_trials=2), "min")
-    others = [completed(0, {1: 1.0, 2: 0.8}), completed(1, {1: 2.0, 2: 1.6}), completed(2, {1: 3.0, 2: 2.4})]
+    others = [completed(i, {1: a, 2: b, 3: b}) for i, (a, b) in enumerate([(1.0, 0.8), (2.0, 1.6), (3.0, 2.4)])]
     # Optuna compares the trial's best value so far: 1.5 at step 1 is under the median 1.6 at step 2.
     assert median.decide(others, TrialRecord(3, {}, TrialState.RUNNING, curve={1: 1.5}), 2, 1.7).action == Action.CONTINUE
     assert median.decide(others, TrialRecord(3, {}, TrialState.RUNNING), 2, 1.7).action == Action.PRUNE
@@ -60,7 +60,8 @@ def test_agrees_with_optuna_median_pruner(seed: int) -> None:
         curve = {s: rng.random() + 1 / (s + 1) for s in steps}
         if rng.random() < 0.1:
             curve[rng.choice(list(steps))] = math.nan
-        history.append(TrialRecord(i, {}, state, (curve[max(curve)],) if state == TrialState.COMPLETED else None, curve=curve))
+        history.append(TrialRecord(i, {}, state, (curve[max(curve)],) if state == TrialState.COMPLETED else None, curve=curve,
+                                   last_step=max(curve)))
     agree = 0
     for _ in range(40):
         past = {s: rng.random() + 1 / (s + 1) for s in sorted(rng.sample(range(10), rng.randint(0, 4)))}
@@ -68,7 +69,11 @@ def test_agrees_with_optuna_median_pruner(seed: int) -> None:
         me = TrialRecord(99, {}, TrialState.RUNNING, curve=past)
         value = rng.random() + 1 / (step + 1)
         ours = Median(stop, "min").decide(history, me, step, value).action == Action.PRUNE
-        assert ours == _optuna_prunes(stop, history, me, step, value), (stop, step, value, past)
+        ended = [max(r.curve) for r in history if r.state == TrialState.COMPLETED]
+        if ended and step >= max(ended):  # where the completed runs ended, never stopped (Optuna would)
+            assert not ours, (stop, step, value, past)
+        else:
+            assert ours == _optuna_prunes(stop, history, me, step, value), (stop, step, value, past)
         agree += 1
     assert agree == 40
 
@@ -100,18 +105,27 @@ def test_agrees_with_optuna_when_the_curve_already_holds_the_rest_of_the_event(s
         assert ours == _optuna_prunes(stop, history, before, step, value), (stop, step)
 
 
+def test_a_trial_is_never_stopped_at_the_step_where_the_completed_runs_ended() -> None:
+    """Its run is done: a stop there saves nothing and turns a finished run into a pruned one (issue 40)."""
+    median = Median(MedianStop(startup_trials=1), "min")
+    others = [completed(0, {10: 1.0, 20: 0.5}), completed(1, {10: 1.2, 20: 0.6})]
+    assert median.decide(others, TrialRecord(2, {}, TrialState.RUNNING, curve={10: 3.0}), 10, 3.0).action == Action.PRUNE
+    at_end = median.decide(others, TrialRecord(2, {}, TrialState.RUNNING, curve={10: 1.1}), 20, 0.9)
+    assert at_end.action == Action.CONTINUE and "last step" in at_end.reason
+
+
 @pytest.mark.parametrize("mode", ["min", "max"])
 def test_a_diverged_trial_is_stopped_whichever_sign_its_infinity_has(mode: str) -> None:
     """-inf loss (min) or +inf score (max) is a diverged run, not the best one: it never passes the median,
     and a completed trial that diverged is left out of the median instead of dragging it."""
     median = Median(MedianStop(startup_trials=0), mode)
-    others = [completed(0, {1: 1.0}), completed(1, {1: 2.0}), completed(2, {1: 3.0})]
+    others = [completed(i, {1: v, 5: v}) for i, v in enumerate([1.0, 2.0, 3.0])]  # judged at 1, before their end
     best_looking = -math.inf if mode == "min" else math.inf
     for value in (best_looking, -best_looking, math.nan):
         decided = median.decide(others, TrialRecord(3, {}, TrialState.RUNNING), 1, value)
         assert decided.action == Action.PRUNE and "NaN or infinite" in decided.reason, (value, decided)
     good = 1.5 if mode == "min" else 2.5  # better than the median 2 of the finite values
-    with_diverged = [*others, completed(4, {1: best_looking}), completed(5, {1: best_looking})]
+    with_diverged = [*others, completed(4, {1: best_looking, 5: 1.0}), completed(5, {1: best_looking, 5: 1.0})]
     assert median.decide(with_diverged, TrialRecord(6, {}, TrialState.RUNNING), 1, good).action == Action.CONTINUE
     worse = 2.5 if mode == "min" else 1.5
     assert median.decide(with_diverged, TrialRecord(6, {}, TrialState.RUNNING), 1, worse).action == Action.PRUNE
