@@ -91,6 +91,15 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Exited:
+    """What the runtime recorded of a trial container's end: its memory limit's OOM killer ended it; its process
+    started (else the runtime failed or refused to start it, and the client's exit code is not the trial's)."""
+
+    oom: bool = False
+    started: bool = True
+
+
+@dataclass(frozen=True)
 class Runtime:
     """A container runtime's CLI (``docker`` or ``podman``) and the image trials without ``image`` run in."""
 
@@ -196,11 +205,11 @@ class Runtime:
         """SIGKILL the container (the client cannot forward that signal); one already gone is not an error."""
         self._run("kill", name, timeout=30.0)
 
-    def finish(self, name: str) -> bool:
-        """Remove the exited container; True when its memory limit's OOM killer ended it."""
-        oom = self._run("inspect", "--format", "{{.State.OOMKilled}}", name).stdout.strip() == "true"
+    def finish(self, name: str) -> Exited:
+        """Remove the exited container; what the runtime recorded of its end (verdict.py)."""
+        state = self._run("inspect", "--format", "{{.State.OOMKilled}} {{.State.StartedAt}}", name).stdout.split()
         self._run("rm", "--force", name, timeout=60.0)
-        return oom
+        return Exited(oom=state[:1] == ["true"], started=len(state) > 1 and not state[1].startswith("0001-01-01"))
 
     def remove_stale(self) -> None:
         """Remove the containers on this workdir whose owning agent is gone (killed outright): never a live

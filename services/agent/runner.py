@@ -246,7 +246,7 @@ def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Ru
                                       msg.memory if own_limit else None, sampled)
             finally:
                 on_kill(proc.pid, None)
-                container_oom = runtime is not None and runtime.finish(name)  # (docker's OOMKilled)
+                exited = runtime.finish(name) if runtime is not None else None  # (docker's OOMKilled, StartedAt)
         duration = (outcome.ended or time.monotonic()) - started  # the process's time, not the uploads' after it
         if outcome.reason == "lost":
             raise DeliveryLost(run_id, round(duration, 3))
@@ -260,7 +260,7 @@ def _started(msg: TrialMessage, store: ArtifactStore, send: Confirms, config: Ru
         # requests behind what an abandoned upload still sends): the next attempt's commits and end prune.
         if not uploads.nothing_stored(msg, redelivered, resume, send.checkpoints) and not control.preempt.is_set():
             uploads.retain(store, msg)
-        result, failure, error = verdict(outcome, proc.returncode, err, msg, launch, runtime, container_oom)
+        result, failure, error = verdict(outcome, proc.returncode, err, msg, launch, runtime, exited)
     _log.info("trial ended", outcome=result, exit_code=proc.returncode, failure=failure, **ids)
     return end(result, exit_code=proc.returncode, error=error, failure=failure, metrics=outcome.final,
                last_step=outcome.last_step, logs_uri=logs_uri, duration=round(duration, 3), **screened(outcome, cut))

@@ -4,6 +4,7 @@ end of its stderr and asking its memory cgroup or container runtime), and its fi
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -14,6 +15,7 @@ from spotsweep.shared.messages import Failure, Outcome as Result, TrialMessage
 from spotsweep.shared.quantity import human_bytes
 
 ERROR_TAIL_LINES = 20
+PROBE_SECONDS = 60.0  # a probe container that has not ended by then: the runtime is hung
 # What a CUDA out-of-memory exit leaves on stderr (torch's error text and the
 # allocator failures that come with it), for retries.on_oom.
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "HIP out of memory")
@@ -28,13 +30,40 @@ def _tail_text(f: BinaryIO, lines: int = ERROR_TAIL_LINES, limit: int = 4000) ->
 
 
 def verdict(outcome: Outcome, rc: int | None, err: BinaryIO, msg: TrialMessage, launch: Launch,
-            runtime: container.Runtime | None, container_oom: bool) -> tuple[Result, Failure | None, str | None]:
-    """:func:`classify` with what the memory cgroup or the container runtime knows of the process's end."""
-    over = outcome.over_memory or container_oom or (launch.cgroup is not None and launch.cgroup.oom_killed())
+            runtime: container.Runtime | None,
+            exited: container.Exited | None = None) -> tuple[Result, Failure | None, str | None]:
+    """:func:`classify` with what the memory cgroup or the container runtime knows of the process's end. A
+    container's exit code is the trial's when the runtime says its process started (125 included); else the
+    runtime did not start it, and a probe container (:func:`runtime_broken`) tells the node's fault from the spec's."""
+    over = outcome.over_memory or (exited is not None and exited.oom) or (
+        launch.cgroup is not None and launch.cgroup.oom_killed())
     result, failure, error = classify(outcome, rc, lambda: _tail_text(err), msg, over, runtime is not None)
-    if runtime is not None and failure == "exit":
-        failure = runtime.failure(rc) or failure
-    return result, failure, error
+    if runtime is None or failure != "exit":
+        return result, failure, error
+    if exited is not None and not exited.started and launch.image is not None:
+        broken = runtime_broken(runtime, launch.image[1], launch.env.get(b"CUDA_VISIBLE_DEVICES"))
+        if broken is not None:  # the agent's own observation: node evidence (health.py)
+            return "failed", "agent", f"the container runtime cannot start containers here: {broken}\n{error}"
+        # The trial never ran, so the stream is the runtime's own: a request of this trial's it would not start.
+        return "failed", "refused", f"the container runtime did not start the trial's container (exit {rc}; a probe " \
+                                    f"container starts here):\n{error}"
+    return result, (runtime.failure(rc) if rc != 125 else None) or failure, error
+
+
+def runtime_broken(runtime: container.Runtime, image_id: str, gpus: bytes | None) -> str | None:
+    """Why a known-good container cannot start here (the trial's image, the slot's GPUs, nothing of the spec's), or
+    None when it starts: its entrypoint does not exist, so the runtime started it when the exit is not 125."""
+    argv = [runtime.binary, "run", "--rm", "--init", "--network", "none", "--cap-drop", "ALL", "--security-opt",
+            "no-new-privileges", "--entrypoint", "/.spotsweep-probe",
+            *runtime._gpus(gpus.decode() if gpus else None), image_id]  # noqa: SLF001 - the slot's devices as a trial's
+    try:
+        probe = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
+    except subprocess.TimeoutExpired:
+        return f"a probe container did not end within {PROBE_SECONDS:g} s"
+    if probe.returncode != 125:
+        return None
+    why = (probe.stderr.strip().splitlines() or ["no reason given"])[-1]
+    return f"a probe container failed to start (exit 125): {why[:300]}"
 
 
 def screened(outcome: Outcome, cut: str | None) -> dict[str, list[Any]]:
