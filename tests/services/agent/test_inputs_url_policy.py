@@ -14,6 +14,7 @@ from http_servers import Route, Server, body, redirect, self_signed, status
 
 from spotsweep.services.agent import inputs_url
 from spotsweep.services.agent.inputs_url import Aborted, Guard
+from spotsweep.services.agent.stop_policy import RunControls
 from spotsweep.services.agent.url_policy import Budget, Policy, address_refusal, allowed, hop_refusal
 from spotsweep.shared.errors import PermanentError
 from spotsweep.shared.inputs import Input
@@ -174,3 +175,17 @@ def test_a_dripping_server_ends_by_the_deadline_and_a_stopped_run_abandons_it(
         inputs_url.fetch(item(s.url("drip")), tmp_path,
                          Guard(Policy(allow=("127.0.0.1",)), lambda: "cancelled" if cancelled.is_set() else None))
     assert e.value.reason == "cancelled" and time.monotonic() - began < 5
+
+
+def test_a_runs_controls_say_why_its_download_is_abandoned() -> None:
+    stops: dict[str, str] = {}
+    cancelled = threading.Event()
+    control = RunControls(cancelled=cancelled.is_set, stopped=stops.get)
+    halted = Guard.for_run(Policy(), control, "run-1").halted
+    assert halted() is None
+    cancelled.set()
+    assert halted() == "cancelled"
+    stops["run-1"] = "pruned"
+    assert halted() == "stopped"
+    control.lost.set()
+    assert halted() == "lost"
