@@ -2,10 +2,10 @@
 
 One row per running trial (of one sweep with ``--sweep``): its agent, the
 latest resource samples the agent sent (``sys/gpu_util``, ``sys/gpu_mem_mb``,
-``sys/cpu_percent``, ``sys/rss_mb``), its step, its last metric, and an ETA
+``sys/cpu_percent``, ``sys/rss_mb``), its step, its objective's latest value, and an ETA
 from its step rate in this attempt and its maximum step when its params name
 one (:data:`MAX_STEP_PARAMS`), else blank. It reads only the public views
-(``trial_results``, ``metric_points``), as ``ls`` does.
+(``trial_results``, ``metric_points``, ``sweep_results``), as ``ls`` does.
 """
 
 from __future__ import annotations
@@ -36,11 +36,21 @@ MAX_STEP_PARAMS = ("max_steps", "steps", "total_steps", "num_steps", "max_iters"
 # Per running trial of its current attempt: the latest value of each sys/ metric; its
 # newest and first own points (their recorded_at give the step rate). LATERAL per trial
 # over the points' primary key (trial_id, attempt, step, name): no scan of the sweep's points.
+# The metric shown is the sweep's objective at its newest step (any other metric only before the first).
 _SQL = """
+WITH objectives AS (
+    SELECT sweep_id, metric FROM sweep_results
+    WHERE state = 'running' AND (%(sweep)s::text IS NULL OR sweep_id = %(sweep)s OR name = %(sweep)s))
 SELECT t.sweep_id, t.sweep_name, t.trial_id, t.trial_name, t.agent, t.attempts, t.params, t.started_at, t.flags,
-       s.names AS sys_names, s.vals AS sys_values,
-       l.step, l.name AS metric, l.value, l.recorded_at AS step_at, f.step AS first_step, f.recorded_at AS first_at
+       s.names AS sys_names, s.vals AS sys_values, l.step, COALESCE(ob.name, l.name) AS metric,
+       CASE WHEN ob.name IS NULL THEN l.value ELSE ob.value END AS value, l.recorded_at AS step_at,
+       f.step AS first_step, f.recorded_at AS first_at
 FROM trial_results t
+LEFT JOIN objectives o ON o.sweep_id = t.sweep_id
+LEFT JOIN LATERAL (
+    SELECT name, value FROM metric_points p
+    WHERE p.trial_id = t.trial_id AND p.attempt = t.attempts AND p.name = o.metric
+    ORDER BY step DESC LIMIT 1) ob ON true
 LEFT JOIN LATERAL (
     SELECT array_agg(name) AS names, array_agg(value) AS vals FROM (
         SELECT DISTINCT ON (name) name, value FROM metric_points p
@@ -118,7 +128,7 @@ def _eta(seconds: float | None) -> str:
 def table(found: list[dict[str, Any]], sweep: str | None = None) -> Table:
     """The rows as a rich table; every name a trial or agent chose is shown escaped."""
     t = Table(title=f"running trials{f' of {shown(sweep)}' if sweep else ''} ({len(found)})")
-    for col in ("trial", "sweep", "agent", "gpu %", "gpu MiB", "cpu %", "rss MiB", "step", "last metric", "eta", "flags"):
+    for col in ("trial", "sweep", "agent", "gpu %", "gpu MiB", "cpu %", "rss MiB", "step", "objective", "eta", "flags"):
         t.add_column(col, justify="right" if col in ("gpu %", "gpu MiB", "cpu %", "rss MiB", "step", "eta") else "left")
     for r in found:
         value = "" if r["value"] is None else f"{r['value']:.4g}"  # a NaN shows as nan
