@@ -88,6 +88,16 @@ class Input(BaseModel):
         return bucket, prefix
 
 
+def without_store(inputs: list[Input]) -> str | None:
+    """Why ``inputs`` cannot be staged where there is no S3 store (local ``spotsweep run`` without
+    ``SPOTSWEEP_S3_ENDPOINT``), naming the first ``s3://`` input; None when none needs one."""
+    for i, item in enumerate(inputs):
+        if item.source.startswith("s3://"):
+            return (f"inputs[{i}].from: {item.source} is staged from an S3 store, and this machine has none: set "
+                    "SPOTSWEEP_S3_ENDPOINT (and its credentials) to run it here; a cluster's agents stage it from theirs")
+    return None
+
+
 def url_file_name(url: str) -> str:
     """The file name a URL input gets under ``to``: its path's last part (empty when it has none, or an unsafe one)."""
     name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])

@@ -37,6 +37,7 @@ from spotsweep.shared.broker.port import Outgoing
 from spotsweep.shared.db import Database
 from spotsweep.shared.db.embedded import configured
 from spotsweep.shared.errors import PermanentError
+from spotsweep.shared.inputs import without_store
 from spotsweep.shared.limits import cap_text
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import LocalSettings
@@ -52,6 +53,8 @@ def run(spec: SweepSpec, settings: LocalSettings, workers: int, csv: Path | None
         dashboard: int | None = None) -> int:
     """Run a sweep on this machine; with ``dashboard`` (a port) serve the dashboard meanwhile."""
     console = console or Console(stderr=True)
+    if settings.s3_endpoint is None and (why := without_store(spec.inputs)) is not None:
+        raise PermanentError(why)  # before any trial: it would fail each one at staging
     db = configured(settings)  # the configured PostgreSQL, or the embedded one under SPOTSWEEP_HOME
     sweep_id = new_sweep_id(spec.name)
     with sweep_lock(settings.home, sweep_id):

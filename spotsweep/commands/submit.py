@@ -18,6 +18,7 @@ from spotsweep.services.reporter import report as reporter
 from spotsweep.shared.db.embedded import for_reading
 from spotsweep.shared.db.migrator import SchemaNotReady
 from spotsweep.shared.errors import PermanentError
+from spotsweep.shared.inputs import without_store
 from spotsweep.shared.naming import placeholders
 from spotsweep.shared.runtime import ExitCode
 from spotsweep.shared.settings import Settings
@@ -157,4 +158,6 @@ def validate(args: argparse.Namespace, settings: Settings) -> int:
     spec = spec_of(args)
     print(f"ok: {spec.name}: {total_trials(spec)} trial(s), {summary(spec)}, "
           f"metric {spec.metric.name} ({spec.metric.mode}), at most {spec.max_concurrent} at once")
+    if settings.s3_endpoint is None and (why := without_store(spec.inputs)) is not None:
+        print(f"note: `spotsweep run` here would refuse it: {why}", file=sys.stderr)
     return ExitCode.OK
