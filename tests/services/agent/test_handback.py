@@ -87,7 +87,7 @@ def node(rabbit_url: str, tmp_path: Path) -> Iterator[Node]:
 
 def test_a_node_found_broken_leaves_the_trials_behind_unmarked(node: Node, tmp_path: Path) -> None:
     deps = connect(node.broker, Agent(store=node.store, config=RunnerConfig(agent_id="a1", workdir=tmp_path / "work"),
-                                      slots=Slots(1, None), health=Health(limit=2)), "cpu")
+                                      slots=Slots(1, None), health=Health(limit=2, observe=lambda: "GPU 0 is lost")), "cpu")
     node.submit(trial("a", 0, NO_GPU), trial("b", 1, NO_GPU), *(trial("c", i, "print(1)") for i in (2, 3, 4)))
     assert len(node.seen(TrialFinished, n=2)) == 2
     assert wait_until(lambda: deps.agent.health.tripped, timeout=30)

@@ -135,10 +135,11 @@ def test_a_draining_agent_hands_the_trial_back_without_it_looking_lost(agent: Ag
 
 
 NO_GPU = "raise SystemExit('no CUDA-capable device is detected')"
+LOST = "GPU 0 cannot be read by NVML: GPU is lost"  # what the agent sees of a broken node (health.Observer)
 
 
 def test_a_node_that_fails_every_trial_stops_taking_them(tmp_path: Path, delivery: Any) -> None:
-    agent = Agent(tmp_path, Health(limit=2))
+    agent = Agent(tmp_path, Health(limit=2, observe=lambda: LOST))
     agent.deps.trials_consumer = agent.broker.consume(topology.trials_queue("cpu"), lambda d: None)
     for i, sweep in enumerate(("sw", "other")):  # trials of two sweeps: the node, not a sweep, is broken
         handle_trial(delivery(encode(trial(i, NO_GPU, sweep=sweep))), agent.deps)
@@ -165,7 +166,7 @@ def test_one_sweep_whose_script_fails_everywhere_does_not_stop_the_agent(tmp_pat
 def test_a_tripped_agent_takes_trials_again_after_its_cooldown(tmp_path: Path) -> None:
     agent = Agent(tmp_path)
     deps = connect(agent.broker, AgentState(store=agent.store, config=RunnerConfig(agent_id="a1", workdir=tmp_path / "work"),
-                                       slots=Slots(1, None), health=Health(limit=2, cooldown=0.5)), "cpu")
+                                       slots=Slots(1, None), health=Health(limit=2, cooldown=0.5, observe=lambda: LOST)), "cpu")
 
     def submit(msg: TrialMessage) -> None:
         agent.broker.publish(Outgoing(topology.TRIALS_EXCHANGE, "cpu", encode(msg), message_id=msg.trial_id))
