@@ -49,6 +49,22 @@ class Median:
     def promotions(self, history: Sequence[TrialRecord], slots: int, final: bool = False) -> list[Promotion]:
         return []
 
+    def _not_judged(self, completed: Sequence[TrialRecord], curve: dict[int, float], step: int) -> str:
+        """Why ``step`` is not judged at all (empty when it is): startup, warm-up, the end, off the interval grid."""
+        stop = self.stop
+        if not completed or len(completed) < stop.startup_trials:
+            return f"{len(completed)} of {stop.startup_trials} startup trials completed"
+        if step < stop.warmup_steps:
+            return f"step {step} is in the warm-up ({stop.warmup_steps} steps)"
+        # Unlike Optuna: at the step where the completed runs ended, the trial has done its work too; a stop
+        # would save nothing and turn a finished run into a pruned one.
+        last = max(r.last_step for r in completed)
+        if last and step >= last:
+            return f"step {step} is the last step the completed trials reached"
+        if not _first_in_interval(step, list(curve), stop.warmup_steps, stop.interval_steps):
+            return f"step {step} is not judged (interval {stop.interval_steps})"
+        return ""
+
     def decide(self, history: Sequence[TrialRecord], trial: TrialRecord, step: int, value: float) -> StepDecision:
         """Whether ``trial`` goes on after reporting ``value`` at ``step``.
 
@@ -56,20 +72,11 @@ class Median:
         later steps (a progress event's points are recorded before each is
         judged): only steps up to ``step`` count. Returns CONTINUE or PRUNE.
         """
-        stop = self.stop
         completed = [r for r in history if r.state == TrialState.COMPLETED and r.index != trial.index]
-        if not completed or len(completed) < stop.startup_trials:
-            return StepDecision(Action.CONTINUE, reason=f"{len(completed)} of {stop.startup_trials} startup trials completed")
-        if step < stop.warmup_steps:
-            return StepDecision(Action.CONTINUE, reason=f"step {step} is in the warm-up ({stop.warmup_steps} steps)")
-        # Unlike Optuna: at the step where the completed runs ended, the trial has done its work too; a stop
-        # would save nothing and turn a finished run into a pruned one.
-        last = max((r.last_step for r in completed), default=0)
-        if last and step >= last:
-            return StepDecision(Action.CONTINUE, reason=f"step {step} is the last step the completed trials reached")
         curve = {k: v for k, v in trial.curve.items() if k < step} | {step: value}
-        if not _first_in_interval(step, list(curve), stop.warmup_steps, stop.interval_steps):
-            return StepDecision(Action.CONTINUE, reason=f"step {step} is not judged (interval {stop.interval_steps})")
+        not_judged = self._not_judged(completed, curve, step)
+        if not_judged:
+            return StepDecision(Action.CONTINUE, reason=not_judged)
         # A NaN or an infinity (of either sign) is a diverged run, never its best value:
         # non-finite values rank last in every strategy, as in every report.
         finite = [sign(self.mode) * v for v in curve.values() if math.isfinite(v)]
@@ -77,7 +84,7 @@ class Median:
             return StepDecision(Action.PRUNE, reason=f"every value up to step {step} is NaN or infinite")
         best = min(finite)
         others = [r.curve[step] for r in completed if step in r.curve and math.isfinite(r.curve[step])]
-        if len(others) < stop.min_trials:
+        if len(others) < self.stop.min_trials:
             return StepDecision(Action.CONTINUE, reason=f"{len(others)} completed trial(s) reported step {step}")
         median = float(np.nanpercentile([sign(self.mode) * v for v in others], 50))
         if math.isnan(median) or best <= median:
