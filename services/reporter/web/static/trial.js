@@ -9,15 +9,28 @@
     const metric = node.dataset.metric;
     const c = await SS.json(API + "/curves?max_points=1000&trial=" + encodeURIComponent(d.trial) + "&metric=" + encodeURIComponent(metric));
     const t = c.trials[0];
-    SS.chart(node).setOption({
+    const chart = SS.chart(node);
+    chart.setOption({
       animation: false, grid: {left: 10, right: 24, top: 16, bottom: 30, containLabel: true},
       tooltip: {trigger: "item", formatter: p => `step ${p.value[0]}: ${SS.exact(p.value[1])}`},
       xAxis: SS.stepAxis("step"), yAxis: {type: "value", scale: true, axisLabel: {formatter: SS.fmt}},
       series: [{type: "line", showSymbol: t.points.length < 50, symbolSize: 6, data: t.points.map(([s, v]) => [s, SS.num(v)]),
         markLine: t.resumes.length ? {symbol: "none", silent: true, lineStyle: {type: "dashed"},
-          label: {formatter: p => "attempt " + p.data.attempt, fontSize: 10},
+          label: {formatter: p => "attempt " + p.data.attempt, fontSize: 10, position: "insideEndTop"},
           data: t.resumes.map(([step, attempt]) => ({xAxis: step, attempt}))} : undefined}],
     }, {replaceMerge: ["series"]});
+    if (t.resumes.length) chart.setOption({series: [{markLine: {data: labelled(chart, t.resumes)}}]});
+  }
+  // Attempts close together (a sys/ chart's seconds, a quick requeue) would write their labels over each
+  // other: each line keeps its dash, but a label only where LABEL_GAP px separate it from the last one shown.
+  const LABEL_GAP = 16;  // the labels run up their lines: about one line of 10 px text apart
+  function labelled(chart, resumes) {
+    let last = -Infinity;
+    return resumes.map(([step, attempt]) => {
+      const x = chart.convertToPixel({xAxisIndex: 0}, step), show = !(x - last < LABEL_GAP);
+      if (show) last = x;
+      return {xAxis: step, attempt, label: {show}};
+    });
   }
   // A running trial's latest values and log tail, as they come.
   async function details() {

@@ -336,3 +336,26 @@ def test_the_trial_page_fits_1400_px_with_long_event_details(dashboard: Dashboar
     assert page.evaluate("document.getElementById('events').scrollWidth") <= 1400
     assert page.evaluate("document.documentElement.scrollWidth") <= 1400
     assert page.errors == []
+
+
+def test_attempt_labels_close_together_on_a_sys_chart_are_thinned_so_none_overlaps(dashboard: Dashboard, page: Any) -> None:
+    """A sys/ chart's x is seconds: attempts a few seconds apart drew their labels over each other (issue 40).
+    Every attempt keeps its dashed line; a label shows only at least LABEL_GAP (16) px from the last one shown."""
+    add_sweep(dashboard.db, "resumed-1")
+    tid = add_trial(dashboard.db, "resumed-1", 0, "churn", {"lr": 0.01, "opt": "adam", "layers": 2}, attempt=8)
+    rows = [(tid, 1, second, "sys/rss_mb", 100.0) for second in range(0, 2400, 10)]  # a long first attempt,
+    rows += [(tid, attempt, second, "sys/rss_mb", 100.0 + second) for attempt in range(2, 9)  # then requeues 3 s apart
+             for second in range(2400 + attempt * 3, 2400 + attempt * 3 + 3)]
+    add_points(dashboard.db, "resumed-1", rows)
+    page.goto(f"{dashboard.url}/sweeps/resumed-1/trials/{tid}")
+    refreshed(page)
+    node = "document.querySelector(\"[data-metric='sys/rss_mb']\")"
+    page.wait_for_function(f"(() => {{ const c = echarts.getInstanceByDom({node}); return c && c.getOption().series.length"
+                           " && c.getOption().series[0].markLine; })()", timeout=15_000)
+    lines = page.evaluate(f"""(() => {{ const c = echarts.getInstanceByDom({node});
+        return c.getOption().series[0].markLine.data.map(d => [c.convertToPixel({{xAxisIndex: 0}}, d.xAxis), d.label.show]); }})()""")
+    assert len(lines) == 7  # attempts 2..8 each start a dashed line
+    shown = [x for x, show in lines if show]
+    assert 1 <= len(shown) < 7 and lines[0][1]  # thinned, the first always labelled
+    assert all(b - a >= 16 for a, b in zip(shown, shown[1:])), lines
+    assert page.errors == []
