@@ -35,6 +35,7 @@ from urllib.parse import unquote, urlsplit
 from spotsweep.services.agent.url_policy import address_refusal
 from spotsweep.shared.errors import Refused
 
+MAX_FILE_BYTES = 2**20  # a requirements file larger than this is not one
 _FILES = {"-r": "requirement", "--requirement": "requirement", "-c": "constraint", "--constraint": "constraint"}
 _VALUED = {"-f": "--find-links", "--find-links": "--find-links", "-i": "--index-url", "--index-url": "--index-url",
            "--extra-index-url": "--extra-index-url", "--only-binary": "--only-binary", "--no-binary": "--no-binary",
@@ -179,6 +180,8 @@ def _line(line: str, file: Path, read: Read, out: list[str], seen: set[tuple[Pat
         out.append(_requirement(req, pairs, file.parent, read))
         return
     for name, value in pairs:
+        if name == "--hash":
+            raise Refused("--hash belongs on a requirement's line")
         if name in ("-e", "--editable"):
             raise Refused("an editable install (-e) would point into one run's copy of the workdir, which goes "
                           "with the run; name the folder without -e")
@@ -190,9 +193,10 @@ def _line(line: str, file: Path, read: Read, out: list[str], seen: set[tuple[Pat
         elif _VALUED[name] in _URL_OPTIONS:
             read.requirements.append(f"{_VALUED[name]} {check_url(value)}")
         elif _VALUED[name] == "--find-links":
-            read.requirements.append(f"--find-links {_location(value, file.parent, read.root)}")
-            if not _SCHEME.match(value):
-                read.paths.append(Path(_location(value, file.parent, read.root)))
+            where = _location(value, file.parent, read.root)
+            read.requirements.append(f"--find-links {where}")
+            if not _SCHEME.match(where):
+                read.paths.append(Path(where))
         else:
             read.requirements.append(f"{_VALUED[name]} {value}")
 
@@ -203,6 +207,8 @@ def _walk(file: Path, read: Read, out: list[str], seen: set[tuple[Path, int]]) -
     seen.add((file, id(out)))
     read.files.append(file)
     where = file.relative_to(read.root)
+    if not file.is_file() or file.stat().st_size > MAX_FILE_BYTES:
+        raise Refused(f"{where} is not a regular file of at most {MAX_FILE_BYTES // 2**20} MiB")
     for number, line in logical_lines(file.read_bytes().decode("utf-8", "replace")):
         try:
             _line(line, file, read, out, seen)

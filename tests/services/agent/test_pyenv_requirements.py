@@ -56,6 +56,12 @@ def test_a_path_outside_the_workdir_is_refused_in_every_spelling(root: Path, lin
     assert why.startswith("requirements.txt, line 2: ") and "outside the workdir" in why, why
 
 
+def test_an_include_that_is_not_a_small_regular_file_is_refused(root: Path) -> None:
+    os.mkfifo(root / "fifo")  # reading it would wait forever
+    assert "fifo is not a regular file" in refused(root, "-r fifo\n")
+    assert "wheels is not a regular file" in refused(root, "-c wheels\n")
+
+
 @pytest.mark.parametrize(("line", "said"), [
     ("--index-url file:///etc", "https"), ("-i http://pypi.internal/simple", "https"),
     ("--extra-index-url=https://10.0.0.5/simple", "not a public address"),
@@ -63,7 +69,8 @@ def test_a_path_outside_the_workdir_is_refused_in_every_spelling(root: Path, lin
     ("-i https://localhost:8080/simple", "looks internal"), ("-i https://pypi.corp.internal/", "looks internal"),
     ("-i https://devpi/", "looks internal"), ("x @ http://example.com/x.whl", "https"),
     ("git+ssh://git@example.com/x.git", "https"), ("--trusted-host example.com", "not one setup.pip takes"),
-    ("-e .", "editable"), ("numpy --global-option=x", "not one setup.pip takes"), ("numpy -r base.txt", "no option but --hash"), ("-r", "needs a value")])
+    ("-e .", "editable"), ("numpy --global-option=x", "not one setup.pip takes"), ("numpy -r base.txt", "no option but --hash"), ("-r", "needs a value"),
+    ("--hash=sha256:00", "belongs on a requirement's line"), ("-r 'unclosed", "cannot read its options")])
 def test_indexes_urls_and_options_obey_the_policy(root: Path, line: str, said: str) -> None:
     assert said in refused(root, line + "\n")
 
