@@ -25,7 +25,7 @@ from spotsweep.services.agent.workspace import Paths
 from spotsweep.shared.messages import Failure, TrialMessage
 
 _NOT_RUNNABLE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ENOEXEC, errno.EISDIR, errno.ELOOP,
-                           errno.ENAMETOOLONG})
+                           errno.ENAMETOOLONG, errno.E2BIG})  # E2BIG: the spec's arguments or environment, too long
 # Started on first use; kills every trial's process group if this agent dies (see .watchdog).
 WATCHDOG = Watchdog()
 REAPER = Reaper()  # kills what a trial left outside its process group once it is over (see .orphans)

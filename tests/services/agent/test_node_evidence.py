@@ -19,6 +19,8 @@ from spotsweep.services.planner.outbox import trial_message
 from spotsweep.shared.messages import TrialFinished
 from spotsweep.shared.spec import load_spec
 
+from tests.services.agent.conftest import Kit
+
 SPEC = "name: s\ncommand: python3 t.py\nmetric: {name: loss}\nimage: img:1\n"
 PRINTED = "docker: Error response from daemon: OCI runtime create failed: nvidia-container-cli: initialization error"
 
@@ -82,3 +84,11 @@ def test_the_real_runtime_records_whether_a_container_started(tmp_path: Path) ->
     assert ran.returncode == 125 and docker.finish(name) == Exited(oom=False, started=True)
     refused = docker._run("run", "--name", name, "--cpus", "0.001", "--entrypoint", "true", image)  # noqa: SLF001
     assert refused.returncode == 125 and docker.finish(name) == Exited(oom=False, started=False)
+
+
+def test_a_command_too_long_to_start_is_the_specs_not_the_nodes(kit: Kit) -> None:
+    """An argument over the kernel's 128 KiB per-argument limit (E2BIG) is a refusal: no submitter trips a node."""
+    msg = kit.message("pass").model_copy(update={"argv": ["python3", "-c", "pass", "x" * 200_000]})
+    final, _ = kit.run(msg)
+    assert (final.outcome, final.failure) == ("failed", "refused") and "Argument list too long" in final.error
+    assert node_evidence(final, lambda: "a node the agent sees as broken") is None
