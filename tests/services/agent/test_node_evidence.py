@@ -14,7 +14,7 @@ from spotsweep.services.agent.container import Exited, Runtime
 from spotsweep.services.agent.health import node_evidence
 from spotsweep.services.agent.launch import Launch
 from spotsweep.services.agent.supervise import Outcome
-from spotsweep.services.agent.verdict import verdict
+from spotsweep.services.agent.verdict import runtime_broken, verdict
 from spotsweep.services.planner.outbox import trial_message
 from spotsweep.shared.messages import TrialFinished
 from spotsweep.shared.spec import load_spec
@@ -84,6 +84,8 @@ def test_the_real_runtime_records_whether_a_container_started(tmp_path: Path) ->
     assert ran.returncode == 125 and docker.finish(name) == Exited(oom=False, started=True)
     refused = docker._run("run", "--name", name, "--cpus", "0.001", "--entrypoint", "true", image)  # noqa: SLF001
     assert refused.returncode == 125 and docker.finish(name) == Exited(oom=False, started=False)
+    image_id = docker.image_id(image)
+    assert runtime_broken(docker, image_id, None) is None  # this node's docker starts the probe container
 
 
 def test_a_command_too_long_to_start_is_the_specs_not_the_nodes(kit: Kit) -> None:
