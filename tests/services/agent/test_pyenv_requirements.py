@@ -16,6 +16,8 @@ from spotsweep.services.agent.trial_user import resolve
 from spotsweep.services.agent.requirements import check_url, flatten, logical_lines, options, read, split
 from spotsweep.shared.errors import Refused
 
+from tests.services.agent.test_pyenv import PKG, tree
+
 SECRET = "the-secret-content-of-a-root-file"
 
 
@@ -138,5 +140,32 @@ def test_the_build_runs_as_the_trial_user_with_a_private_log(monkeypatch: pytest
         (log,) = (top / "pyenvs/locks").glob("*.log")
         assert (log.stat().st_mode & 0o777, log.stat().st_uid) == (0o600, 0)
         assert list((top / "pyenvs/envs").iterdir()) == [] and list((top / "pyenvs/builds").iterdir()) == []
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(), reason="builds as another user")
+def test_an_env_built_as_the_trial_user_is_sealed_the_agents_and_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real uv build as the trial user (on the system's Python: this machine's agent Python lives under /root,
+    which no trial user can run): the user's trial imports the wheel; no file of the env stays writable to it."""
+    pytest.importorskip("uv")
+    if subprocess.run(["id", USER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+    user = resolve(USER)
+    top = Path(tempfile.mkdtemp(prefix="spotsweep-pyenv-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        code = tree(top / "code")
+        subprocess.run(["chmod", "-R", "a+rX", str(code)], check=True)
+        monkeypatch.setenv("UV_OFFLINE", "1")
+        monkeypatch.setattr(pyenv.sys, "executable", "/usr/bin/python3")
+        with pyenv.lease(top / "pyenvs", code / "requirements.txt", code, 2**30, no_build=True, user=user) as env:
+            got = subprocess.run([str(env / "bin/python"), "-c", f"import {PKG}; print({PKG}.VALUE)"], user=user.uid,
+                                 group=user.gid, extra_groups=[], capture_output=True, text=True)
+            assert got.stdout.strip() == "42", got.stderr
+            writable = [p for p in [env, *env.rglob("*")] if not p.is_symlink()
+                        and (p.lstat().st_uid != 0 or p.lstat().st_mode & 0o022)]
+            assert writable == []
+        assert list((top / "pyenvs/builds").iterdir()) == []  # its private build folder is gone
     finally:
         shutil.rmtree(top, ignore_errors=True)
