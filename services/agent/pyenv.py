@@ -68,10 +68,11 @@ class NoInstaller(PermanentError):
 
 
 def _feed(path: Path, digest: hashlib._Hash) -> None:
-    """A file's bytes, or a folder's files (names relative to it, and bytes) in sorted order."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    """A file's bytes, or a folder's files (names relative to it, and bytes) in sorted order. A link in a folder
+    counts by its target's name, never its content (a link to /dev/zero or a root-only file is not read)."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_symlink() or p.is_file())
     for f in files:
-        data = f.read_bytes()
+        data = b"->" + os.fsencode(os.readlink(f)) if f != path and f.is_symlink() else f.read_bytes()
         digest.update(str(f.relative_to(path) if f != path else "").encode() + b"\0" + len(data).to_bytes(8, "big") + data)
 
 

@@ -169,3 +169,14 @@ def test_an_env_built_as_the_trial_user_is_sealed_the_agents_and_read_only(monke
         assert list((top / "pyenvs/builds").iterdir()) == []  # its private build folder is gone
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_link_in_a_named_folder_counts_by_its_target_never_its_content(root: Path) -> None:
+    (root / "pkg").mkdir()
+    (root / "pkg" / "setup.py").write_text("v1")
+    (root / "pkg" / "zero").symlink_to("/dev/zero")  # read, it would never end
+    (root / "requirements.txt").write_text("./pkg\n")
+    key = pyenv.env_key(root / "requirements.txt", root)[0]
+    (root / "pkg" / "zero").unlink()
+    (root / "pkg" / "zero").symlink_to(root.parent / "secret")
+    assert pyenv.env_key(root / "requirements.txt", root)[0] != key
