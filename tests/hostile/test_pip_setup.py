@@ -72,7 +72,7 @@ def test_requirements_naming_files_outside_the_workdir_are_refused_and_never_ech
     assert pip_agent.wait_sweep(good, timeout=120) == "completed", pip_agent.cluster.logs()  # from the file as read
     pip_agent.assert_clean_sweep_completes()
     seen = [pip_agent.cli(*args).stdout for args in (("status",), ("status", "--json"), ("report", sweeps["tab"]))]
-    seen += [repr(r) for r in pip_agent.sql("SELECT * FROM trial_events")]
+    seen += [repr(r) for table in ("trial_events", "run_events") for r in pip_agent.sql(f"SELECT * FROM {table}")]
     seen += [repr(r) for r in pip_agent.sql("SELECT * FROM trials")] + [repr(r) for r in pip_agent.sql("SELECT * FROM sweeps")]
     seen.append(pip_agent.cluster.logs(tail=10**7))
     assert not [s for s in seen if token in s]
