@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from spotsweep.shared.errors import SpecError
-from spotsweep.shared.limits import MAX_TOTAL_TRIALS
+from spotsweep.shared.limits import ERROR_PROBLEMS, MAX_TOTAL_TRIALS
 from spotsweep.shared.space import total_trials
 from spotsweep.shared.spec_base import _Problems
 from spotsweep.shared.spec_models import SweepSpec
@@ -155,8 +155,8 @@ def _translate(error: ValidationError) -> SpecError:
         cause = err.get("ctx", {}).get("error")
         if isinstance(cause, _Problems):
             out += [(_path(loc + rel), msg) for rel, msg in cause.errors]
-        else:
-            extra, msg = _message(err, loc, tag)
+        else:  # past the problems an error shows, no "did you mean" (200,000 unknown keys: 40 s of difflib)
+            extra, msg = _message(err, loc, tag, suggest=len(out) < ERROR_PROBLEMS)
             out.append((_path(loc + extra), msg))
     return SpecError(out)
 
@@ -172,21 +172,25 @@ def _strip_tag(loc: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], str |
     return loc, None
 
 
-def _message(err: Any, loc: tuple[str | int, ...], tag: str | None) -> tuple[tuple[str, ...], str]:
+def _expected(loc: tuple[str | int, ...]) -> str:
+    """The types a union at ``loc`` takes, as registered now."""
+    kinds = {"strategy": strategy_types(), "early_stop": stop_types()}
+    return ", ".join(kinds.get(str(loc[0]) if loc else "", PARAM_TYPES))
+
+
+def _message(err: Any, loc: tuple[str | int, ...], tag: str | None, suggest: bool = True) -> tuple[tuple[str, ...], str]:
     kind, value = err["type"], err.get("input")
-    kinds = {"strategy": strategy_types(), "early_stop": stop_types()}  # as registered now
-    expected = ", ".join(kinds.get(str(loc[0]) if loc else "", PARAM_TYPES))
     if kind == "extra_forbidden":
-        near = difflib.get_close_matches(str(loc[-1]) if loc else "", known_keys(), n=1, cutoff=0.8)
+        near = difflib.get_close_matches(str(loc[-1]) if loc else "", known_keys(), n=1, cutoff=0.8) if suggest else []
         return (), f"unknown key (did you mean {near[0]!r}?)" if near else "unknown key"
     if kind == "missing":
         if tag is None:
             return (), "required"
         return (), f"required for {loc[0]} {tag}" if loc[0] in ("strategy", "early_stop") else f"required for type {tag}"
     if kind == "union_tag_invalid":
-        return ("type",), f"unknown type {err['ctx']['tag']!r} (expected one of: {expected})"
+        return ("type",), f"unknown type {err['ctx']['tag']!r} (expected one of: {_expected(loc)})"
     if kind == "union_tag_not_found":
-        return ("type",), f"required (one of: {expected})"
+        return ("type",), f"required (one of: {_expected(loc)})"
     if kind == "value_error":
         return (), str(err["ctx"]["error"])
     if kind in ("model_type", "dict_type", "model_attributes_type"):
