@@ -2,7 +2,8 @@
 
 A trial message with ``workdir_sha256`` runs in a fresh copy of that archive's
 tree (so no trial sees what another wrote). The tree is cached under
-``code/<sha256>/``, made atomically: downloaded, its sha256 checked, unpacked
+``code/<sha256>/`` (``code/`` 0700: a trial reads its own copy only, never
+another sweep's tree), made atomically: downloaded, its sha256 checked, unpacked
 within caps (:mod:`.unpack`) into a temporary folder renamed into place, so a
 reader never sees a half-made tree and two agents racing for one hash end
 with the same one. Past the newest :data:`KEEP_TREES`, trees no run used for
@@ -60,6 +61,7 @@ def fetch(store: ArtifactStore, cache: Path, sha256: str, caps: Caps = DEFAULT_C
         if tree.is_dir():  # another slot made it meanwhile
             return _used(tree)
         cache.mkdir(parents=True, exist_ok=True)
+        os.chmod(cache, 0o700)  # the agent's alone: a run gets a copy, so no trial reads another sweep's code here
         with tempfile.TemporaryDirectory(dir=cache, prefix=f".{sha256[:12]}-") as tmp:
             archive, unpacked = Path(tmp) / "code.tar.gz", Path(tmp) / "tree"
             key = code_key(sha256)

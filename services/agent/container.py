@@ -78,6 +78,7 @@ class Request:
     network: str = "bridge"
     user: tuple[int, int] | None = None  # uid, gid
     pids: int | None = None  # the spec's limits.pids; None: the agent's --pids-limit
+    groups: tuple[int, ...] = ()  # its supplementary groups: its own input trees' gates (tree_gate.py)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class Runtime:
                 "--cap-drop", "ALL", "--pids-limit", str(r.pids or policy.pids),
                 "--label", f"{LABEL}={self.owner}", "--label", f"{INSTANCE}={self.instance}", "--workdir", str(cwd),
                 "--network", r.network, "--env", "HOME=/tmp", "--no-healthcheck", "--entrypoint", argv[0],
-                "--user", f"{user[0]}:{user[1]}"]
+                "--user", f"{user[0]}:{user[1]}", *(f"--group-add={g}" for g in r.groups)]
         if r.cpus is not None:
             args += ["--cpus", f"{r.cpus:g}"]
         memory = r.memory if r.memory is not None else policy.memory
@@ -167,7 +168,8 @@ class Runtime:
         own (``env``: the trial's environment; ``root``: the run's tree; its logs go to ``out`` and ``err``)."""
         gpus = env.get(b"CUDA_VISIBLE_DEVICES")
         request = Request(image, msg.cpus, msg.memory, msg.shm, gpus.decode() if gpus else None, msg.network,
-                          (user.uid, user.gid) if user is not None else None, msg.limits.pids)
+                          (user.uid, user.gid) if user is not None else None, msg.limits.pids,
+                          user.groups if user is not None else ())
         argv = self.command(name, request, msg.argv, cwd, env, Mounts.of(root, cwd, [cwd / i.to for i in msg.inputs]))
         # The client runs as the agent, with its registry credentials and daemon settings.
         own = {k: v for k, v in os.environb.items() if k in (b"PATH", b"HOME") or k.startswith(_RUNTIME_VARS)}

@@ -12,8 +12,9 @@ finds no tree takes exclusively while it downloads (the checkpoints' parallel do
 :func:`~spotsweep.shared.artifacts.transfer.download_files`, which checks
 every size), lists again to check no object changed meanwhile, makes the
 tree read-only (files 0444, folders 0555, owned by the agent) and renames it
-into place; the others wait on the make lock only (never on the trials
-already using the tree, which hold theirs for hours). Every trial using a tree holds a
+into place behind a gate only the trials that link it pass (:mod:`.tree_gate`;
+the cache itself 0711, listed by none); the others wait on the make lock only
+(never on the trials already using the tree, which hold theirs for hours). Every trial using a tree holds a
 shared lock on it for its whole run, and the trial gets a symbolic link at
 ``to`` in its working directory: it may remove the link, never change what
 is behind it (not its files: they are not its user's; ``--trial-user``
@@ -54,7 +55,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
-from spotsweep.services.agent import inputs_url, tree_stats
+from spotsweep.services.agent import inputs_url, tree_gate, tree_stats
 from spotsweep.services.agent.trial_user import TrialUser
 from spotsweep.shared import log
 from spotsweep.shared.artifacts.port import ArtifactStore, NotFound, ObjectInfo
@@ -207,7 +208,7 @@ def _hold(cache: Path, version: str, make: Callable[[Path], None] | None, held: 
     """``<cache>/<version>``, held shared until ``held`` closes; made by ``make(folder)`` under the version's
     exclusive lock when absent (the others wait on it), then made read-only and renamed into place."""
     cache.mkdir(parents=True, exist_ok=True)
-    os.chmod(cache, 0o755)  # trial users reach the trees; the trees themselves are read-only
+    os.chmod(cache, 0o711)  # trial users pass through to their own trees (gated: tree_gate.py), list none
     tree = cache / version
     while True:
         fd = os.open(cache / f".{version}.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -215,6 +216,7 @@ def _hold(cache: Path, version: str, make: Callable[[Path], None] | None, held: 
         if tree.is_dir() and tree_stats.intact(tree, _manifest(cache, version)):
             held.callback(os.close, fd)  # held shared while the trial runs: eviction passes it by
             os.utime(tree)  # used now: what eviction ranks by
+            tree_gate.ensure(cache, tree)  # staged before gates: gated now
             return tree
         os.close(fd)  # not there: made under the make lock, then taken shared (a waiter never waits on the holders)
         with _locked(cache / f".{version}.make", fcntl.LOCK_EX):
@@ -236,7 +238,7 @@ def _hold(cache: Path, version: str, make: Callable[[Path], None] | None, held: 
                 make(staging)
                 _read_only(staging)
                 tree_stats.record(staging, _manifest(cache, version))  # before it is there: never found unrecorded
-                os.rename(staging, tree)
+                tree_gate.place(cache, staging, tree)  # behind a gate only its own trials pass
             total, seconds = _size(tree), time.monotonic() - started
             _log.info("input staged", source=item.source, version=version, bytes=total, seconds=round(seconds, 3),
                       mib_per_s=round(total / 2**20 / max(seconds, 1e-6), 1))

@@ -31,9 +31,11 @@ def stats(tree: Path) -> dict[str, list[int]]:
 
 
 def record(tree: Path, at: Path) -> None:
-    """Write ``tree``'s stats to ``at``, atomically (a reader sees the old record or the new, never half)."""
+    """Write ``tree``'s stats to ``at``, atomically (a reader sees the old record or the new, never half); 0600:
+    the record names every file of the tree, which only the trials the tree's gate lets in may see (tree_gate.py)."""
     part = at.with_name(f"{at.name}.{os.getpid()}.part")
-    part.write_text(json.dumps(stats(tree)))
+    with open(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        out.write(json.dumps(stats(tree)))
     os.replace(part, at)
 
 
