@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 from functools import partial
 from pathlib import Path
 
-from spotsweep.services.agent import announce, cgroup, container, idle, notice, url_policy
+from spotsweep.services.agent import announce, cgroup, container, hold, idle, notice, url_policy
 from spotsweep.services.agent.capacity import Ledger, detect, share
 from spotsweep.services.agent.handlers import (
     Connection, handle_control, handle_trial, resume_after_cooldown, send_notices,
@@ -27,6 +27,7 @@ from spotsweep.services.agent.inputs import allowed_roots
 from spotsweep.services.agent.insecure import (
     broker_user, check_setup, check_store_settings, check_writable, forget_credentials, non_dumpable, planner_users,
 )
+from spotsweep.services.agent.launch import WATCHDOG
 from spotsweep.services.agent.runner import RunnerConfig, kill_all
 from spotsweep.services.agent.unpack import Caps, MiB
 from spotsweep.services.agent.state import Agent, Slots
@@ -137,6 +138,8 @@ def describe_loss(close_reason: str | None) -> str:
     """Why a connection's running trials were lost, in words a user can act on."""
     if close_reason and "delivery acknowledgement" in close_reason and "timed out" in close_reason:
         return CONSUMER_TIMEOUT_HINT.format(reason=close_reason)
+    if close_reason == hold.LAPSED:
+        return close_reason
     if close_reason:
         return f"RabbitMQ closed the agent's channel: {close_reason}"
     return "the agent's connection to RabbitMQ was lost"
@@ -205,6 +208,18 @@ def _observed(settings: AgentSettings, pool: Slots) -> CurrentBroker:
     return current
 
 
+def _keep_hold(current: CurrentBroker, heartbeat: int, done: threading.Event) -> None:
+    """Hold the running attempts on a lease renewed while the broker is heard (services/agent/hold.py): past
+    it the watchdog kills them, and a lapse closes the connection, so that no attempt runs twice at once."""
+    def lapsed() -> None:
+        kill_all()
+        if current.broker is not None:
+            current.broker.abandon(hold.LAPSED)
+
+    hold.keep(hold.HOLD, heartbeat, lambda: current.broker.heard_age() if current.broker is not None else None,
+              WATCHDOG.renew, lapsed, done)
+
+
 def _agent(settings: AgentSettings, pool: Slots, trial_users: UserPool | None) -> Agent:
     """The agent's state, over its artifact store (checked writable when it is S3)."""
     agent_id = f"{socket.gethostname()}-{os.getpid()}"
@@ -249,6 +264,7 @@ def main(settings: AgentSettings) -> int:
     agent = _agent(settings, pool, trial_users)
     first = first_broker(settings, settings.startup_timeout)
     done = threading.Event()  # serve() returned: the drain deadline has nothing left to bound
+    _keep_hold(current, settings.heartbeat, done)
     deadline_lock = threading.Lock()
     deadline: list[threading.Thread] = []
 

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 from spotsweep.services.agent import code_cache, container, inputs, inputs_url, pyenv, uploads, workspace
 from spotsweep.services.agent.container import ImageUnavailable
+from spotsweep.services.agent.hold import HOLD, LAPSED
 from spotsweep.services.agent.stop_policy import RunControls
 from spotsweep.services.agent.launch import REAPER, WATCHDOG, Launch, NotStarted, environment, kill_all, launched
 from spotsweep.services.agent.log_shipper import LogShipper
@@ -273,7 +274,7 @@ def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMe
     """Announce the started process and supervise it to its end; its whole group is dead when this returns,
     and what left the group (``setsid``) is killed within moments (:mod:`.orphans`).
     Raises :class:`DeliveryLost` when a publish failed (the broker went away mid-trial)."""
-    started = time.monotonic()
+    started, held = time.monotonic(), HOLD.mark()
     try:
         WATCHDOG.add(proc.pid)  # start_new_session: the trial's pid is its process group's id
         # Sent at once, as its own message: the planner knows the run from its first instant.
@@ -282,6 +283,8 @@ def _supervised(proc: subprocess.Popen[bytes], start: TrialStarted, msg: TrialMe
                   sweep_id=msg.sweep_id, trial_id=msg.trial_id, attempt=msg.attempt, run_id=start.run_id)
         outcome = supervise(proc, msg, store, send, config, control, Tail(paths.metrics, msg.limits.line_bytes),
                             paths.checkpoint, start.run_id, restored, memory_limit, sampled)
+        if not HOLD.held(held):  # the watchdog killed it (the agent was frozen): its delivery is void (hold.py)
+            raise RetryableError(LAPSED)
         send.wait()  # the final event is published only after its points and checkpoints are confirmed
         return outcome
     except RetryableError as e:

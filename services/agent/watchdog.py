@@ -20,11 +20,18 @@ SIGKILLs every group still registered, and also every process that
 carries the agent's token in its environment (found with psutil; a trial started in the
 instant before its ``+PGID`` was written, or a child that left its group),
 then exits.
+
+The agent's hold (:mod:`.hold`) renews its lease here with ``*SECONDS``
+lines: once armed, a lease that runs out without a renewal (the agent frozen
+by SIGSTOP, its broker unheard) SIGKILLs every registered group, as the end
+of file would, and the watchdog waits for the next renewal. It looks at a
+clock that counts a suspend (CLOCK_BOOTTIME) at least every ``LOOK_S``.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -35,9 +42,11 @@ from contextlib import suppress
 
 import psutil
 
+from spotsweep.services.agent.hold import clock
 from spotsweep.services.agent.signals import killpg
 
 TOKEN_VAR = "SPOTSWEEP_AGENT_TOKEN"
+LOOK_S = 0.25  # the watchdog's longest sleep while a lease is armed
 
 
 class Watchdog:
@@ -54,6 +63,10 @@ class Watchdog:
 
     def discard(self, pgid: int) -> None:
         self._send(f"-{pgid}\n", lambda: self._groups.discard(pgid))
+
+    def renew(self, lease: float) -> None:
+        """The agent holds its attempts for ``lease`` more seconds: past that, the watchdog kills them."""
+        self._send(f"*{lease:.3f}\n", lambda: None)
 
     def groups(self) -> list[int]:
         """The process groups of the trials running now."""
@@ -107,16 +120,40 @@ def _carriers(token: str) -> list[int]:
     return found
 
 
-def serve(token: str) -> None:
-    """Read ``+PGID``/``-PGID`` lines until end of file, then kill what is left."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the agent: the agent cleans up itself
-    groups: set[int] = set()
-    for raw in sys.stdin.buffer:
-        line = raw.strip()
-        if line[:1] in (b"+", b"-") and line[1:].isdigit():
-            (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+def _read(fd: int, deadline: float | None) -> bytes | None:
+    """What the pipe has by the deadline (b"" at end of file), or None when the deadline came first."""
+    while deadline is None or clock() < deadline:
+        wait = None if deadline is None else min(LOOK_S, max(0.0, deadline - clock()))
+        if select.select([fd], [], [], wait)[0]:
+            return os.read(fd, 65536)
+    return None
+
+
+def _kill(groups: set[int]) -> None:
     for pgid in groups:
         killpg(pgid)
+    groups.clear()
+
+
+def serve(token: str) -> None:
+    """Read ``+PGID``/``-PGID``/``*LEASE`` lines until end of file, then kill what is left."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the agent: the agent cleans up itself
+    groups: set[int] = set()
+    deadline: float | None = None  # when the agent's lease runs out; None: not armed
+    fd, rest = sys.stdin.fileno(), b""
+    while (chunk := _read(fd, deadline)) != b"":
+        if chunk is None:  # the lease ran out: the agent is frozen or cut off, and the broker will redeliver
+            _kill(groups)
+            deadline = None
+            continue
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in (raw.strip() for raw in lines):
+            if line[:1] in (b"+", b"-") and line[1:].isdigit():
+                (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+            elif line[:1] == b"*":
+                with suppress(ValueError):
+                    deadline = clock() + float(line[1:])
+    _kill(groups)
     me = os.getpid()
     for pid in _carriers(token):
         if pid != me:

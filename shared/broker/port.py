@@ -180,6 +180,16 @@ class Broker(ABC):
     def stop(self, drain: bool = True) -> None:
         """Thread-safe. Stop consumers, drain handlers (if ``drain``), close."""
 
+    def heard_age(self) -> float | None:
+        """Seconds since the broker last sent this connection anything (a heartbeat frame counts); None when
+        the adapter cannot tell (the agent's hold on its trials is then never armed: services/agent/hold.py)."""
+        return None
+
+    def abandon(self, reason: str) -> None:
+        """Thread-safe. Close now as a lost connection (its unacked deliveries go back), saying ``reason``."""
+        self.close_reason = reason
+        self.stop(drain=False)
+
     def __enter__(self) -> Broker:
         return self
 

@@ -120,6 +120,7 @@ class RabbitBroker(Broker):
         self._drain = True
         self._grace_until: float | None = None
         self._runners: set[threading.Thread] = set()  # threads waiting in run()
+        self._heard = (-1, time.monotonic())  # (bytes received, when that count was first seen): heard_age
         self._io.on_end(self._release)
         self._io.every(IO_TICK_S, self._tick)
 
@@ -230,6 +231,18 @@ class RabbitBroker(Broker):
             error = self._io.error
             raise RetryableError(f"lost the connection to {self.url}: {type(error).__name__}") from error
 
+    def heard_age(self) -> float | None:
+        """Seconds since bytes last came in, to the I/O tick (a frozen loop's count does not move)."""
+        return time.monotonic() - self._heard[1]
+
+    def abandon(self, reason: str) -> None:
+        def close() -> None:
+            self.close_reason = reason
+            self._io.error = self._io.error or pe.ConnectionWrongStateError(reason)
+            self._io.close()
+
+        self._io.wake(close)
+
     def stop(self, drain: bool = True) -> None:
         self._drain = drain and (self._drain or not self._stop_requested)  # drain=False wins
         self._stop_requested = True
@@ -251,6 +264,8 @@ class RabbitBroker(Broker):
         """The loop's look at its flags: drain and close once stopped; end on a lost consumer."""
         if self._io.closed.is_set() or not self._io.conn.is_open:
             return
+        if self._io.conn.bytes_received != self._heard[0]:
+            self._heard = (self._io.conn.bytes_received, time.monotonic())
         if self._stop_requested:
             for c in self._consumers:
                 c.cancel_on_io()
