@@ -146,7 +146,7 @@ class Runtime:
                 "--cap-drop", "ALL", "--pids-limit", str(r.pids or policy.pids),
                 "--label", f"{LABEL}={self.owner}", "--label", f"{INSTANCE}={self.instance}", "--workdir", str(cwd),
                 "--network", r.network, "--env", "HOME=/tmp", "--no-healthcheck", "--entrypoint", argv[0],
-                "--user", f"{user[0]}:{user[1]}", *(f"--group-add={g}" for g in r.groups)]
+                "--user", f"{user[0]}:{user[1]}"]
         if r.cpus is not None:
             args += ["--cpus", f"{r.cpus:g}"]
         memory = r.memory if r.memory is not None else policy.memory
@@ -187,9 +187,10 @@ class Runtime:
 
     @staticmethod
     def failure(rc: int | None) -> Failure | None:
-        """What the client's own exit codes mean (``docker run``'s and ``podman run``'s): 125 the runtime failed
-        (the node's), 126 and 127 the command cannot run in the image (the spec's); None: the command's own exit."""
-        return {125: "agent", 126: "refused", 127: "refused"}.get(rc) if rc is not None else None  # type: ignore[return-value]
+        """What the client's own exit codes mean (``docker run``'s and ``podman run``'s): 126 and 127 the command
+        cannot run in the image (the spec's); None: the command's own exit. 125 is not read here: it is the trial's
+        when its container started, else a probe decides (verdict.py)."""
+        return {126: "refused", 127: "refused"}.get(rc) if rc is not None else None  # type: ignore[return-value]
 
     def pid(self, name: str, wait: float = 10.0) -> int | None:
         """The host pid of the container's init once it runs (for the resource samples); None if it never did."""

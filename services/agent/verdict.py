@@ -47,7 +47,7 @@ def verdict(outcome: Outcome, rc: int | None, err: BinaryIO, msg: TrialMessage, 
         # The trial never ran, so the stream is the runtime's own: a request of this trial's it would not start.
         return "failed", "refused", f"the container runtime did not start the trial's container (exit {rc}; a probe " \
                                     f"container starts here):\n{error}"
-    return result, (runtime.failure(rc) if rc != 125 else None) or failure, error
+    return result, runtime.failure(rc) or failure, error
 
 
 def runtime_broken(runtime: container.Runtime, image_id: str, gpus: bytes | None) -> str | None:
