@@ -146,7 +146,7 @@ class Runtime:
                 "--cap-drop", "ALL", "--pids-limit", str(r.pids or policy.pids),
                 "--label", f"{LABEL}={self.owner}", "--label", f"{INSTANCE}={self.instance}", "--workdir", str(cwd),
                 "--network", r.network, "--env", "HOME=/tmp", "--no-healthcheck", "--entrypoint", argv[0],
-                "--user", f"{user[0]}:{user[1]}"]
+                "--user", f"{user[0]}:{user[1]}", *(f"--group-add={g}" for g in r.groups)]
         if r.cpus is not None:
             args += ["--cpus", f"{r.cpus:g}"]
         memory = r.memory if r.memory is not None else policy.memory
