@@ -108,3 +108,27 @@ def test_a_vhost_that_does_not_exist_is_a_clear_error_naming_it(rabbit_url: str)
     text = str(caught.value)
     assert "vhost 'no-such-vhost-31'" in text and "not found" in text, text
     assert "ProbableAccessDeniedError" not in text and "guest:guest" not in text, text
+
+
+def test_an_idle_connection_hears_the_broker_at_least_every_heartbeat(rabbit_url: str) -> None:
+    """The agent's hold (services/agent/hold.py) renews only while the broker was heard within 1.5 heartbeats:
+    RabbitMQ's heartbeat frames alone keep an idle connection well inside that."""
+    broker = RabbitBroker(rabbit_url, heartbeat=2)
+    try:
+        ages = []
+        deadline = time.monotonic() + 7
+        while time.monotonic() < deadline:
+            ages.append(broker.heard_age())
+            time.sleep(0.1)
+        print(f"longest unheard: {max(a for a in ages if a is not None):.2f} s")
+        assert max(a for a in ages if a is not None) < 3.0, ages
+    finally:
+        broker.stop(drain=False)
+
+
+def test_an_abandoned_connection_ends_run_as_lost_saying_why(rabbit_url: str) -> None:
+    broker = RabbitBroker(rabbit_url)
+    broker.abandon("the hold lapsed")
+    with pytest.raises(RetryableError):
+        broker.run()
+    assert broker.close_reason == "the hold lapsed"
