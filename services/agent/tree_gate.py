@@ -21,13 +21,19 @@ root every trial runs as the agent's user, and the trees stay 0555.
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import functools
 import grp
 import hashlib
 import os
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+
+from spotsweep.shared import log
+
+_log = log.get("spotsweep.agent")
 
 # systemd's users and groups document leaves 1879048192-2147352575 unused (past the container ranges,
 # below the "foreign" one); 2**24 gids from its start.
@@ -89,8 +95,23 @@ def groups(links: Iterable[Path]) -> tuple[int, ...]:
 
 
 def _close(folder: Path, gid: int) -> None:
-    os.chown(folder, 0, gid, follow_symlinks=False)
+    """Make ``folder`` the gate ``gid``; where the kernel refuses that gid (a user namespace that does not map it),
+    the folder stays as it was (0555, readable by every trial) and the agent says so."""
+    try:
+        os.chown(folder, 0, gid, follow_symlinks=False)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EPERM):
+            raise
+        _ungated(e.strerror or str(e))
+        return
     os.chmod(folder, 0o750)
+
+
+@functools.cache
+def _ungated(error: str) -> None:
+    """Said once per agent: every trial on this node can read every staged tree."""
+    _log.warning("insecure setup: staged inputs are not gated, every trial on this node can read them: this agent "
+                 "cannot give a tree a gid of its own (root in a user namespace that does not map it?)", error=error)
 
 
 @contextmanager

@@ -3,6 +3,7 @@ trial started with that tree's gid. tests/hostile/test_sweep_privacy.py runs the
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
@@ -58,6 +59,17 @@ def test_a_tree_staged_before_gates_is_gated_when_next_used(tmp_path: Path) -> N
     assert tree_gate.groups([old]) == ()  # root's group: never given to a trial
     tree_gate.ensure(tmp_path, old)
     assert tree_gate.is_gate(old.stat().st_gid) and stat.S_IMODE(old.stat().st_mode) == 0o750
+
+
+@root_only
+def test_a_gid_the_kernel_refuses_leaves_the_tree_as_it_was_and_staged(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(tree_gate.os, "chown", refused)  # root in a user namespace that does not map the gid
+    tree = _staged(tmp_path, "e" * 32, "E")
+    assert stat.S_IMODE(tree.stat().st_mode) == 0o555 and (tree / "secret.txt").read_text() == "E"
 
 
 @root_only
