@@ -23,8 +23,9 @@ then exits.
 
 The agent's hold (:mod:`.hold`) renews its lease here with ``*SECONDS``
 lines: once armed, a lease that runs out without a renewal (the agent frozen
-by SIGSTOP, its broker unheard) SIGKILLs every registered group, as the end
-of file would, and the watchdog waits for the next renewal. It looks at a
+by SIGSTOP, its broker unheard) SIGKILLs every registered group and token
+carrier (a container's processes carry it too), as the end of file would,
+and the watchdog waits for the next renewal. It looks at a
 clock that counts a suspend (CLOCK_BOOTTIME) at least every ``LOOK_S``.
 """
 
@@ -129,10 +130,16 @@ def _read(fd: int, deadline: float | None) -> bytes | None:
     return None
 
 
-def _kill(groups: set[int]) -> None:
+def _kill(groups: set[int], token: str) -> None:
+    """Every registered group, then every process carrying the token (a container's, one that left its group)."""
     for pgid in groups:
         killpg(pgid)
     groups.clear()
+    spare = {os.getpid(), os.getppid()}  # never the agent: a lapse kills its trials only
+    for pid in _carriers(token):
+        if pid not in spare:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def serve(token: str) -> None:
@@ -143,7 +150,7 @@ def serve(token: str) -> None:
     fd, rest = sys.stdin.fileno(), b""
     while (chunk := _read(fd, deadline)) != b"":
         if chunk is None:  # the lease ran out: the agent is frozen or cut off, and the broker will redeliver
-            _kill(groups)
+            _kill(groups, token)
             deadline = None
             continue
         *lines, rest = (rest + chunk).split(b"\n")
@@ -153,12 +160,7 @@ def serve(token: str) -> None:
             elif line[:1] == b"*":
                 with suppress(ValueError):
                     deadline = clock() + float(line[1:])
-    _kill(groups)
-    me = os.getpid()
-    for pid in _carriers(token):
-        if pid != me:
-            with suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+    _kill(groups, token)
 
 
 if __name__ == "__main__":
