@@ -54,14 +54,14 @@ def working_dir(store: ArtifactStore, cache: Path, sha256: str | None, in_place:
 
 def fetch(store: ArtifactStore, cache: Path, sha256: str, caps: Caps = DEFAULT_CAPS) -> Path:
     """The cached tree of ``code/<sha256>.tar.gz``, downloaded and checked on first use."""
+    cache.mkdir(parents=True, exist_ok=True)
+    os.chmod(cache, 0o700)  # the agent's alone (an older agent's 0755 too): a run gets a copy, no trial reads it here
     tree = cache / sha256
     if tree.is_dir():
         return _used(tree)
     with _lock(sha256):
         if tree.is_dir():  # another slot made it meanwhile
             return _used(tree)
-        cache.mkdir(parents=True, exist_ok=True)
-        os.chmod(cache, 0o700)  # the agent's alone: a run gets a copy, so no trial reads another sweep's code here
         with tempfile.TemporaryDirectory(dir=cache, prefix=f".{sha256[:12]}-") as tmp:
             archive, unpacked = Path(tmp) / "code.tar.gz", Path(tmp) / "tree"
             key = code_key(sha256)

@@ -186,3 +186,16 @@ def test_a_new_tree_evicts_old_ones_and_a_used_one_is_kept(tmp_path: Path, monke
     assert [p.name for p in cache.iterdir()] == [new]
     code_cache.fetch(store, cache, old)  # needed again: fetched again
     assert sorted(p.name for p in cache.iterdir()) == sorted([old, new])  # new was used just now: kept
+
+
+def test_the_code_cache_is_the_agents_alone_an_older_agents_open_one_too(tmp_path: Path) -> None:
+    """Issue 39, item 6: a trial reads its run's copy of its code, never another sweep's tree in the cache."""
+    store = LocalArtifactStore(tmp_path / "store")
+    (tmp_path / "src").mkdir()
+    sha = published(store, tmp_path / "src", {"train.py": "print('secret')\n"})
+    cache = tmp_path / "cache"
+    code_cache.fetch(store, cache, sha)
+    assert cache.stat().st_mode & 0o777 == 0o700
+    cache.chmod(0o755)  # as an agent before issue 39 left it
+    code_cache.fetch(store, cache, sha)  # a hit: nothing fetched, the cache closed all the same
+    assert cache.stat().st_mode & 0o777 == 0o700
