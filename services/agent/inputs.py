@@ -346,7 +346,7 @@ def _leftovers(cache: Path) -> None:
 def _remove(tree: Path) -> None:
     """Delete a read-only tree (its folders made writable first: an agent that is not root needs that)."""
     for folder, _, _ in os.walk(tree):
-        os.chmod(folder, 0o755)
+        os.chmod(folder, 0o700)  # writable for its owner only: no trial enters a tree being deleted
     shutil.rmtree(tree, ignore_errors=True)
 
 
