@@ -70,11 +70,11 @@ class SpotsweepCallback(TrainerCallback):
     def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         check_resumable(args)
         if trial.is_managed and args.should_save:
-            drop_incomplete(Path(args.output_dir))
+            drop_incomplete(_output_dir(args))
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: Any = None, **kwargs: Any) -> None:
-        folder = Path(args.output_dir) / f"{_PREFIX}{state.global_step}"
+        folder = _output_dir(args) / f"{_PREFIX}{state.global_step}"
         if state.global_step > 0 and model is not None and folder.is_dir():
             reload_weights_if_partial(model, folder)
         self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -99,7 +99,7 @@ class SpotsweepCallback(TrainerCallback):
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
             return
-        folder = Path(args.output_dir) / f"{_PREFIX}{state.global_step}"
+        folder = _output_dir(args) / f"{_PREFIX}{state.global_step}"
         (folder / COMPLETE_MARKER).touch()
         best = Path(state.best_model_checkpoint) if state.best_model_checkpoint else None
         for other in _checkpoint_folders(folder.parent):
@@ -132,7 +132,7 @@ def _is_number(value: object) -> bool:
 
 def check_resumable(args: TrainingArguments) -> None:
     """Refuse, naming the setting, what would keep an attempt from resuming exactly where the last one saved."""
-    out = Path(args.output_dir).resolve()
+    out = _output_dir(args).resolve()
     root = trial.checkpoint_dir.resolve()
     if out != root and root not in out.parents:
         raise ValueError(f"TrainingArguments.output_dir={args.output_dir!r} is outside the trial's checkpoint "
@@ -147,9 +147,13 @@ def check_resumable(args: TrainingArguments) -> None:
     if args.ignore_data_skip:
         raise ValueError("TrainingArguments.ignore_data_skip=True replays an epoch's first batches after a resume: "
                          "a resumed trial would not continue exactly. Leave it False")
-    if not args.accelerator_config.use_seedable_sampler:
+    if not getattr(args.accelerator_config, "use_seedable_sampler", True):
         raise ValueError("TrainingArguments.accelerator_config.use_seedable_sampler=False makes the data order "
                          "depend on the RNG at the start of each epoch, not on the seed: leave it True")
+
+
+def _output_dir(args: TrainingArguments) -> Path:
+    return Path(str(args.output_dir))
 
 
 def _checkpoint_folders(root: Path) -> list[Path]:
