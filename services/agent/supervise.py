@@ -21,6 +21,7 @@ from pathlib import Path
 from spotsweep.services.agent.cgroup import Hierarchy
 from spotsweep.services.agent.committer import DrainClock, LineReader, MetricPump
 from spotsweep.services.agent.container import Runtime
+from spotsweep.services.agent.hold import HOLD
 from spotsweep.services.agent.stop_policy import RunControls
 from spotsweep.services.agent.monitor import RunMonitor
 from spotsweep.services.agent.screen import Screen
@@ -148,7 +149,9 @@ def supervise(
     pump = MetricPump(msg, run_id, publish, config.batch_points, config.batch_seconds, restored)
     screen = Screen(msg.limits, known=pump.final, trial_id=msg.trial_id)
     drain_clock = DrainClock(control, control.grace)  # an upload in flight at a preemption: until the grace, no longer
-    reader = LineReader(msg, tail, screen, pump, store, ckpt_dir, publish, confirm, drain_clock.out_of_time)
+    held = HOLD.mark()  # a run whose hold lapsed commits no checkpoint: its attempt may run elsewhere (hold.py)
+    reader = LineReader(msg, tail, screen, pump, store, ckpt_dir, publish, confirm,
+                        lambda: drain_clock.out_of_time() or not HOLD.held(held))
     monitor = RunMonitor(msg, run_id, sampled or proc.pid, publish, pump.take_samples, config.sample_seconds,
                          memory_limit=memory_limit)
     pump.watch = monitor.points

@@ -130,12 +130,15 @@ def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
     prune older ones as ``msg.checkpoint_keep`` says and remove the stage; its
     URI, or None when it could not be uploaded. A prune that fails is logged:
     the checkpoint is committed, and the next prune deletes what this one left.
-    ``cancel``: once it says so (a draining node out of grace, :class:`.committer.DrainClock`)
-    the upload is abandoned uncommitted; a resume takes the previous complete checkpoint."""
+    ``cancel``: once it says so (a draining node out of grace, :class:`.committer.DrainClock`; a run whose
+    hold lapsed, :mod:`.hold`, whose attempt may run elsewhere now) the upload is abandoned uncommitted, asked
+    last just before ``LATEST`` moves; a resume takes the previous complete checkpoint."""
     def upload() -> str:
         if cancel is not None and cancel():
             raise TransferCancelled("no time left to upload it")
         folder = upload_checkpoint_files(store, msg.sweep_id, msg.trial_id, step, staged, metrics, cancel)
+        if cancel is not None and cancel():  # asked again at the last moment: LATEST is what a resume trusts
+            raise TransferCancelled("the upload was cancelled before its commit")
         commit_checkpoint(store, msg.sweep_id, msg.trial_id, folder)
         return folder
 
@@ -145,8 +148,9 @@ def checkpoint(store: ArtifactStore, msg: TrialMessage, step: int, staged: Path,
         exported.CHECKPOINT_UPLOAD_SECONDS.observe(time.monotonic() - began)
         exported.CHECKPOINT_UPLOAD_BYTES.inc(size)
     except TransferCancelled:
-        _log.warning("checkpoint abandoned: the node is going away and its upload could not finish within the grace; "
-                     "the trial resumes from its previous complete checkpoint", step=step, bytes=size,
+        _log.warning("checkpoint abandoned uncommitted: the node is going away and its upload could not finish within "
+                     "the grace, or the agent's hold on the attempt lapsed (hold.py); the trial resumes from its "
+                     "previous complete checkpoint", step=step, bytes=size,
                      seconds=round(time.monotonic() - began, 1), trial_id=msg.trial_id)
         return None
     except (SpotsweepError, OSError) as e:  # an upload problem is never charged to the trial

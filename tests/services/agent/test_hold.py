@@ -79,3 +79,29 @@ def test_the_watchdog_kills_a_trial_whose_lease_ran_out_and_spares_one_renewed()
         trial.kill()
         trial.wait()
         dog.close()
+
+
+def test_a_checkpoint_whose_run_lost_its_hold_mid_upload_is_not_committed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The frozen agent wakes with an upload in flight: its files may land, LATEST stays where the next run left it."""
+    from spotsweep.services.agent import uploads
+    from spotsweep.shared.artifacts.checkpoints import latest_checkpoint
+    from spotsweep.shared.artifacts.local import LocalArtifactStore
+    from spotsweep.shared.messages import TrialMessage
+
+    store = LocalArtifactStore(tmp_path / "store")
+    msg = TrialMessage(sweep_id="sw", trial_id="sw.0", attempt=1, trial_name="t0", index=0, params={},
+                       argv=["true"], metric="loss")
+
+    def staged(step: int):  # type: ignore[no-untyped-def]
+        folder = tmp_path / f"stage-{step}"
+        folder.mkdir()
+        (folder / "state").write_text(str(step))
+        return folder
+
+    assert uploads.checkpoint(store, msg, 5, staged(5), cancel=lambda: False) is not None
+
+    def lapsed_once_the_folder_is_complete() -> bool:  # held while the files go up, lapsed when LATEST would move
+        return any((tmp_path / "store").rglob("000000000009-*/MANIFEST"))
+
+    assert uploads.checkpoint(store, msg, 9, staged(9), cancel=lapsed_once_the_folder_is_complete) is None
+    assert latest_checkpoint(store, "sw", "sw.0") == 5
