@@ -2,7 +2,7 @@
 
 A tiny ``DeepseekV3ForCausalLM`` built from a config (no download), trained on
 synthetic token ids. ``--sigterm-at K`` sends the process SIGTERM once global
-step K ends on attempt 1 (a preemption at a known step); ``--no-callback`` runs
+step K ends on attempt 1 (a preemption at a known step); ``--sleep S`` sleeps S s after each step; ``--no-callback`` runs
 the plain Trainer, to compare; ``--save-steps``/``--max-steps`` size the run.
 """
 
@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import torch
 from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, Trainer, TrainerCallback,
@@ -44,6 +45,16 @@ def dataset(n: int, seed: int) -> list[dict[str, torch.Tensor]]:
     return [{"input_ids": row, "labels": row.clone()} for row in ids]
 
 
+class Slow(TrainerCallback):
+    """Sleep after each step, so that a test's SIGTERM to the agent lands mid-run."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_step_end(self, args, state, control, **kwargs):
+        time.sleep(self.seconds)
+
+
 class SigtermAt(TrainerCallback):
     """Preempt this process (SIGTERM to itself) when ``step`` ends, on the first attempt only."""
 
@@ -60,12 +71,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-steps", type=int, default=24)
     ap.add_argument("--save-steps", type=int, default=6)
     ap.add_argument("--sigterm-at", type=int, default=None)
+    ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--no-callback", action="store_true")
     ap.add_argument("--output-dir", default=None)
     ap.add_argument("--save-strategy", default="steps")
     ap.add_argument("--out", default=None, help="write the final eval metrics here as JSON")
     a = ap.parse_args(argv)
     callbacks: list[TrainerCallback] = [SigtermAt(a.sigterm_at)] if a.sigterm_at else []
+    callbacks += [Slow(a.sleep)] if a.sleep else []
     if not a.no_callback:
         from spotsweep.integrations.transformers import SpotsweepCallback
         callbacks.append(SpotsweepCallback())
