@@ -120,3 +120,38 @@ def test_settings_that_cannot_resume_are_refused_naming_the_setting(tmp_path: Pa
     with pytest.raises(ValueError, match=rf"TrainingArguments\.{setting}="):
         Trainer(model=hf_trial.tiny_model(), args=TrainingArguments(**kwargs), train_dataset=hf_trial.dataset(8, 0),
                 callbacks=[SpotsweepCallback()])
+
+
+def test_a_trainer_trial_whose_agent_is_stopped_ends_on_another_as_the_uninterrupted_run(
+        cluster: Any, database_url: str, uninterrupted: list[dict]) -> None:
+    from cluster import wait_for  # tests/support
+
+    cluster.start("planner", "planner")
+    cluster.start("collector", "collector")
+    first = cluster.start("first", "agent", "--class", "cpu", "--workdir", str(cluster.tmp / "w1"))
+    sweep_id = cluster.submit({
+        "name": "hf", "command": [sys.executable, str(HF_TRIAL), "--sleep", "0.4"],
+        "metric": {"name": "eval_loss", "mode": "min"}, "space": {"lr": [0.003]},
+        "resources": {"gpus": 0, "class": "cpu"}, "env": {"HF_HUB_OFFLINE": "1"}})
+    at_step = "SELECT max(step) FROM metric_points WHERE sweep_id = %s AND name = 'loss'"
+    assert (wait_for(database_url, at_step, (sweep_id,), lambda s: (s or 0) >= 8, timeout=180) or 0) >= 8, cluster.logs()
+    cluster.term("first")  # the node goes away: the agent passes SIGTERM to the trial and hands it back
+    assert first.wait(120) == 0, cluster.logs()
+    cluster.start("second", "agent", "--class", "cpu", "--workdir", str(cluster.tmp / "w2"))
+    state = wait_for(database_url, "SELECT state FROM trials WHERE sweep_id = %s", (sweep_id,),
+                     lambda s: s == "completed", timeout=240)
+    assert state == "completed", cluster.logs()
+
+    with psycopg.connect(database_url) as conn:
+        final, preemptions, attempts = conn.execute(
+            "SELECT (metrics->>'eval_loss')::float8, preemptions, attempts FROM trial_results WHERE sweep_id = %s",
+            (sweep_id,)).fetchone()
+        rows = conn.execute("SELECT step, attempt, value FROM metric_points WHERE sweep_id = %s AND name = %s"
+                            " ORDER BY step", (sweep_id, "grad_norm")).fetchall()
+        resumed = conn.execute("SELECT (body->>'resume_step')::int FROM trial_events WHERE sweep_id = %s"
+                               " AND kind = 'trial.started' AND attempt = 2", (sweep_id,)).fetchone()[0]
+    assert (preemptions, attempts) == (1, 2) and resumed >= 8
+    assert math.isclose(final, points(uninterrupted, "eval_loss")[24], rel_tol=1e-6)
+    # Each logged step once over both attempts (the checkpoint was taken at the SIGTERM's step), as logged uninterrupted.
+    assert [r[0] for r in rows] == LOGGED and {r[1] for r in rows} == {1, 2}
+    assert close({r[0]: r[2] for r in rows}, points(uninterrupted, "grad_norm"))
