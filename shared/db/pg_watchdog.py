@@ -24,6 +24,7 @@ nothing left to do.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -34,6 +35,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import psutil
 
 HANDLES = ".handle_pids.json"  # pgserver's list of the processes using a data directory
 _held = threading.Lock()
@@ -113,7 +116,8 @@ def stop_if_unused(data_dir: Path, owner: int) -> bool:
             pgs.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=user, timeout=60)
         except (subprocess.SubprocessError, OSError):
             if info.process is not None:
-                info.process.terminate()  # SIGTERM to the postmaster is a smart shutdown; better than none
+                with contextlib.suppress(psutil.NoSuchProcess):  # it may have stopped meanwhile: nothing to do then
+                    info.process.terminate()  # SIGTERM to the postmaster is a smart shutdown; better than none
         return True
 
 

@@ -48,7 +48,7 @@ def test_run_completes_and_ranks_the_best_trial_first(noop_run: tuple[subprocess
     best = rows[0]
     assert (best["trial_name"], best["state"], best["x"], best["y"]) == ("noop_03_x0_y-1", "completed", "0", "-1")
     assert float(best["score"]) == pytest.approx(0.25)
-    assert "9/9 running 0 · best score 0.25" in proc.stderr  # the progress bar's last state
+    assert "trials 9/9 · running 0 · best score 0.25" in proc.stderr  # the last progress line (no terminal here)
     assert "Traceback" not in proc.stderr
 
 
