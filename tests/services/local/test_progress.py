@@ -6,7 +6,11 @@ import json
 
 import psycopg
 
-from spotsweep.services.local.progress import best_so_far, detail, eta_seconds, running_steps
+import io
+
+from rich.console import Console
+
+from spotsweep.services.local.progress import Lines, best_so_far, detail, eta_seconds, running_steps
 from spotsweep.shared.db import Database
 
 COUNTS = {"running": 2, "failed": 0}
@@ -51,3 +55,14 @@ def test_the_steps_and_the_best_come_from_the_database(database_url: str) -> Non
                          (trial_id, attempt, step, name))
     assert running_steps(db, "p-1") == [40, None]
     assert best_so_far(db, "p-1") == ("acc", 0.7)  # completed trials only; a NaN is never the best
+
+
+def test_without_a_terminal_the_progress_is_whole_lines_when_the_count_changes_or_every_ten_seconds() -> None:
+    """A log file or CI got a bar cut at 80 columns once; it gets full lines, never wrapped (issue 40)."""
+    out = io.StringIO()
+    lines = Lines(Console(file=out, width=80, force_terminal=False))
+    long = "running 6: " + ", ".join(f"step {i}" for i in range(1, 30))
+    for done, elapsed in [(0, 0.0), (0, 4.0), (0, 10.5), (1, 11.0), (1, 12.0)]:
+        lines.show(done, 9, long, elapsed)
+    said = out.getvalue().splitlines()
+    assert said == [f"trials 0/9 · {long} · 0:00", f"trials 0/9 · {long} · 0:10", f"trials 1/9 · {long} · 0:11"]
