@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import psycopg
-
-import io
-
 from rich.console import Console
 
 from spotsweep.services.local.progress import Lines, best_so_far, detail, eta_seconds, running_steps
