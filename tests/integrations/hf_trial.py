@@ -2,7 +2,7 @@
 
 A tiny ``DeepseekV3ForCausalLM`` built from a config (no download), trained on
 synthetic token ids. ``--sigterm-at K`` sends the process SIGTERM once global
-step K ends on attempt 1 (a preemption at a known step); ``--sleep S`` sleeps S s after each step; ``--no-callback`` runs
+step K ends on attempt 1 (a preemption at a known step); ``--sleep S`` sleeps S s after each step; ``--lora`` trains PEFT adapters on it; ``--no-callback`` runs
 the plain Trainer, to compare; ``--save-steps``/``--max-steps`` size the run.
 """
 
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sigterm-at", type=int, default=None)
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--no-callback", action="store_true")
+    ap.add_argument("--lora", action="store_true", help="train LoRA adapters (peft) on the base")
     ap.add_argument("--output-dir", default=None)
     ap.add_argument("--save-strategy", default="steps")
     ap.add_argument("--out", default=None, help="write the final eval metrics here as JSON")
@@ -89,7 +90,12 @@ def main(argv: list[str] | None = None) -> None:
         learning_rate=float(trial.params.get("lr", 3e-3)), warmup_steps=4, weight_decay=0.01,
         per_device_train_batch_size=4, gradient_accumulation_steps=2, per_device_eval_batch_size=16,
         seed=1, data_seed=2, use_cpu=True, report_to=[], disable_tqdm=True, dataloader_num_workers=0)
-    trainer = Trainer(model=tiny_model(), args=args, train_dataset=dataset(40, 3), eval_dataset=dataset(32, 4),
+    model = tiny_model()
+    if a.lora:
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.1,
+                                                 target_modules=["kv_b_proj", "o_proj"]))
+    trainer = Trainer(model=model, args=args, train_dataset=dataset(40, 3), eval_dataset=dataset(32, 4),
                       callbacks=callbacks)
     trainer.train(resume_from_checkpoint=trial.resume_step is not None)
     final = trainer.evaluate()

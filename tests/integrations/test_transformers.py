@@ -87,6 +87,19 @@ def test_a_sigterm_saves_at_that_step_and_the_resumed_run_ends_as_the_uninterrup
     assert list(evals) == EVALUATED and close(evals, points(uninterrupted, "eval_loss"))
 
 
+def test_lora_adapters_resume_as_exactly(tmp_path: Path) -> None:
+    """PEFT: the checkpoint holds the adapters only (the Trainer reloads them); the base is the script's own."""
+    (tmp_path / "full").mkdir()
+    full, lines = run_script(tmp_path / "full", "full", "--lora")
+    assert full.returncode == 0, full.stderr[-3000:]
+    first, lines1 = run_script(tmp_path, "a1", "--lora", "--sigterm-at", "9")
+    assert first.returncode == 143, first.stderr[-3000:]
+    assert (tmp_path / "ckpt" / "checkpoint-9" / "adapter_model.safetensors").exists()
+    second, lines2 = run_script(tmp_path, "a2", "--lora", SPOTSWEEP_ATTEMPT="2", SPOTSWEEP_RESUME_STEP="9")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert close(points(lines1, "eval_loss") | points(lines2, "eval_loss"), points(lines, "eval_loss"))
+
+
 def test_each_log_and_evaluation_is_reported_once_per_step_numbers_only(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import TrainerControl, TrainerState
