@@ -27,14 +27,15 @@ LOGGED = list(range(2, 25, 2))  # logging_steps=2, max_steps=24
 EVALUATED = [6, 12, 18, 24]  # eval_steps = save_steps = 6
 
 
-def run_script(tmp: Path, name: str, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+def run_script(tmp: Path, name: str, *args: str, script: str = str(HF_TRIAL),
+               **env: str) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
     """One attempt of the trial with the contract's variables, as an agent would start it; its metric lines."""
     metrics = tmp / f"{name}.jsonl"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTSWEEP_")}
     full_env |= {"SPOTSWEEP_METRICS": str(metrics), "SPOTSWEEP_CHECKPOINT_DIR": str(tmp / "ckpt"),
                  "SPOTSWEEP_TRIAL_ID": "t.0", "HF_HUB_OFFLINE": "1", **env}
     (tmp / "ckpt").mkdir(exist_ok=True)
-    proc = subprocess.run([sys.executable, str(HF_TRIAL), *args], env=full_env, cwd=tmp, capture_output=True,
+    proc = subprocess.run([sys.executable, script, *args], env=full_env, cwd=tmp, capture_output=True,
                           text=True, timeout=240)
     lines = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
     return proc, lines
@@ -98,6 +99,21 @@ def test_lora_adapters_resume_as_exactly(tmp_path: Path) -> None:
     second, lines2 = run_script(tmp_path, "a2", "--lora", SPOTSWEEP_ATTEMPT="2", SPOTSWEEP_RESUME_STEP="9")
     assert second.returncode == 0, second.stderr[-3000:]
     assert close(points(lines1, "eval_loss") | points(lines2, "eval_loss"), points(lines, "eval_loss"))
+
+
+def test_the_accelerate_recipe_resumes_exactly(tmp_path: Path) -> None:
+    """docs/trial-contract.md's plain-loop recipe (accelerate_trial.py): SIGTERM at step 9, resumed, same end."""
+    script = str(HF_TRIAL.with_name("accelerate_trial.py"))
+    (tmp_path / "full").mkdir()
+    full, lines = run_script(tmp_path / "full", "full", script=script)
+    assert full.returncode == 0, full.stderr[-3000:]
+    first, lines1 = run_script(tmp_path, "a1", "--sigterm-at", "9", script=script)
+    assert first.returncode == 143, first.stderr[-3000:]
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["state-9"]
+    second, lines2 = run_script(tmp_path, "a2", SPOTSWEEP_ATTEMPT="2", SPOTSWEEP_RESUME_STEP="9", script=script)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert close(points(lines1, "loss") | points(lines2, "loss"), points(lines, "loss"))
+    assert close(points(lines2, "eval_loss"), points(lines, "eval_loss"))
 
 
 def test_each_log_and_evaluation_is_reported_once_per_step_numbers_only(tmp_path: Path,
