@@ -43,6 +43,7 @@ import json
 import numbers
 import shutil
 import signal
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -77,7 +78,8 @@ class SpotsweepCallback(TrainerCallback):
         folder = _output_dir(args) / f"{_PREFIX}{state.global_step}"
         if state.global_step > 0 and model is not None and folder.is_dir():
             reload_weights_if_partial(model, folder)
-        self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+        if threading.current_thread() is threading.main_thread():  # Python sets handlers only there
+            self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self._sigterm = True  # acted on at the next step boundary, never mid-update
