@@ -102,8 +102,9 @@ def _spawn(launch: Launch, msg: TrialMessage, config: RunnerConfig, paths: Paths
     """Start the trial's process in a session of its own: the command itself (as its user, in its cgroup, with
     its venv's python), or the container runtime's client running it in its image as container ``name``."""
     env, cwd, cgroup = launch.env, launch.cwd, launch.cgroup
-    if user is not None:  # its only extra groups: the gates of the input trees its own links point to (tree_gate.py)
-        user = replace(user, groups=tree_gate.groups(cwd / i.to for i in msg.inputs if not i.source.startswith("/")))
+    if user is not None:  # its only extra groups: the gates of its own input trees and setup.pip env (tree_gate.py)
+        own = [cwd / i.to for i in msg.inputs if not i.source.startswith("/")]
+        user = replace(user, groups=tree_gate.groups([*own, *([launch.venv] if launch.venv is not None else [])]))
     if launch.image is None or config.runtime is None:
         python = str(launch.venv / "bin" / "python") if launch.venv is not None else sys.executable
         joiner = cgroup.joiner() if cgroup else None

@@ -28,6 +28,13 @@ cache (a cache the trial users share would let one poison another sweep's
 env), and the built env is then made the agent's and read-only; without one,
 uv's cache (``uv-cache/``) stays across builds. The build's log is 0600, and the
 error a failed build gives shows no absolute path outside the workdir.
+
+An env may hold a sweep's private wheels, so no other sweep's trial reads it:
+``pyenvs/`` and ``envs/`` are 0711 (entered, not listed), an env is 0700
+while it builds and then behind a gate of its own (:mod:`.tree_gate`, its
+top folder ``root:<gid> 0750``), whose gid only the trials that run in it
+get. An env built before gates is gated when next used; an agent that does
+not gate (not root) leaves it 0755, its trials all being its own user.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from spotsweep.services.agent import requirements as requirements_file
+from spotsweep.services.agent import tree_gate
 from spotsweep.services.agent.trial_env import passes
 from spotsweep.services.agent.trial_user import TrialUser
 from spotsweep.shared.errors import PermanentError, Refused
@@ -158,7 +166,7 @@ def _build(env: Path, found: requirements_file.Read, no_build: bool, user: Trial
     reqs, cons = requirements_file.flatten(found, work)
     excluded = work / "excludes.txt"
     excluded.write_text("".join(f"{n}\n" for n in excludes(found.named, dict(installed()))))
-    _private(env, user, 0o755)
+    _private(env, user)  # no other trial reads it before its gate is made (_gate)
     agent_env = {k: v for k, v in os.environ.items() if passes(k) or k.startswith("UV_") or k in _NETWORK}
     run_env = {**agent_env, "HOME": str(work), "TMPDIR": str(work), "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
     # A cache the trial users share would let one poison the env another sweep's trials run in.
@@ -188,6 +196,13 @@ def _build(env: Path, found: requirements_file.Read, no_build: bool, user: Trial
     _seal(env)
     size = sum(p.lstat().st_size for p in env.rglob("*"))
     (env / READY).write_text(f"{size}\n")
+
+
+def _gate(env: Path) -> None:
+    """``env`` behind a gate of its own (:mod:`.tree_gate`), or, where this agent does not gate, open to all."""
+    tree_gate.ensure(env.parent, env, tree_gate.ENVS)
+    if not tree_gate.is_gate(os.stat(env).st_gid):
+        os.chmod(env, 0o755)
 
 
 def evict(base: Path, cap_bytes: int, keep: str) -> list[str]:
@@ -221,6 +236,8 @@ def lease(base: Path, requirements: Path, root: Path, cap_bytes: int, no_build: 
     key, found = env_key(requirements, root)
     for sub in ("envs", "locks"):
         (base / sub).mkdir(parents=True, exist_ok=True)
+    for folder in (base, base / "envs"):
+        os.chmod(folder, 0o711)  # trials enter to reach their own env (gated), list none
     env = base / "envs" / key
     with (base / "locks" / f"{key}.use").open("a") as use, (base / "locks" / f"{key}.build").open("a") as build:
         fcntl.flock(use, fcntl.LOCK_SH)  # in use from now on: not evicted (an eviction under way ends first)
@@ -228,6 +245,7 @@ def lease(base: Path, requirements: Path, root: Path, cap_bytes: int, no_build: 
         try:
             if not (env / READY).exists():
                 _build(env, found, no_build, user)
+            _gate(env)  # built now, or before gates: gated from here on
             os.utime(env / READY)  # last used: now
         finally:
             fcntl.flock(build, fcntl.LOCK_UN)

@@ -1,4 +1,4 @@
-"""Per-sweep privacy on a node: each staged input tree behind a gate that only its own trials pass.
+"""Per-sweep privacy on a node: each staged input tree (and setup.pip env) behind a gate only its own trials pass.
 
 Staged inputs are content-addressed and shared by every trial on the node
 that names the same content (:mod:`.inputs`), so a group per sweep would not
@@ -13,6 +13,9 @@ another tree's path, nothing else: not another sweep's, not an earlier
 trial's of the same user. The gids are numbers only (no ``/etc/group``
 entry: ``setgroups`` and ``chown`` take any), from a range no system or
 container tool hands out (:data:`BASE`), never one a group of the node has.
+``setup.pip`` envs (:mod:`.pyenv`) are gated the same way, from a lane of
+gids of their own (:data:`ENVS`), so an env never shares a gid with an input
+tree of the other cache.
 
 Only an agent running as root gates (only root can ``chown`` to a group it is
 not in, and only with ``--trial-user`` do trials run as someone else); without
@@ -39,19 +42,20 @@ _log = log.get("spotsweep.agent")
 # below the "foreign" one); 2**24 gids from its start.
 BASE = 1_879_048_192
 SPAN = 1 << 24
+INPUTS, ENVS = BASE, BASE + SPAN  # each cache's lane of SPAN gids: the two caches never hand out the same gid
 _LOCK = ".gates.lock"  # one allocation at a time per cache, across the node's agents
 
 
 def is_gate(gid: int) -> bool:
     """Whether ``gid`` is in the gates' range (so a tree's group a trial may be given)."""
-    return BASE <= gid < BASE + SPAN
+    return BASE <= gid < BASE + 2 * SPAN
 
 
-def gate_gid(name: str, taken: Collection[int]) -> int:
-    """The gid for tree ``name``: its hash's place in the range, else the next one not ``taken``."""
+def gate_gid(name: str, taken: Collection[int], lane: int = INPUTS) -> int:
+    """The gid for tree ``name``: its hash's place in the ``lane`` (its first gid), else the next one not ``taken``."""
     start = int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % SPAN
     for i in range(SPAN):
-        gid = BASE + (start + i) % SPAN
+        gid = lane + (start + i) % SPAN
         if gid not in taken:
             return gid
     raise OSError("no free gate gid")  # 16 million trees on one node
@@ -62,23 +66,23 @@ def gated() -> bool:
     return os.geteuid() == 0
 
 
-def place(cache: Path, staging: Path, tree: Path) -> None:
+def place(cache: Path, staging: Path, tree: Path, lane: int = INPUTS) -> None:
     """Rename the staged ``staging`` into place at ``tree``, behind a gate of its own when this agent gates."""
     if not gated():
         os.rename(staging, tree)
         return
     with _allocating(cache) as taken:
-        _close(staging, gate_gid(tree.name, taken))
+        _close(staging, gate_gid(tree.name, taken, lane))
         os.rename(staging, tree)
 
 
-def ensure(cache: Path, tree: Path) -> None:
-    """Gate ``tree`` if it is not yet (staged by an agent before gates, or without root then)."""
+def ensure(cache: Path, tree: Path, lane: int = INPUTS) -> None:
+    """Gate ``tree`` if it is not yet (staged or built by an agent before gates, or without root then)."""
     if not gated() or is_gate(os.stat(tree).st_gid):
         return
     with _allocating(cache) as taken:
         if not is_gate(os.stat(tree).st_gid):
-            _close(tree, gate_gid(tree.name, taken))
+            _close(tree, gate_gid(tree.name, taken, lane))
 
 
 def groups(links: Iterable[Path]) -> tuple[int, ...]:
@@ -96,7 +100,7 @@ def groups(links: Iterable[Path]) -> tuple[int, ...]:
 
 def _close(folder: Path, gid: int) -> None:
     """Make ``folder`` the gate ``gid``; where the kernel refuses that gid (a user namespace that does not map it),
-    the folder stays as it was (0555, readable by every trial) and the agent says so."""
+    the folder stays as it was (an input tree 0555, readable by every trial) and the agent says so."""
     try:
         os.chown(folder, 0, gid, follow_symlinks=False)
     except OSError as e:
@@ -110,8 +114,9 @@ def _close(folder: Path, gid: int) -> None:
 @functools.cache
 def _ungated(error: str) -> None:
     """Said once per agent: every trial on this node can read every staged tree."""
-    _log.warning("insecure setup: staged inputs are not gated, every trial on this node can read them: this agent "
-                 "cannot give a tree a gid of its own (root in a user namespace that does not map it?)", error=error)
+    _log.warning("insecure setup: staged inputs and setup.pip envs are not gated, every trial on this node can read "
+                 "them: this agent cannot give a tree a gid of its own (root in a user namespace that does not map "
+                 "it?)", error=error)
 
 
 @contextmanager

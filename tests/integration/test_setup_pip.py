@@ -40,4 +40,4 @@ def test_trials_import_what_their_requirements_name_from_one_env_built_once(clus
     rows = ended(cluster.env["SPOTSWEEP_DATABASE_URL"], sweep_id, 2)
     assert [r["state"] for r in rows] == ["completed"] * 2, rows
     assert [(r["metrics"]["loss"], r["metrics"]["in_env"]) for r in rows] == [(7.0, 1.0)] * 2, rows
-    assert len(list((tmp_path / "work" / "pyenvs" / "envs").iterdir())) == 1
+    assert len(list((tmp_path / "work" / "pyenvs" / "envs").glob("[!.]*"))) == 1

@@ -131,13 +131,13 @@ def test_a_trial_imports_what_its_requirements_name_and_the_next_reuses_the_env(
     msg = setup_kit.message(IMPORT, setup_pip="requirements.txt")
     final, _ = setup_kit.run(msg)
     assert final.outcome == "completed", final.error
-    envs = list((tmp_path / "work/pyenvs/envs").iterdir())
+    envs = list((tmp_path / "work/pyenvs/envs").glob("[!.]*"))
     assert len(envs) == 1
     assert _stdout(setup_kit, "sw.0").split() == ["42", "True", str(envs[0] / "bin")]
     (envs[0] / "built-once").touch()  # a rebuild would remove it
     final, _ = setup_kit.run(msg.model_copy(update={"trial_id": "sw.1"}))
     assert final.outcome == "completed", final.error
-    assert list((tmp_path / "work/pyenvs/envs").iterdir()) == envs and (envs[0] / "built-once").exists()
+    assert list((tmp_path / "work/pyenvs/envs").glob("[!.]*")) == envs and (envs[0] / "built-once").exists()
     assert _stdout(setup_kit, "sw.1").split()[0] == "42"
 
 
@@ -151,7 +151,7 @@ def test_two_trials_at_once_wait_on_one_build(setup_kit: Kit, tmp_path: Path) ->
     for t in threads:
         t.join()
     assert [r.outcome for r in results] == ["completed", "completed"], [r.error for r in results]
-    assert len(list((tmp_path / "work/pyenvs/envs").iterdir())) == 1
+    assert len(list((tmp_path / "work/pyenvs/envs").glob("[!.]*"))) == 1
 
 
 def test_a_failed_build_fails_the_trial_for_good_with_the_installers_words(setup_kit: Kit, code: Path) -> None:

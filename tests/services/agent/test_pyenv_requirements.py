@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spotsweep.services.agent import pyenv
+from spotsweep.services.agent import pyenv, tree_gate
 from spotsweep.services.agent.trial_user import resolve
 from spotsweep.services.agent.requirements import check_url, flatten, logical_lines, options, read, split
 from spotsweep.shared.errors import Refused
@@ -161,7 +161,7 @@ def test_an_env_built_as_the_trial_user_is_sealed_the_agents_and_read_only(monke
         monkeypatch.setattr(pyenv.sys, "executable", "/usr/bin/python3")
         with pyenv.lease(top / "pyenvs", code / "requirements.txt", code, 2**30, no_build=True, user=user) as env:
             got = subprocess.run([str(env / "bin/python"), "-c", f"import {PKG}; print({PKG}.VALUE)"], user=user.uid,
-                                 group=user.gid, extra_groups=[], capture_output=True, text=True)
+                                 group=user.gid, extra_groups=list(tree_gate.groups([env])), capture_output=True, text=True)
             assert got.stdout.strip() == "42", got.stderr
             writable = [p for p in [env, *env.rglob("*")] if not p.is_symlink()
                         and (p.lstat().st_uid != 0 or p.lstat().st_mode & 0o022)]

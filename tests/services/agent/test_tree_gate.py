@@ -26,6 +26,8 @@ def test_a_trees_gid_is_its_hash_place_in_the_range_and_never_one_taken() -> Non
     assert tree_gate.gate_gid("b" * 32, set()) != gid
     assert tree_gate.gate_gid("a" * 32, {gid}) == gid + 1 or gid == tree_gate.BASE + tree_gate.SPAN - 1
     assert not tree_gate.is_gate(0) and not tree_gate.is_gate(65534) and not tree_gate.is_gate(tree_gate.BASE - 1)
+    env = tree_gate.gate_gid("a" * 32, set(), tree_gate.ENVS)  # setup.pip envs: a lane of their own, never an input's
+    assert env == gid + tree_gate.SPAN and tree_gate.is_gate(env) and not tree_gate.is_gate(tree_gate.ENVS + tree_gate.SPAN)
 
 
 def _staged(cache: Path, name: str, text: str) -> Path:
