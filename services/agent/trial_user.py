@@ -5,7 +5,7 @@ Run as the same user, a trial could read the agent's ``/proc/<pid>/environ``
 (unless the agent is non-dumpable: :func:`~.insecure.non_dumpable`), its credential files,
 and every other trial's workspace. So an agent running as root starts each
 trial as ``USER`` (``Popen(user=, group=, extra_groups=)``: no group of
-root's, only its own input trees' gates, :mod:`.tree_gate`) in a workspace that user owns (0700), with ``HOME``, ``USER`` and
+root's, only the gates of its own input trees and setup.pip env, :mod:`.tree_gate`) in a workspace that user owns (0700), with ``HOME``, ``USER`` and
 ``LOGNAME`` its own.
 
 Several users (``--trial-user a,b``) are a pool: each running trial takes a
@@ -34,11 +34,11 @@ class TrialUser:
     uid: int
     gid: int
     home: str
-    groups: tuple[int, ...] = ()  # the gates of the trial's own input trees (tree_gate.py), set per run
+    groups: tuple[int, ...] = ()  # the gates of the trial's own input trees and env (tree_gate.py), set per run
 
     def popen(self) -> dict[str, Any]:
         """``Popen``'s arguments that start the trial as this user, with none of the agent's groups: its only
-        supplementary groups are its own input trees' gates."""
+        supplementary groups are the gates of its own input trees and setup.pip env."""
         return {"user": self.uid, "group": self.gid, "extra_groups": list(self.groups)}
 
     def environment(self) -> dict[str, str]:
