@@ -10,10 +10,10 @@ from spotsweep.commands.submit import load, warnings
 from spotsweep.services.planner.search import Search
 from spotsweep.shared.space import total_trials
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+EXAMPLES = sorted([*(ROOT := Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"), *ROOT.glob("*/sweep.yaml")])
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+@pytest.mark.parametrize("path", EXAMPLES, ids=[str(p.relative_to(ROOT).with_suffix("")) for p in EXAMPLES])
 def test_each_example_validates_and_proposes_its_first_trial(path: Path) -> None:
     spec = load(path)
     assert warnings(spec) == []
