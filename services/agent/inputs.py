@@ -99,9 +99,9 @@ def node_path(item: Input, allowed: Sequence[str]) -> Path:
     if not allowed:
         raise PermanentError(f"{where}: this agent links no node paths (start it with --input-paths FOLDER to allow "
                              "some), or stage the data from s3:// or https://")
-    if not any(_within(resolved, os.path.realpath(root)) for root in allowed):
+    if not any(Path(resolved).is_relative_to(os.path.realpath(root)) for root in allowed):
         raise PermanentError(f"{where}: not under this agent's --input-paths ({', '.join(allowed)})")
-    system = [p for p in SYSTEM_PATHS if _within(resolved, p) or _within(p, resolved)]
+    system = [p for p in SYSTEM_PATHS if Path(resolved).is_relative_to(p) or Path(p).is_relative_to(resolved)]
     if system:
         raise PermanentError(f"{where}: is or holds {system[0]}, the node's devices, kernel files or daemons' sockets; "
                              "never an input")
@@ -122,10 +122,6 @@ def allowed_roots(setting: str | None) -> tuple[str, ...]:
     if bad:
         raise PermanentError(f"--input-paths: {bad[0]!r} is not an absolute path (give folders such as /mnt/datasets)")
     return roots
-
-
-def _within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 @contextmanager
